@@ -1,0 +1,43 @@
+# The two commands of the README: `make demo` and `make test`. Both set themselves up.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: setup demo test lint format bench clean services
+
+$(STAMP): pyproject.toml setup.py
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch from the pinned CPU wheel first, so no dependency can pull a CUDA build
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+setup: $(STAMP)
+
+services:
+	bash scripts/ensure-services.sh
+
+demo: setup
+	$(VENV)/bin/rlguard demo --serve --host $(HOST) --port $(PORT)
+
+test: setup services
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy trainer_hook/rlguard backend/rlguard_backend frontend/rlguard_frontend
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: setup
+	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .rlguard test-artifacts

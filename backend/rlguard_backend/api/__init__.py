@@ -1,0 +1,1 @@
+"""REST API v1: thin handlers over the repository."""

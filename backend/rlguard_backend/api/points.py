@@ -1,0 +1,170 @@
+"""Points: batch ingest, metric keys, series queries and CSV export."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from rlguard_backend import ingest, points, repository, series
+from rlguard_backend.api.deps import SessionDep, SettingsDep
+from rlguard_backend.config import Settings
+from rlguard_backend.db import write_session
+from rlguard_backend.errors import NotFound, PayloadTooLarge
+from rlguard_backend.schemas import BatchAck, BatchIn, MetricKeyList, SeriesResponse, Step
+
+router = APIRouter(prefix="/v1/runs/{run_id}", tags=["points"])
+
+BATCH_BODY_EXAMPLE = {
+    "batch_id": "3f2a9c0e5b7d4e1f",
+    "steps": [{"step": 12, "time": 1732870000.5, "values": {"actor/ppo_kl": 0.003, "x": "NaN"}}],
+}
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLarge(
+            f"body of {declared} bytes exceeds the limit of {max_bytes}; send smaller batches"
+        )
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise PayloadTooLarge(f"body exceeds the limit of {max_bytes} bytes; send smaller batches")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@router.post(
+    "/batches",
+    response_model=BatchAck,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": BatchIn.model_json_schema(ref_template="#/components/schemas/{model}"),
+                    "example": BATCH_BODY_EXAMPLE,
+                }
+            },
+        }
+    },
+)
+async def ingest_batch(run_id: str, request: Request, settings: SettingsDep) -> Response:
+    """Store one batch (gzip accepted) completely or not at all; a known batch id is a no-op."""
+    body = await _read_body(request, settings.max_batch_bytes)
+    raw = ingest.decode_body(body, request.headers.get("content-encoding"), settings.max_batch_bytes)
+    batch = ingest.parse_batch(raw, settings.max_batch_points)
+    ack = await run_in_threadpool(_store_batch, request.app.state.session_factory, run_id, batch)
+    return Response(ack.model_dump_json(), media_type="application/json")
+
+
+def _store_batch(factory: object, run_id: str, batch: BatchIn) -> BatchAck:
+    try:
+        with write_session(factory) as session:  # type: ignore[arg-type]
+            ack = ingest.ingest_batch(session, repository.get_run(session, run_id), batch)
+            session.commit()
+            return ack
+    except IntegrityError:
+        # A concurrent request stored the same batch id first: this one is a replay.
+        with write_session(factory) as session:  # type: ignore[arg-type]
+            if not ingest.batch_seen(session, run_id, batch.batch_id):
+                raise
+        count = sum(len(s.values) for s in batch.steps)
+        return BatchAck(batch_id=batch.batch_id, duplicate=True, points=count,
+                        steps=len(batch.steps), alerts=[])
+
+
+@router.get("/keys", response_model=MetricKeyList)
+def read_keys(run_id: str, session: SessionDep) -> MetricKeyList:
+    repository.get_run(session, run_id)
+    keys = repository.describe_keys(session, run_id)
+    return MetricKeyList(data=keys, count=len(keys))
+
+
+def _parse_keys(keys: str | None, session: Session, run_id: str) -> list[str]:
+    if keys is None or not keys.strip():
+        return [k.name for k in repository.run_keys(session, run_id)]
+    return [k for k in (part.strip() for part in keys.split(",")) if k]
+
+
+@router.get("/series", response_model=SeriesResponse)
+def read_series(
+    run_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    keys: Annotated[str | None, Query(description="comma-separated keys; all when omitted")] = None,
+    from_step: Step = 0,
+    to_step: Step | None = None,
+    after_step: Annotated[int | None, Query(ge=-1, description="live cursor: steps > this")] = None,
+    max_points: Annotated[int, Query(ge=8)] = 2000,
+) -> Response:
+    """Several keys in one call; more than ``max_points`` in range are min/max-bucketed."""
+    _check_max_points(max_points, settings)
+    repository.get_run(session, run_id)
+    names = _parse_keys(keys, session, run_id)
+    found = {k.name: k for k in repository.run_keys(session, run_id) if k.name in set(names)}
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        raise NotFound(f"run {run_id!r} has no key(s) {unknown}; GET /api/v1/runs/{run_id}/keys lists them")
+    lo = from_step if after_step is None else max(from_step, after_step + 1)
+    result = SeriesResponse.model_construct(
+        run_id=run_id,
+        series={n: series.read_series(session, found[n], lo, to_step, max_points) for n in names},
+    )
+    return Response(result.model_dump_json(), media_type="application/json")
+
+
+def _check_max_points(max_points: int, settings: Settings) -> None:
+    if max_points > settings.max_series_points:
+        raise PayloadTooLarge(
+            f"max_points={max_points} exceeds the server limit of {settings.max_series_points}; "
+            "ask for fewer points or page with from_step/to_step"
+        )
+
+
+@router.get("/export", response_class=StreamingResponse)
+def export_run(
+    run_id: str,
+    session: SessionDep,
+    keys: Annotated[str | None, Query(description="comma-separated keys; all when omitted")] = None,
+) -> StreamingResponse:
+    """CSV with one row per step and one column per key; NaN and ±inf written as NaN/inf/-inf."""
+    repository.get_run(session, run_id)
+    names = _parse_keys(keys, session, run_id)
+    found = {k.name: k for k in repository.run_keys(session, run_id)}
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        raise NotFound(f"run {run_id!r} has no key(s) {unknown}")
+    table: dict[int, dict[str, str]] = {}
+    for name in names:
+        for step, value, _ in points.read_points(session, found[name].id, 0, 2**62):
+            table.setdefault(step, {})[name] = _csv_value(value)
+    headers = {"Content-Disposition": f'attachment; filename="{run_id}.csv"'}
+    return StreamingResponse(_csv_rows(names, table), media_type="text/csv", headers=headers)
+
+
+def _csv_value(value: float | None) -> str:
+    return "NaN" if value is None else repr(value)
+
+
+def _csv_rows(names: list[str], table: dict[int, dict[str, str]]) -> Iterator[str]:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["step", *names])
+    for step in sorted(table):
+        row = table[step]
+        writer.writerow([step, *(row.get(n, "") for n in names)])
+        if buffer.tell() > 65536:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()

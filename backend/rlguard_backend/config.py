@@ -1,0 +1,49 @@
+"""Service settings: one class, read from ``RLGUARD_*`` environment variables, validated at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATA_DIR = Path(".rlguard")
+
+
+class Settings(BaseSettings):
+    """Everything the service is configured with.
+
+    >>> Settings(database_url="sqlite:///runs.db").database_url
+    'sqlite:///runs.db'
+    """
+
+    model_config = SettingsConfigDict(env_prefix="RLGUARD_", extra="ignore")
+
+    database_url: str = Field(
+        default="",
+        description="SQLAlchemy URL; empty means the SQLite file ./.rlguard/rlguard.db",
+    )
+    migrate_on_start: bool = Field(default=True, description="upgrade the schema to head at start")
+    max_batch_bytes: int = Field(
+        default=32 * 1024 * 1024, gt=0, description="largest accepted batch body, after gunzip"
+    )
+    max_batch_points: int = Field(default=200_000, gt=0, description="most points in one batch")
+    max_series_points: int = Field(
+        default=100_000, gt=0, description="largest max_points a series query may ask for"
+    )
+    sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
+    heartbeat_timeout_s: float = Field(
+        default=300.0, gt=0, description="a running run silent this long is marked crashed"
+    )
+    api_prefix: str = "/api"
+
+    @field_validator("database_url")
+    @classmethod
+    def _default_sqlite(cls, value: str) -> str:
+        if value.strip():
+            return value.strip()
+        return f"sqlite:///{DEFAULT_DATA_DIR / 'rlguard.db'}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")

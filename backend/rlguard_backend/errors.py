@@ -1,0 +1,38 @@
+"""Service errors. Each maps to one HTTP status and carries a message that says how to fix it.
+
+    ServiceError
+    ├── NotFound          404  unknown run or alert
+    ├── Conflict          409  the request contradicts what is stored
+    ├── PayloadTooLarge   413  batch above the configured limits
+    └── MalformedRequest  400  body is not gzip / JSON / the expected shape
+"""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    status_code = 500
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class NotFound(ServiceError):
+    status_code = 404
+
+
+class Conflict(ServiceError):
+    status_code = 409
+
+
+class PayloadTooLarge(ServiceError):
+    status_code = 413
+
+
+class MalformedRequest(ServiceError):
+    status_code = 400
+
+
+def run_not_found(run_id: str) -> NotFound:
+    return NotFound(f"run {run_id!r} not found; create it first with POST /api/v1/runs")

@@ -1,0 +1,133 @@
+"""The batch fast path: decode, check idempotency, upsert points and rollups in one transaction."""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from rlguard_backend import points, repository, sql
+from rlguard_backend.errors import MalformedRequest, PayloadTooLarge
+from rlguard_backend.models import Run, utcnow
+from rlguard_backend.schemas import BatchAck, BatchIn
+
+GZIP_WBITS = 16 + zlib.MAX_WBITS
+
+
+class InvalidBatch(Exception):
+    """The batch is well-formed JSON but some field is invalid (422); ``errors`` name them."""
+
+    def __init__(self, errors: list[dict[str, object]]) -> None:
+        super().__init__("invalid batch")
+        self.errors = errors
+
+
+def decode_body(body: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
+    """Gunzip when asked, refusing anything that inflates past ``max_bytes``."""
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding != "gzip":
+        raise MalformedRequest(f"unsupported Content-Encoding {encoding!r}; send gzip or nothing")
+    inflater = zlib.decompressobj(GZIP_WBITS)
+    try:
+        data = inflater.decompress(body, max_bytes + 1)
+    except zlib.error as exc:
+        raise MalformedRequest(f"body is not valid gzip ({exc}); compress it with gzip") from exc
+    if len(data) > max_bytes or inflater.unconsumed_tail:
+        raise PayloadTooLarge(
+            f"batch inflates past {max_bytes} bytes; send fewer steps per batch "
+            "(or raise RLGUARD_MAX_BATCH_BYTES)"
+        )
+    if not inflater.eof:
+        raise MalformedRequest("gzip body is truncated; send the complete compressed body")
+    return data
+
+
+def parse_batch(raw: bytes, max_points: int) -> BatchIn:
+    try:
+        batch = BatchIn.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        if any(e["type"] == "json_invalid" for e in errors):
+            raise MalformedRequest(f"body is not valid JSON: {errors[0]['msg']}") from exc
+        if any(e["type"] == "model_type" and not e["loc"] for e in errors):
+            raise MalformedRequest("body must be a JSON object with batch_id and steps") from exc
+        raise InvalidBatch([dict(e) for e in errors]) from exc
+    count = sum(len(step.values) for step in batch.steps)
+    if count > max_points:
+        raise PayloadTooLarge(
+            f"batch holds {count} points, more than the limit of {max_points}; "
+            "split it (or raise RLGUARD_MAX_BATCH_POINTS)"
+        )
+    return batch
+
+
+KeyRows = dict[str, list[tuple[int, float | None, float | None]]]
+
+
+def _by_key(batch: BatchIn) -> KeyRows:
+    """``{key: [(step, stored value, wall_time), ...]}`` sorted by step, later duplicates winning."""
+    grouped: KeyRows = defaultdict(list)
+    ordered = True
+    previous = -1
+    for entry in batch.steps:
+        step, moment = entry.step, entry.time
+        ordered = ordered and step > previous
+        previous = step
+        for key, value in entry.values.items():
+            # NaN is the only value unequal to itself; it is stored as NULL.
+            grouped[key].append((step, None if value != value else value, moment))
+    if not ordered:
+        for key, rows in grouped.items():
+            latest = {step: (step, value, moment) for step, value, moment in rows}
+            grouped[key] = [latest[step] for step in sorted(latest)]
+    return grouped
+
+
+def ingest_batch(session: Session, run: Run, batch: BatchIn) -> BatchAck:
+    """Store ``batch`` for ``run`` completely or not at all; a known batch id writes nothing."""
+    count = sum(len(step.values) for step in batch.steps)
+    ack = BatchAck(batch_id=batch.batch_id, duplicate=False, points=count, steps=len(batch.steps),
+                   alerts=[])
+    if batch_seen(session, run.id, batch.batch_id):
+        return ack.model_copy(update={"duplicate": True})
+    # Claim the batch id first: a concurrent duplicate then fails on the primary key (and the
+    # caller answers it as a duplicate) instead of writing the points twice.
+    sql.execute(
+        session,
+        "INSERT INTO ingested_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)",
+        (run.id, batch.batch_id, count, utcnow()),
+    )
+    grouped = _by_key(batch)
+    if grouped:
+        _store(session, run, grouped)
+    run.updated_at = utcnow()
+    return ack
+
+
+def batch_seen(session: Session, run_id: str, batch_id: str) -> bool:
+    found = sql.fetchall(
+        session,
+        "SELECT 1 FROM ingested_batches WHERE run_id = ? AND batch_id = ?",
+        (run_id, batch_id),
+    )
+    return bool(found)
+
+
+def _store(session: Session, run: Run, grouped: KeyRows) -> None:
+    keys = repository.ensure_keys(session, run, grouped)
+    by_id = {keys[name].id: rows for name, rows in grouped.items()}
+    previous = {keys[name].id: keys[name].last_step for name in grouped}
+    points.upsert_points(session, by_id)
+    points.update_rollups(session, by_id, previous)
+    for name, rows in grouped.items():
+        key = keys[name]
+        newest = rows[-1][0]
+        if key.last_step is None or newest > key.last_step:
+            key.last_step = newest
+    newest_step = max(rows[-1][0] for rows in grouped.values())
+    if run.last_step is None or newest_step > run.last_step:
+        run.last_step = newest_step

@@ -1,0 +1,202 @@
+"""Storage verbs for runs and metric keys, taking a Session. No commits, no HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from rlguard_backend import points, sql
+from rlguard_backend.errors import Conflict, run_not_found
+from rlguard_backend.models import MetricKey, Run, RunTag, utcnow
+from rlguard_backend.rollups import BUCKET_WIDTHS
+from rlguard_backend.schemas import MetricKeyPublic, RunCreate, RunPublic, RunUpdate
+from rlguard_backend.signals import canonical_signal
+
+
+def get_run(session: Session, run_id: str) -> Run:
+    run = session.get(Run, run_id)
+    if run is None:
+        raise run_not_found(run_id)
+    return run
+
+
+def run_tags(session: Session, run_ids: Sequence[str]) -> dict[str, list[str]]:
+    tags: dict[str, list[str]] = {run_id: [] for run_id in run_ids}
+    if run_ids:
+        query = select(RunTag.run_id, RunTag.tag).where(RunTag.run_id.in_(run_ids))
+        for run_id, tag in session.execute(query.order_by(RunTag.tag)):
+            tags[run_id].append(tag)
+    return tags
+
+
+def to_public(run: Run, tags: list[str]) -> RunPublic:
+    return RunPublic(
+        id=run.id,
+        project=run.project,
+        name=run.name,
+        status=run.status,  # type: ignore[arg-type]
+        config=run.config or {},
+        summary=run.summary or {},
+        tags=tags,
+        last_step=run.last_step,
+        resume_from_step=run.resume_from_step,
+        created_at=_aware(run.created_at),
+        updated_at=_aware(run.updated_at),
+        last_heartbeat_at=_aware(run.last_heartbeat_at) if run.last_heartbeat_at else None,
+    )
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite returns naive datetimes; every stored time is UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def create_or_resume_run(session: Session, data: RunCreate) -> tuple[Run, bool]:
+    """Create the run, or resume it when the id exists in the same project. True if created."""
+    run = session.get(Run, data.id)
+    now = utcnow()
+    if run is not None:
+        if run.project != data.project:
+            raise Conflict(
+                f"run {data.id!r} already exists in project {run.project!r}, not {data.project!r};"
+                " resume it with its own project or choose another run id"
+            )
+        run.status, run.updated_at, run.last_heartbeat_at = "running", now, now
+        run.name = data.name or run.name
+        run.config = {**(run.config or {}), **data.config}
+        _add_tags(session, run.id, data.tags)
+        if data.resume_from_step is not None:
+            rewind_run(session, run, data.resume_from_step)
+        return run, False
+    run = Run(
+        id=data.id, project=data.project, name=data.name, status="running", config=data.config,
+        summary={}, created_at=now, updated_at=now, last_heartbeat_at=now,
+    )
+    session.add(run)
+    session.flush()
+    _add_tags(session, run.id, data.tags)
+    return run, True
+
+
+def _add_tags(session: Session, run_id: str, tags: Iterable[str]) -> None:
+    existing = set(session.scalars(select(RunTag.tag).where(RunTag.run_id == run_id)))
+    session.add_all(RunTag(run_id=run_id, tag=t) for t in dict.fromkeys(tags) if t not in existing)
+    session.flush()
+
+
+def list_runs(
+    session: Session,
+    *,
+    project: str | None = None,
+    status: str | None = None,
+    tag: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> tuple[list[Run], int]:
+    query = select(Run)
+    if project is not None:
+        query = query.where(Run.project == project)
+    if status is not None:
+        query = query.where(Run.status == status)
+    if tag is not None:
+        query = query.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag == tag)))
+    count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    page = query.order_by(Run.created_at.desc(), Run.id).limit(limit).offset(offset)
+    return list(session.scalars(page)), count
+
+
+def update_run(session: Session, run: Run, data: RunUpdate) -> Run:
+    if data.status is not None:
+        run.status = data.status
+    if data.name is not None:
+        run.name = data.name
+    if data.summary is not None:
+        run.summary = {**(run.summary or {}), **data.summary}
+    run.updated_at = utcnow()
+    return run
+
+
+def heartbeat(session: Session, run: Run) -> Run:
+    run.last_heartbeat_at = run.updated_at = utcnow()
+    if run.status == "crashed":
+        run.status = "running"
+    return run
+
+
+def rewind_run(session: Session, run: Run, step: int) -> Run:
+    """Supersede every point after ``step``: a restarted trainer rewrites them."""
+    keys = list(session.scalars(select(MetricKey).where(MetricKey.run_id == run.id)))
+    points.delete_after(session, [k.id for k in keys], step)
+    for key in keys:
+        if key.last_step is not None and key.last_step > step:
+            key.last_step = sql.fetchall(
+                session, "SELECT max(step) FROM points WHERE key_id = ?", (key.id,)
+            )[0][0]
+    run.resume_from_step = step
+    if run.last_step is not None and run.last_step > step:
+        run.last_step = max((k.last_step for k in keys if k.last_step is not None), default=None)
+    run.updated_at = utcnow()
+    return run
+
+
+def ensure_keys(session: Session, run: Run, names: Iterable[str]) -> dict[str, MetricKey]:
+    """The run's keys by name, creating missing ones (safe against a concurrent creator)."""
+    wanted = set(names)
+    found = {k.name: k for k in _keys_named(session, run.id, wanted)}
+    missing = wanted - found.keys()
+    if missing:
+        aliases = (run.config or {}).get("signal_aliases")
+        rows = [
+            (run.id, name, canonical_signal(name, aliases if isinstance(aliases, dict) else None))
+            for name in sorted(missing)
+        ]
+        sql.executemany(
+            session,
+            "INSERT INTO metric_keys (run_id, name, signal) VALUES (?, ?, ?) "
+            "ON CONFLICT (run_id, name) DO NOTHING",
+            rows,
+        )
+        found.update({k.name: k for k in _keys_named(session, run.id, missing)})
+    return found
+
+
+def _keys_named(session: Session, run_id: str, names: set[str]) -> list[MetricKey]:
+    if len(names) > 500:
+        query = select(MetricKey).where(MetricKey.run_id == run_id)
+        return [k for k in session.scalars(query) if k.name in names]
+    query = select(MetricKey).where(MetricKey.run_id == run_id, MetricKey.name.in_(names))
+    return list(session.scalars(query))
+
+
+def run_keys(session: Session, run_id: str) -> list[MetricKey]:
+    query = select(MetricKey).where(MetricKey.run_id == run_id).order_by(MetricKey.name)
+    return list(session.scalars(query))
+
+
+def describe_keys(session: Session, run_id: str) -> list[MetricKeyPublic]:
+    """Keys with point counts and step ranges, read from the coarsest rollups."""
+    top = len(BUCKET_WIDTHS) - 1
+    stats = {
+        key_id: (count, first)
+        for key_id, count, first in sql.fetchall(
+            session,
+            "SELECT r.key_id, sum(r.count), min(r.first_step) FROM rollups r "
+            "JOIN metric_keys k ON k.id = r.key_id WHERE k.run_id = ? AND r.level = ? "
+            "GROUP BY r.key_id",
+            (run_id, top),
+        )
+    }
+    return [
+        MetricKeyPublic(
+            name=key.name,
+            signal=key.signal,
+            count=int(stats.get(key.id, (0, None))[0] or 0),
+            first_step=stats.get(key.id, (0, None))[1],
+            last_step=key.last_step,
+        )
+        for key in run_keys(session, run_id)
+    ]

@@ -1,0 +1,181 @@
+"""Request and response models: the single source of the v1 wire format.
+
+Non-finite numbers travel as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` in both
+directions, because JSON has no literal for them.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+RunStatus = Literal["running", "finished", "crashed", "failed"]
+RUN_STATUSES: tuple[str, ...] = ("running", "finished", "crashed", "failed")
+Severity = Literal["info", "warn", "critical"]
+AlertStatus = Literal["open", "resolved"]
+
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
+RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
+Project = Annotated[str, StringConstraints(min_length=1, max_length=128, strip_whitespace=True)]
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+MetricName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+BatchId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+Step = Annotated[int, Field(ge=0, le=2**62)]
+
+NONFINITE_TO_WIRE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+WireFloat = float | str
+
+
+def float_to_wire(value: float | None) -> WireFloat:
+    """Encode one stored value (``None`` is NaN) for JSON."""
+    if value is None:
+        return "NaN"
+    if math.isfinite(value):
+        return value
+    return NONFINITE_TO_WIRE[repr(value)]
+
+
+class RunCreate(BaseModel):
+    """Create a run, or resume the run with this ``id``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: RunId
+    project: Project
+    name: Annotated[str, StringConstraints(max_length=256)] | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    tags: list[Tag] = Field(default_factory=list, max_length=64)
+    resume_from_step: Step | None = None
+
+
+class RunUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: RunStatus | None = None
+    name: Annotated[str, StringConstraints(max_length=256)] | None = None
+    summary: dict[str, Any] | None = None
+
+
+class RunRewind(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    resume_from_step: Step
+
+
+class RunPublic(BaseModel):
+    id: str
+    project: str
+    name: str | None
+    status: RunStatus
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    tags: list[str]
+    last_step: int | None
+    resume_from_step: int | None
+    created_at: datetime
+    updated_at: datetime
+    last_heartbeat_at: datetime | None
+
+
+class RunList(BaseModel):
+    data: list[RunPublic]
+    count: int
+
+
+class Heartbeat(BaseModel):
+    id: str
+    status: RunStatus
+    last_heartbeat_at: datetime
+
+
+class StepIn(BaseModel):
+    """The values logged at one step; ``time`` is the trainer's wall clock (Unix seconds)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: Step
+    time: float | None = None
+    values: dict[MetricName, float]
+
+
+class BatchIn(BaseModel):
+    """One ingest request: a client-chosen ``batch_id`` makes replays harmless."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_id: BatchId
+    steps: list[StepIn]
+
+
+class AlertPublic(BaseModel):
+    id: int
+    run_id: str
+    detector: str
+    severity: Severity
+    status: AlertStatus
+    secondary: bool
+    acknowledged: bool
+    first_step: int
+    last_step: int
+    message: str
+    evidence: dict[str, Any]
+    advice: list[Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class AlertList(BaseModel):
+    data: list[AlertPublic]
+    count: int
+
+
+class BatchAck(BaseModel):
+    batch_id: str
+    duplicate: bool = Field(description="true when this batch id was stored before; nothing written")
+    points: int = Field(description="points in the batch")
+    steps: int
+    alerts: list[AlertPublic] = Field(description="alerts opened or escalated by this batch")
+
+
+class MetricKeyPublic(BaseModel):
+    name: str
+    signal: str | None
+    count: int
+    first_step: int | None
+    last_step: int | None
+
+
+class MetricKeyList(BaseModel):
+    data: list[MetricKeyPublic]
+    count: int
+
+
+class SeriesData(BaseModel):
+    """One key's points; when ``downsampled``, per bucket min/max accompany the drawn points."""
+
+    steps: list[int]
+    values: list[WireFloat]
+    times: list[float | None] | None = None
+    downsampled: bool
+    method: Literal["raw", "minmax"]
+    total_points: int = Field(description="points in the requested range before downsampling")
+    bucket_size: int | None = None
+    bucket_start: list[int] | None = None
+    min: list[WireFloat] | None = None
+    max: list[WireFloat] | None = None
+    last_step: int | None = Field(description="the key's last stored step: the next live cursor")
+
+
+class SeriesResponse(BaseModel):
+    run_id: str
+    series: dict[str, SeriesData]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    database: str
+    latency_ms: float
+    version: str

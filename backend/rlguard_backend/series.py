@@ -1,0 +1,97 @@
+"""Series queries: raw points when they fit, spike-preserving min/max buckets when they don't."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from rlguard_backend import points
+from rlguard_backend.models import MetricKey
+from rlguard_backend.rollups import BUCKET_WIDTHS, Summary, group_by_bucket
+from rlguard_backend.schemas import SeriesData, float_to_wire
+
+POINTS_PER_BUCKET = 4  # first, min, max, last
+
+
+def bucket_width(span: int, max_points: int) -> tuple[int, int]:
+    """Output bucket width for ``span`` steps and the finest stored level that tiles it (-1 raw).
+
+    The width is a multiple of that level's bucket width so stored buckets never straddle two
+    output buckets; one bucket is kept in reserve because the range need not be aligned.
+    """
+    buckets = max(1, max_points // POINTS_PER_BUCKET - 1)
+    wanted = -(-span // buckets)
+    level = max((i for i, w in enumerate(BUCKET_WIDTHS) if w <= wanted), default=-1)
+    if level < 0:
+        return wanted, level
+    unit = BUCKET_WIDTHS[level]
+    return -(-wanted // unit) * unit, level
+
+
+def read_series(
+    session: Session, key: MetricKey, lo: int, hi: int | None, max_points: int
+) -> SeriesData:
+    """The key's points with ``lo <= step <= hi``, downsampled to at most ``max_points``."""
+    last = key.last_step
+    hi = last if hi is None or (last is not None and hi > last) else hi
+    if last is None or hi is None or lo > hi:
+        return _raw([], last)
+    span = hi - lo + 1
+    if span <= max_points:
+        return _raw(points.read_points(session, key.id, lo, hi), last)
+    width, level = bucket_width(span, max_points)
+    parts = points.cover(session, key.id, lo, hi, level)
+    total = sum(p.count for p in parts)
+    if total <= max_points:
+        return _raw(points.read_points(session, key.id, lo, hi), last)
+    buckets = group_by_bucket(((p.first_step, p) for p in parts), width)
+    return _downsampled(buckets, width, lo, total, last)
+
+
+def _raw(rows: list[tuple[int, float | None, float | None]], last: int | None) -> SeriesData:
+    return SeriesData.model_construct(
+        steps=[r[0] for r in rows],
+        values=[float_to_wire(r[1]) for r in rows],
+        times=[r[2] for r in rows],
+        downsampled=False,
+        method="raw",
+        total_points=len(rows),
+        last_step=last,
+    )
+
+
+def _bucket_points(summary: Summary) -> list[tuple[int, float | None]]:
+    chosen = {
+        summary.first_step: summary.first_value,
+        summary.min_step: summary.min_value,
+        summary.max_step: summary.max_value,
+        summary.last_step: summary.last_value,
+    }
+    return sorted(chosen.items())
+
+
+def _downsampled(
+    buckets: dict[int, Summary], width: int, lo: int, total: int, last: int | None
+) -> SeriesData:
+    steps: list[int] = []
+    values: list[float | str] = []
+    starts, mins, maxs = [], [], []
+    for bucket in sorted(buckets):
+        summary = buckets[bucket]
+        for step, value in _bucket_points(summary):
+            steps.append(step)
+            values.append(float_to_wire(value))
+        starts.append(max(bucket * width, lo))
+        mins.append(float_to_wire(summary.min_value))
+        maxs.append(float_to_wire(summary.max_value))
+    return SeriesData.model_construct(
+        steps=steps,
+        values=values,
+        downsampled=True,
+        method="minmax",
+        total_points=total,
+        bucket_size=width,
+        bucket_start=starts,
+        min=mins,
+        max=maxs,
+        last_step=last,
+    )

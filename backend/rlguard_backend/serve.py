@@ -1,0 +1,133 @@
+"""Serving: ``rlguard server`` (API alone), ``rlguard db``, and a uvicorn thread for embedding."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from rlguard_backend.config import Settings
+
+log = logging.getLogger("rlguard_backend")
+STARTUP_TIMEOUT_S = 60.0
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind first so ``port=0`` yields a real port we can print before serving."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)  # connections made after "listening" is printed wait instead of failing
+    sock.set_inheritable(True)
+    return sock
+
+
+def base_url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+class ServerThread:
+    """A real uvicorn server for an ASGI app in a background thread (tests, demo, benchmarks).
+
+    >>> with ServerThread(app) as server:   # doctest: +SKIP
+    ...     httpx.get(server.url + "/api/v1/health")
+    """
+
+    def __init__(
+        self, app: Any, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None
+    ) -> None:
+        self.app = app
+        self.sock = sock or bind_socket(host, port)
+        self.url = base_url(self.sock)
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self._serve, name="rlguard-uvicorn", daemon=True)
+
+    def _serve(self) -> None:
+        self.server.run(sockets=[self.sock])
+
+    def start(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"uvicorn did not start on {self.url}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.sock.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    command = parser.prog.split()[-1]
+    if command == "db":
+        parser.add_argument("action", choices=["upgrade", "downgrade", "current"])
+        parser.add_argument("revision", nargs="?", default=None, help="default: head / base")
+        parser.add_argument("--database-url", default=None, help="default: RLGUARD_DATABASE_URL")
+        return
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--database-url", default=None, help="default: RLGUARD_DATABASE_URL")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {"database_url": args.database_url} if args.database_url else {}
+    return Settings(**overrides)
+
+
+def serve_socket(app: Any, sock: socket.socket) -> int:
+    """Serve ``app`` in the foreground on an already bound socket until interrupted."""
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    settings = _settings(args)
+    if args.command == "db":
+        return _run_db(args, settings)
+    from rlguard_backend.main import create_app
+
+    sock = bind_socket(args.host, args.port)
+    app = create_app(settings)
+    print(f"rlguard listening on {base_url(sock)} (API at /api, docs at /docs)", flush=True)
+    return serve_socket(app, sock)
+
+
+def _run_db(args: argparse.Namespace, settings: Settings) -> int:
+    from alembic import command
+
+    from rlguard_backend import migrate
+    from rlguard_backend.db import make_engine
+
+    engine = make_engine(settings.database_url)
+    if args.action == "upgrade":
+        migrate.upgrade(engine, args.revision or "head")
+    elif args.action == "downgrade":
+        migrate.downgrade(engine, args.revision or "base")
+    else:
+        with engine.begin() as connection:
+            config = migrate.alembic_config()
+            config.attributes["connection"] = connection
+            command.current(config)
+    print(f"rlguard db {args.action}: done ({settings.database_url})", file=sys.stderr)
+    return 0

@@ -1,0 +1,160 @@
+"""Canonical signals and the alias table that maps trainer metric keys onto them (METRICS.md).
+
+Every key is stored exactly as the trainer logged it; detectors and panels read canonical
+signals. A run can extend or override the table with its config key ``signal_aliases``
+(``{"my/kl": "kl_loss", "noise": None}``; ``None`` ignores a key).
+
+>>> canonical_signal("actor/pg_clipfrac")
+'clipfrac'
+>>> canonical_signal("kl", {"kl": "reward_kl_penalty"})
+'reward_kl_penalty'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One canonical signal: its name, what it means and its unit."""
+
+    name: str
+    description: str
+    unit: str
+
+
+SIGNALS: tuple[Signal, ...] = (
+    Signal("ppo_kl", "KL of the current vs the behaviour policy within one update (k1, signed)", "nats/token"),
+    Signal("clipfrac", "token fraction where the clipped PPO term is active (either side)", "fraction"),
+    Signal("clipfrac_low", "lower-side clip fraction (A<0, ratio < 1-eps_low)", "fraction"),
+    Signal("clipfrac_high", "upper-side clip fraction (A>0, ratio > 1+eps_high)", "fraction"),
+    Signal("clipfrac_dual", "dual-clip fraction: A<0 and ratio > clip_ratio_c", "fraction"),
+    Signal("entropy", "mean token entropy of the policy on the responses", "nats/token"),
+    Signal("kl_loss", "KL to the reference used as an actor loss term", "nats/token"),
+    Signal("kl_coef", "coefficient of the KL loss", "coefficient"),
+    Signal("reward_kl_penalty", "KL to the reference subtracted from the reward (k1)", "nats/token"),
+    Signal("reward_kl_coef", "beta of the in-reward KL as used this step (controller output)", "coefficient"),
+    Signal("kl_ref_seq", "KL to the reference summed over the sequence (old TRL PPO)", "nats/sequence"),
+    Signal("reward_mean", "raw task reward / score, batch mean (without KL penalty)", "reward"),
+    Signal("reward_std", "reward spread within the batch", "reward"),
+    Signal("frac_zero_std", "fraction of groups whose rewards are all equal", "fraction"),
+    Signal("response_length", "mean response length", "tokens"),
+    Signal("response_clip_ratio", "fraction of responses truncated at the max length", "fraction"),
+    Signal("pg_loss", "policy loss", "loss"),
+    Signal("grad_norm", "pre-clip gradient norm", "norm"),
+    Signal("lr", "learning rate", "1/step"),
+    Signal("step_time", "seconds per training step", "s"),
+    Signal("cov_logp_adv", "covariance of token log-prob and advantage (entropy-decline probe)", "nats"),
+)
+
+SIGNAL_NAMES: frozenset[str] = frozenset(signal.name for signal in SIGNALS)
+
+# Raw key -> canonical signal, grouped by signal. When one step logs several keys of the same
+# signal, the key listed first wins (see ALIAS_PRIORITY), so put the most specific key first.
+_ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
+    "ppo_kl": (
+        "actor/ppo_kl",  # verl
+        "ppo_kl",  # OpenRLHF
+        "train/ppo_kl",  # slime
+        "actor/policykl",  # ROLL (k1)
+        "actor/approxkl",  # ROLL (k2)
+        "ppo_actor/update/approx_kl/avg",  # AReaL
+        "ppo/policy/approxkl",  # old TRL PPOTrainer
+        "policy/approxkl_avg",  # TRL PPOTrainer (v0.12+)
+    ),
+    "clipfrac": (
+        "actor/pg_clipfrac",  # verl
+        "clip_ratio/region_mean",  # TRL GRPO
+        "ppo_clip_ratio",  # OpenRLHF
+        "train/pg_clipfrac",  # slime
+        "actor/clipfrac",  # ROLL
+        "ppo_actor/update/clip_ratio/avg",  # AReaL
+        "ppo/policy/clipfrac",  # old TRL
+        "policy/clipfrac_avg",  # TRL PPOTrainer (v0.12+)
+    ),
+    "clipfrac_low": ("clip_ratio/low_mean", "actor/ppo_ratio_low_clipfrac"),
+    "clipfrac_high": ("clip_ratio/high_mean", "actor/ppo_ratio_high_clipfrac"),
+    # verl's pg_clipfrac_lower is the dual-clip fraction, not the lower epsilon side.
+    "clipfrac_dual": ("actor/pg_clipfrac_lower", "ppo_actor/update/dual_clip_ratio/avg"),
+    "entropy": (
+        "actor/entropy",  # verl
+        "actor/entropy_loss",  # verl <= v0.3 and the new engine
+        "entropy",  # TRL GRPO
+        "entropy_loss",  # OpenRLHF
+        "train/entropy_loss",  # slime
+        "train/approx_entropy",  # NeMo-RL
+        "ppo/policy/entropy",  # old TRL
+    ),
+    "kl_loss": ("actor/kl_loss", "kl", "train/kl_loss"),  # TRL GRPO `kl` is k3
+    "kl_coef": ("actor/kl_coef",),
+    "reward_kl_penalty": ("actor/reward_kl_penalty", "critic/kl"),  # critic/kl: verl <= v0.3, ROLL
+    "reward_kl_coef": (
+        "actor/reward_kl_penalty_coeff",  # verl
+        "critic/kl_coeff",  # verl <= v0.3
+        "critic/kl_coef",  # ROLL
+        "objective/kl_coef",  # TRL PPOTrainer
+    ),
+    "kl_ref_seq": ("objective/kl",),  # TRL PPOTrainer: per-sequence sum, target 6 nats
+    "reward_mean": (
+        "critic/score/mean",  # verl (critic/rewards/mean includes the KL penalty)
+        "reward",  # TRL
+        "rollout/reward_mean",  # OpenRLHF
+        "train/reward",  # NeMo-RL
+        "ppo/mean_scores",  # old TRL
+        "objective/scores",  # TRL PPOTrainer
+    ),
+    "reward_std": ("reward_std", "rollout/reward_std", "ppo/std_scores"),
+    "frac_zero_std": ("frac_reward_zero_std",),
+    "response_length": (
+        "response_length/mean",  # verl
+        "completions/mean_length",  # TRL
+        "completion_length",  # TRL <= v0.16
+        "response_length",  # OpenRLHF
+        "rollout/response_length_mean",  # OpenRLHF
+        "tokens/responses_len_mean",  # old TRL
+    ),
+    "response_clip_ratio": (
+        "response_length/clip_ratio",
+        "completions/clipped_ratio",
+        "truncated",
+        "rollout/truncated_rate",
+    ),
+    "pg_loss": ("actor/pg_loss", "loss", "policy_loss", "train/pg_loss", "ppo/loss/policy"),
+    "grad_norm": ("actor/grad_norm", "grad_norm", "actor_grad_norm", "train/grad_norm"),
+    "lr": ("actor/lr", "learning_rate", "actor_lr", "ppo/learning_rate"),
+    "step_time": ("timing_s/step", "step_time", "timing/step_total"),
+    "cov_logp_adv": ("probe/cov_logp_adv", "actor/entropy_cov", "cov_logp_adv"),
+}
+
+ALIASES: dict[str, str] = {
+    key: signal for signal, keys in _ALIASES_BY_SIGNAL.items() for key in keys
+}
+
+# Position of each key within its signal's list: lower wins when a step logs several.
+ALIAS_PRIORITY: dict[str, int] = {
+    key: position for keys in _ALIASES_BY_SIGNAL.values() for position, key in enumerate(keys)
+}
+
+
+def canonical_signal(key: str, aliases: Mapping[str, str | None] | None = None) -> str | None:
+    """The canonical signal a raw metric key maps to, or None; user aliases win."""
+    if aliases and key in aliases:
+        return aliases[key] or None
+    if key in ALIASES:
+        return ALIASES[key]
+    return key if key in SIGNAL_NAMES else None
+
+
+def validate_aliases(aliases: Mapping[str, object] | None) -> dict[str, str | None]:
+    """Check a run's ``signal_aliases``; raise ValueError naming the bad entry."""
+    checked: dict[str, str | None] = {}
+    for key, signal in (aliases or {}).items():
+        if signal is not None and signal not in SIGNAL_NAMES:
+            raise ValueError(
+                f"signal_aliases[{key!r}] = {signal!r} is not a canonical signal; "
+                f"use one of {sorted(SIGNAL_NAMES)} or null to ignore the key"
+            )
+        checked[str(key)] = signal if isinstance(signal, str) else None
+    return checked

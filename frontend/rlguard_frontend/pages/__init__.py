@@ -1,0 +1,1 @@
+"""One module per page, each with ``layout()`` and ``register(app, client)`` for its callbacks."""

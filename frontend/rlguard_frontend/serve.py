@@ -1,0 +1,60 @@
+"""Serving: ``rlguard up`` (API and dashboard on one port) and ``rlguard dashboard --api URL``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from a2wsgi import WSGIMiddleware
+
+from rlguard_frontend.app import create_dash_app
+
+
+def combined_app(settings: Any, public_url: str) -> Any:
+    """The API under ``/api`` and the dashboard at ``/`` in one ASGI app."""
+    from rlguard_backend.main import create_app
+
+    app = create_app(settings)
+    dash_app = create_dash_app(f"{public_url}{settings.api_prefix}")
+    app.mount("/", WSGIMiddleware(dash_app.server))  # type: ignore[arg-type]
+    return app
+
+
+def start_background(host: str = "127.0.0.1", port: int = 0, settings: Any = None) -> Any:
+    """Start API + dashboard in a thread; returns the running ``ServerThread`` (``.url``)."""
+    from rlguard_backend.config import Settings
+    from rlguard_backend.serve import ServerThread, base_url, bind_socket
+
+    settings = settings or Settings()
+    sock = bind_socket(host, port)
+    return ServerThread(combined_app(settings, base_url(sock)), sock=sock).start()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    if parser.prog.split()[-1] == "dashboard":
+        parser.add_argument("--api", required=True, help="API base, e.g. http://backend:8000/api")
+    else:
+        parser.add_argument("--database-url", default=None, help="default: RLGUARD_DATABASE_URL")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlguard_backend.serve import base_url, bind_socket, serve_socket
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    sock = bind_socket(args.host, args.port)
+    url = base_url(sock)
+    if args.command == "dashboard":
+        dash_app = create_dash_app(args.api)
+        app: Any = WSGIMiddleware(dash_app.server)  # type: ignore[arg-type]
+        print(f"rlguard dashboard on {url}/ reading {args.api}", flush=True)
+    else:
+        from rlguard_backend.config import Settings
+
+        settings = Settings(**({"database_url": args.database_url} if args.database_url else {}))
+        app = combined_app(settings, url)
+        print(f"rlguard listening on {url} (dashboard at /, API at /api, docs at /docs)", flush=True)
+    return serve_socket(app, sock)

@@ -1,0 +1,1 @@
+"""Alembic environment and versions: the only source of rlguard's schema (shipped in the wheel)."""

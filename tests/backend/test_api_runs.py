@@ -1,0 +1,124 @@
+"""Runs over the API, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from tests.conftest import new_run_id
+
+
+def _create(client: TestClient, run_id: str, project: str = "proj", **extra: object) -> dict:
+    response = client.post("/api/v1/runs", json={"id": run_id, "project": project, **extra})
+    assert response.status_code in (200, 201), response.text
+    return response.json()
+
+
+def test_create_run_twice_returns_same_run(client: TestClient) -> None:
+    run_id = new_run_id()
+    first = client.post("/api/v1/runs", json={"id": run_id, "project": "p", "config": {"a": 1}})
+    second = client.post("/api/v1/runs", json={"id": run_id, "project": "p", "config": {"b": 2}})
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert second.json()["created_at"] == first.json()["created_at"]
+    assert second.json()["config"] == {"a": 1, "b": 2}
+    assert client.get("/api/v1/runs", params={"project": "p"}).json()["count"] == 1
+
+
+def test_create_run_conflict_when_id_in_other_project(client: TestClient) -> None:
+    run_id = new_run_id()
+    _create(client, run_id, "alpha")
+    response = client.post("/api/v1/runs", json={"id": run_id, "project": "beta"})
+    assert response.status_code == 409
+    assert "alpha" in response.json()["detail"]
+
+
+def test_create_run_invalid_id_names_field(client: TestClient) -> None:
+    response = client.post("/api/v1/runs", json={"id": "has space", "project": "p"})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "id"]
+
+
+def test_create_run_malformed_json_is_400(client: TestClient) -> None:
+    response = client.post(
+        "/api/v1/runs", content=b'{"id": ', headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert "JSON" in response.json()["detail"]
+
+
+def test_list_runs_filters_and_pages(client: TestClient) -> None:
+    ids = [new_run_id("list") for _ in range(5)]
+    for i, run_id in enumerate(ids):
+        _create(client, run_id, "filtered" if i < 4 else "other", tags=["even"] if i % 2 == 0 else [])
+    client.patch(f"/api/v1/runs/{ids[0]}", json={"status": "finished"})
+    listed = client.get("/api/v1/runs", params={"project": "filtered"}).json()
+    assert listed["count"] == 4
+    assert {r["id"] for r in listed["data"]} == set(ids[:4])
+    page = client.get("/api/v1/runs", params={"project": "filtered", "limit": 3, "offset": 3}).json()
+    assert (page["count"], len(page["data"])) == (4, 1)
+    tagged = client.get("/api/v1/runs", params={"tag": "even"}).json()
+    assert {r["id"] for r in tagged["data"]} == {ids[0], ids[2], ids[4]}
+    finished = client.get("/api/v1/runs", params={"status": "finished"}).json()
+    assert [r["id"] for r in finished["data"]] == [ids[0]]
+
+
+def test_list_runs_bad_status_is_422(client: TestClient) -> None:
+    response = client.get("/api/v1/runs", params={"status": "exploded"})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["query", "status"]
+
+
+def test_read_run_unknown_is_404(client: TestClient) -> None:
+    response = client.get("/api/v1/runs/no-such-run")
+    assert response.status_code == 404
+    assert "no-such-run" in response.json()["detail"]
+
+
+def test_update_run_status_and_summary(client: TestClient) -> None:
+    run_id = new_run_id()
+    _create(client, run_id)
+    response = client.patch(
+        f"/api/v1/runs/{run_id}", json={"status": "failed", "summary": {"reason": "oom"}}
+    )
+    assert response.status_code == 200
+    assert (response.json()["status"], response.json()["summary"]) == ("failed", {"reason": "oom"})
+    bad = client.patch(f"/api/v1/runs/{run_id}", json={"status": "sleeping"})
+    assert bad.status_code == 422
+    assert bad.json()["detail"][0]["loc"] == ["body", "status"]
+    assert client.get(f"/api/v1/runs/{run_id}").json()["status"] == "failed"
+
+
+def test_heartbeat_revives_crashed_run(client: TestClient) -> None:
+    run_id = new_run_id()
+    _create(client, run_id)
+    client.patch(f"/api/v1/runs/{run_id}", json={"status": "crashed"})
+    response = client.post(f"/api/v1/runs/{run_id}/heartbeat")
+    assert response.status_code == 200
+    assert response.json()["status"] == "running"
+    assert client.post("/api/v1/runs/ghost/heartbeat").status_code == 404
+
+
+def test_rewind_supersedes_points_after_step(client: TestClient) -> None:
+    run_id = new_run_id()
+    _create(client, run_id)
+    steps = [{"step": s, "values": {"loss": float(s)}} for s in range(100)]
+    client.post(f"/api/v1/runs/{run_id}/batches", json={"batch_id": "b", "steps": steps})
+    rewound = client.post(f"/api/v1/runs/{run_id}/rewind", json={"resume_from_step": 59})
+    assert rewound.status_code == 200
+    assert (rewound.json()["resume_from_step"], rewound.json()["last_step"]) == (59, 59)
+    series = client.get(f"/api/v1/runs/{run_id}/series", params={"keys": "loss"}).json()
+    assert series["series"]["loss"]["steps"] == list(range(60))
+    keys = client.get(f"/api/v1/runs/{run_id}/keys").json()["data"]
+    assert (keys[0]["count"], keys[0]["last_step"]) == (60, 59)
+    again = [{"step": s, "values": {"loss": -float(s)}} for s in range(60, 80)]
+    client.post(f"/api/v1/runs/{run_id}/batches", json={"batch_id": "c", "steps": again})
+    values = client.get(f"/api/v1/runs/{run_id}/series", params={"keys": "loss"}).json()
+    assert values["series"]["loss"]["values"][60:] == [-float(s) for s in range(60, 80)]
+
+
+def test_resume_with_resume_from_step_rewinds(client: TestClient) -> None:
+    run_id = new_run_id()
+    _create(client, run_id)
+    steps = [{"step": s, "values": {"x": 1.0}} for s in range(10)]
+    client.post(f"/api/v1/runs/{run_id}/batches", json={"batch_id": "b", "steps": steps})
+    resumed = _create(client, run_id, resume_from_step=4)
+    assert (resumed["resume_from_step"], resumed["last_step"]) == (4, 4)

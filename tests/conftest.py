@@ -1,0 +1,164 @@
+"""Shared fixtures: real SQLite files, real PostgreSQL databases, real uvicorn servers.
+
+- ``sqlite_url``: a fresh SQLite file per test.
+- ``pg_url``: a fresh database on the local PostgreSQL server per test (created from a migrated
+  template, dropped at the end of the session). PostgreSQL must be reachable: the suite fails,
+  never skips, without it.
+- ``db_url``: parametrised over both.
+- ``app`` / ``client``: the FastAPI app on ``db_url`` and an in-process client.
+- ``server``: that app served by a real uvicorn on 127.0.0.1:0 in a thread (``.url``,
+  ``.session_factory``).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from rlguard_backend import migrate
+from rlguard_backend.config import Settings
+from rlguard_backend.db import make_engine
+from rlguard_backend.main import create_app
+from rlguard_backend.serve import ServerThread
+
+PG_ADMIN_DSN = os.environ.get("RLGUARD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+
+
+def _pg_admin() -> psycopg.Connection:
+    try:
+        return psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        pytest.fail(
+            f"PostgreSQL is not reachable at {PG_ADMIN_DSN} ({exc}); start it with "
+            "`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` "
+            "or `make services`",
+            pytrace=False,
+        )
+
+
+def _pg_url(database: str, schema: str | None = None) -> str:
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    options = f"?options=-csearch_path%3D{schema}" if schema else ""
+    return f"{base}/{database}{options}"
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A throwaway database for this test session (one schema per test inside it)."""
+    name = f"rlguard_test_{uuid.uuid4().hex[:8]}"
+    with _pg_admin() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with _pg_admin() as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _fresh_schema(database: str) -> tuple[str, str]:
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_pg_url(database).replace("+psycopg", ""), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    return schema, _pg_url(database, schema)
+
+
+def _drop_schema(database: str, schema: str) -> None:
+    with psycopg.connect(_pg_url(database).replace("+psycopg", ""), autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def pg_empty_url(pg_database: str) -> Iterator[str]:
+    """A PostgreSQL URL whose search path is a fresh, empty schema (no tables at all)."""
+    schema, url = _fresh_schema(pg_database)
+    yield url
+    _drop_schema(pg_database, schema)
+
+
+@pytest.fixture
+def pg_url(pg_empty_url: str) -> str:
+    """A fresh PostgreSQL schema for one test, migrated to head."""
+    engine = make_engine(pg_empty_url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    return pg_empty_url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'rlguard.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest) -> str:
+    name = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    return str(request.getfixturevalue(name))
+
+
+@pytest.fixture
+def settings(db_url: str) -> Settings:
+    return Settings(database_url=db_url)
+
+
+@pytest.fixture
+def app(settings: Settings) -> Iterator[Any]:
+    application = create_app(settings)
+    yield application
+    application.state.engine.dispose()
+
+
+@pytest.fixture
+def client(app: Any) -> Iterator[TestClient]:
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+@dataclass
+class RunningServer:
+    url: str
+    app: Any
+    thread: ServerThread
+
+    @property
+    def session_factory(self) -> sessionmaker[Session]:
+        factory: sessionmaker[Session] = self.app.state.session_factory
+        return factory
+
+    @property
+    def engine(self) -> Any:
+        return self.app.state.engine
+
+
+@pytest.fixture
+def server(sqlite_url: str) -> Iterator[RunningServer]:
+    """The API on a fresh SQLite file, served by a real uvicorn on 127.0.0.1:0."""
+    application = create_app(Settings(database_url=sqlite_url))
+    with ServerThread(application) as thread:
+        yield RunningServer(url=thread.url, app=application, thread=thread)
+    application.state.engine.dispose()
+
+
+@pytest.fixture
+def db_server(app: Any) -> Iterator[RunningServer]:
+    """The API on ``db_url`` (both databases), served by a real uvicorn."""
+    with ServerThread(app) as thread:
+        yield RunningServer(url=thread.url, app=app, thread=thread)
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    """Ignored folder for screenshots and other things a reviewer may want to look at."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+def new_run_id(prefix: str = "run") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,3 @@
+from rlguard.cli import main
+
+raise SystemExit(main())
