@@ -30,7 +30,9 @@ from rlguard_backend.db import make_engine
 from rlguard_backend.main import create_app
 from rlguard_backend.serve import ServerThread
 
-PG_ADMIN_DSN = os.environ.get("RLGUARD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_DSN = os.environ.get(
+    "RLGUARD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 
 

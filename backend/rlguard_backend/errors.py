@@ -1,10 +1,10 @@
 """Service errors. Each maps to one HTTP status and carries a message that says how to fix it.
 
-    ServiceError
-    ├── NotFound          404  unknown run or alert
-    ├── Conflict          409  the request contradicts what is stored
-    ├── PayloadTooLarge   413  batch above the configured limits
-    └── MalformedRequest  400  body is not gzip / JSON / the expected shape
+ServiceError
+├── NotFound          404  unknown run or alert
+├── Conflict          409  the request contradicts what is stored
+├── PayloadTooLarge   413  batch above the configured limits
+└── MalformedRequest  400  body is not gzip / JSON / the expected shape
 """
 
 from __future__ import annotations

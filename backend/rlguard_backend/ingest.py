@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections import defaultdict
 
@@ -9,8 +10,8 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from rlguard_backend import points, repository, sql
-from rlguard_backend.errors import MalformedRequest, PayloadTooLarge
-from rlguard_backend.models import Run, utcnow
+from rlguard_backend.errors import MalformedRequest, PayloadTooLarge, run_not_found
+from rlguard_backend.models import utcnow
 from rlguard_backend.schemas import BatchAck, BatchIn
 
 GZIP_WBITS = 16 + zlib.MAX_WBITS
@@ -87,25 +88,43 @@ def _by_key(batch: BatchIn) -> KeyRows:
     return grouped
 
 
-def ingest_batch(session: Session, run: Run, batch: BatchIn) -> BatchAck:
-    """Store ``batch`` for ``run`` completely or not at all; a known batch id writes nothing."""
+def ingest_batch(session: Session, run_id: str, batch: BatchIn) -> BatchAck:
+    """Store ``batch`` for the run completely or not at all; a known batch id writes nothing."""
+    found = sql.fetchall(session, "SELECT last_step, config FROM runs WHERE id = ?", (run_id,))
+    if not found:
+        raise run_not_found(run_id)
+    run_last_step, config = found[0]
     count = sum(len(step.values) for step in batch.steps)
-    ack = BatchAck(batch_id=batch.batch_id, duplicate=False, points=count, steps=len(batch.steps),
-                   alerts=[])
-    if batch_seen(session, run.id, batch.batch_id):
+    ack = BatchAck(
+        batch_id=batch.batch_id, duplicate=False, points=count, steps=len(batch.steps), alerts=[]
+    )
+    if batch_seen(session, run_id, batch.batch_id):
         return ack.model_copy(update={"duplicate": True})
     # Claim the batch id first: a concurrent duplicate then fails on the primary key (and the
     # caller answers it as a duplicate) instead of writing the points twice.
+    now = utcnow()
     sql.execute(
         session,
         "INSERT INTO ingested_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)",
-        (run.id, batch.batch_id, count, utcnow()),
+        (run_id, batch.batch_id, count, now),
     )
     grouped = _by_key(batch)
-    if grouped:
-        _store(session, run, grouped)
-    run.updated_at = utcnow()
+    newest = _store(session, run_id, _aliases(config), grouped) if grouped else None
+    if newest is not None and (run_last_step is None or newest > run_last_step):
+        run_last_step = newest
+    sql.execute(
+        session,
+        "UPDATE runs SET last_step = ?, updated_at = ? WHERE id = ?",
+        (run_last_step, now, run_id),
+    )
     return ack
+
+
+def _aliases(config: object) -> dict[str, str] | None:
+    if isinstance(config, str):
+        config = json.loads(config)
+    aliases = config.get("signal_aliases") if isinstance(config, dict) else None
+    return aliases if isinstance(aliases, dict) else None
 
 
 def batch_seen(session: Session, run_id: str, batch_id: str) -> bool:
@@ -117,17 +136,17 @@ def batch_seen(session: Session, run_id: str, batch_id: str) -> bool:
     return bool(found)
 
 
-def _store(session: Session, run: Run, grouped: KeyRows) -> None:
-    keys = repository.ensure_keys(session, run, grouped)
-    by_id = {keys[name].id: rows for name, rows in grouped.items()}
-    previous = {keys[name].id: keys[name].last_step for name in grouped}
+def _store(session: Session, run_id: str, aliases: dict[str, str] | None, grouped: KeyRows) -> int:
+    """Write the points and rollups; returns the newest step in the batch."""
+    keys = repository.ensure_key_ids(session, run_id, grouped, aliases)
+    by_id = {keys[name][0]: rows for name, rows in grouped.items()}
+    previous = {keys[name][0]: keys[name][1] for name in grouped}
     points.upsert_points(session, by_id)
     points.update_rollups(session, by_id, previous)
-    for name, rows in grouped.items():
-        key = keys[name]
-        newest = rows[-1][0]
-        if key.last_step is None or newest > key.last_step:
-            key.last_step = newest
-    newest_step = max(rows[-1][0] for rows in grouped.values())
-    if run.last_step is None or newest_step > run.last_step:
-        run.last_step = newest_step
+    advanced = [
+        (rows[-1][0], key_id)
+        for key_id, rows in by_id.items()
+        if previous[key_id] is None or rows[-1][0] > previous[key_id]  # type: ignore[operator]
+    ]
+    sql.executemany(session, "UPDATE metric_keys SET last_step = ? WHERE id = ?", advanced)
+    return max(rows[-1][0] for rows in grouped.values())

@@ -24,7 +24,9 @@ log = logging.getLogger("rlguard_backend")
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service for ``settings``: engine, migrations (unless off), routes, errors."""
     settings = settings or Settings()
-    engine = make_engine(settings.database_url, sqlite_busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+    engine = make_engine(
+        settings.database_url, sqlite_busy_timeout_ms=settings.sqlite_busy_timeout_ms
+    )
     if settings.migrate_on_start:
         migrate.upgrade(engine)
 

@@ -58,9 +58,7 @@ class Run(Base):
 class RunTag(Base):
     __tablename__ = "run_tags"
 
-    run_id: Mapped[str] = mapped_column(
-        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
-    )
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     tag: Mapped[str] = mapped_column(String(128), primary_key=True, index=True)
 
 
@@ -114,9 +112,7 @@ class Rollup(Base):
 class IngestedBatch(Base):
     __tablename__ = "ingested_batches"
 
-    run_id: Mapped[str] = mapped_column(
-        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
-    )
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     batch_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     points: Mapped[int] = mapped_column(Integer)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -144,9 +140,7 @@ class Alert(Base):
 class DetectorState(Base):
     __tablename__ = "detector_state"
 
-    run_id: Mapped[str] = mapped_column(
-        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
-    )
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     detector: Mapped[str] = mapped_column(String(64), primary_key=True)
     last_step: Mapped[int | None] = mapped_column(BigInteger)
     state: Mapped[dict[str, Any]] = mapped_column(default=dict)

@@ -11,18 +11,41 @@ from rlguard_backend import sql
 from rlguard_backend.rollups import BUCKET_WIDTHS, Summary, bucket_points, group_by_bucket
 
 POINT_COLUMNS = (("key_id", "int4"), ("step", "int8"), ("value", "float8"), ("wall_time", "float8"))
-POINTS_ON_CONFLICT = (
-    "ON CONFLICT (key_id, step) DO UPDATE SET value = excluded.value, wall_time = excluded.wall_time"
-)
+POINTS_ON_CONFLICT = "ON CONFLICT (key_id, step) DO UPDATE SET value = excluded.value, wall_time = excluded.wall_time"
 SUMMARY_COLUMNS = (
-    ("count", "int4"), ("first_step", "int8"), ("first_value", "float8"), ("last_step", "int8"),
-    ("last_value", "float8"), ("min_step", "int8"), ("min_value", "float8"), ("max_step", "int8"),
+    ("count", "int4"),
+    ("first_step", "int8"),
+    ("first_value", "float8"),
+    ("last_step", "int8"),
+    ("last_value", "float8"),
+    ("min_step", "int8"),
+    ("min_value", "float8"),
+    ("max_step", "int8"),
     ("max_value", "float8"),
 )
 ROLLUP_COLUMNS = ", ".join(name for name, _ in SUMMARY_COLUMNS)
 ROLLUP_KEY_COLUMNS = (("key_id", "int4"), ("level", "int2"), ("bucket", "int8"))
 ROLLUPS_ON_CONFLICT = "ON CONFLICT (key_id, level, bucket) DO UPDATE SET " + ", ".join(
     f"{name} = excluded.{name}" for name, _ in SUMMARY_COLUMNS
+)
+# Merge a summary of later steps into the stored one, in SQL, with the Summary.merge rules
+# (NULL is NaN: it never wins a minimum and always wins a maximum). No read round trip.
+_MIN_WINS = (
+    "excluded.min_value IS NOT NULL AND (rollups.min_value IS NULL "
+    "OR excluded.min_value < rollups.min_value)"
+)
+_MAX_WINS = (
+    "rollups.max_value IS NOT NULL AND (excluded.max_value IS NULL "
+    "OR excluded.max_value > rollups.max_value)"
+)
+ROLLUPS_ON_CONFLICT_APPEND = (
+    "ON CONFLICT (key_id, level, bucket) DO UPDATE SET "
+    "count = rollups.count + excluded.count, "
+    "last_step = excluded.last_step, last_value = excluded.last_value, "
+    f"min_step = CASE WHEN {_MIN_WINS} THEN excluded.min_step ELSE rollups.min_step END, "
+    f"min_value = CASE WHEN {_MIN_WINS} THEN excluded.min_value ELSE rollups.min_value END, "
+    f"max_step = CASE WHEN {_MAX_WINS} THEN excluded.max_step ELSE rollups.max_step END, "
+    f"max_value = CASE WHEN {_MAX_WINS} THEN excluded.max_value ELSE rollups.max_value END"
 )
 
 KeyPoints = Mapping[int, Sequence[tuple[int, float | None, float | None]]]
@@ -56,24 +79,15 @@ def update_rollups(
             appended[key_id] = [(s, v) for s, v, _ in items]
         else:
             rewritten[key_id] = {s for s, _, _ in items}
-    _append_rollups(session, appended, previous_last_step)
+    _append_rollups(session, appended)
     for key_id, steps in rewritten.items():
         recompute_rollups(session, key_id, steps)
 
 
 def _append_rollups(
-    session: Session,
-    appended: Mapping[int, Sequence[tuple[int, float | None]]],
-    previous_last_step: Mapping[int, int | None],
+    session: Session, appended: Mapping[int, Sequence[tuple[int, float | None]]]
 ) -> None:
-    """Fast path for steps past a key's last step: merge into the boundary bucket, no raw reads."""
-    boundary = [
-        (key_id, level, last // width)
-        for key_id in appended
-        if (last := previous_last_step.get(key_id)) is not None
-        for level, width in enumerate(BUCKET_WIDTHS)
-    ]
-    existing = _read_rollups(session, boundary)
+    """Fast path for steps past a key's last step: summarize them, merge in SQL, read nothing."""
     rows = []
     for key_id, items in appended.items():
         finest = bucket_points(items, BUCKET_WIDTHS[0])
@@ -82,33 +96,12 @@ def _append_rollups(
                 level_buckets = finest
             else:
                 level_buckets = group_by_bucket(((s.first_step, s) for s in finest.values()), width)
-            for bucket, summary in level_buckets.items():
-                old = existing.get((key_id, level, bucket))
-                if old is not None:
-                    old.merge(summary)
-                    summary = old
-                rows.append((key_id, level, bucket, *summary.as_row()))
-    _upsert_rollups(session, rows)
-
-
-def _read_rollups(
-    session: Session, wanted: Sequence[tuple[int, int, int]]
-) -> dict[tuple[int, int, int], Summary]:
-    found: dict[tuple[int, int, int], Summary] = {}
-    for start in range(0, len(wanted), 300):
-        chunk = wanted[start : start + 300]
-        values = ", ".join("(?, ?, ?)" for _ in chunk)
-        rows = sql.fetchall(
-            session,
-            f"WITH wanted (key_id, level, bucket) AS (VALUES {values}) "
-            f"SELECT r.key_id, r.level, r.bucket, {', '.join('r.' + n for n, _ in SUMMARY_COLUMNS)} "
-            "FROM rollups r JOIN wanted w "
-            "ON r.key_id = w.key_id AND r.level = w.level AND r.bucket = w.bucket",
-            [x for triple in chunk for x in triple],
-        )
-        for key_id, level, bucket, *rest in rows:
-            found[(key_id, level, bucket)] = Summary(*rest)
-    return found
+            rows.extend(
+                (key_id, level, bucket, *summary.as_row())
+                for bucket, summary in level_buckets.items()
+            )
+    columns = ROLLUP_KEY_COLUMNS + SUMMARY_COLUMNS
+    sql.bulk_insert(session, "rollups", columns, rows, ROLLUPS_ON_CONFLICT_APPEND)
 
 
 def recompute_rollups(session: Session, key_id: int, steps: Iterable[int]) -> None:
@@ -119,7 +112,9 @@ def recompute_rollups(session: Session, key_id: int, steps: Iterable[int]) -> No
             buckets = {b // (width // BUCKET_WIDTHS[level - 1]) for b in buckets}
         lo, hi = min(buckets) * width, (max(buckets) + 1) * width - 1
         if level == 0:
-            children = [(s, Summary.of_point(s, v)) for s, v, _ in read_points(session, key_id, lo, hi)]
+            children = [
+                (s, Summary.of_point(s, v)) for s, v, _ in read_points(session, key_id, lo, hi)
+            ]
         else:
             children = [
                 (summary.first_step, summary)
@@ -168,7 +163,9 @@ def cover(session: Session, key_id: int, lo: int, hi: int, level: int) -> list[S
     last_full = (hi + 1) // width - 1
     if first_full > last_full:
         return cover(session, key_id, lo, hi, level - 1)
-    middle = read_rollup_range(session, key_id, level, first_full * width, (last_full + 1) * width - 1)
+    middle = read_rollup_range(
+        session, key_id, level, first_full * width, (last_full + 1) * width - 1
+    )
     left = cover(session, key_id, lo, first_full * width - 1, level - 1)
     right = cover(session, key_id, (last_full + 1) * width, hi, level - 1)
     return left + middle + right

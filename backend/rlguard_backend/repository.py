@@ -73,8 +73,15 @@ def create_or_resume_run(session: Session, data: RunCreate) -> tuple[Run, bool]:
             rewind_run(session, run, data.resume_from_step)
         return run, False
     run = Run(
-        id=data.id, project=data.project, name=data.name, status="running", config=data.config,
-        summary={}, created_at=now, updated_at=now, last_heartbeat_at=now,
+        id=data.id,
+        project=data.project,
+        name=data.name,
+        status="running",
+        config=data.config,
+        summary={},
+        created_at=now,
+        updated_at=now,
+        last_heartbeat_at=now,
     )
     session.add(run)
     session.flush()
@@ -143,33 +150,30 @@ def rewind_run(session: Session, run: Run, step: int) -> Run:
     return run
 
 
-def ensure_keys(session: Session, run: Run, names: Iterable[str]) -> dict[str, MetricKey]:
-    """The run's keys by name, creating missing ones (safe against a concurrent creator)."""
+def ensure_key_ids(
+    session: Session, run_id: str, names: Iterable[str], aliases: dict[str, str] | None
+) -> dict[str, tuple[int, int | None]]:
+    """``{name: (key id, last step)}`` for the run, creating missing keys (concurrency-safe)."""
     wanted = set(names)
-    found = {k.name: k for k in _keys_named(session, run.id, wanted)}
+    found = _key_ids(session, run_id)
     missing = wanted - found.keys()
     if missing:
-        aliases = (run.config or {}).get("signal_aliases")
-        rows = [
-            (run.id, name, canonical_signal(name, aliases if isinstance(aliases, dict) else None))
-            for name in sorted(missing)
-        ]
+        rows = [(run_id, name, canonical_signal(name, aliases)) for name in sorted(missing)]
         sql.executemany(
             session,
             "INSERT INTO metric_keys (run_id, name, signal) VALUES (?, ?, ?) "
             "ON CONFLICT (run_id, name) DO NOTHING",
             rows,
         )
-        found.update({k.name: k for k in _keys_named(session, run.id, missing)})
-    return found
+        found = _key_ids(session, run_id)
+    return {name: found[name] for name in wanted}
 
 
-def _keys_named(session: Session, run_id: str, names: set[str]) -> list[MetricKey]:
-    if len(names) > 500:
-        query = select(MetricKey).where(MetricKey.run_id == run_id)
-        return [k for k in session.scalars(query) if k.name in names]
-    query = select(MetricKey).where(MetricKey.run_id == run_id, MetricKey.name.in_(names))
-    return list(session.scalars(query))
+def _key_ids(session: Session, run_id: str) -> dict[str, tuple[int, int | None]]:
+    rows = sql.fetchall(
+        session, "SELECT name, id, last_step FROM metric_keys WHERE run_id = ?", (run_id,)
+    )
+    return {name: (key_id, last_step) for name, key_id, last_step in rows}
 
 
 def run_keys(session: Session, run_id: str) -> list[MetricKey]:

@@ -57,11 +57,19 @@ class Summary:
         if _above(other.max_value, self.max_value):
             self.max_step, self.max_value = other.max_step, other.max_value
 
-    def as_row(self) -> tuple[int, int, float | None, int, float | None, int, float | None, int,
-                              float | None]:
+    def as_row(
+        self,
+    ) -> tuple[int, int, float | None, int, float | None, int, float | None, int, float | None]:
         return (
-            self.count, self.first_step, self.first_value, self.last_step, self.last_value,
-            self.min_step, self.min_value, self.max_step, self.max_value,
+            self.count,
+            self.first_step,
+            self.first_value,
+            self.last_step,
+            self.last_value,
+            self.min_step,
+            self.min_value,
+            self.max_step,
+            self.max_value,
         )
 
 
@@ -75,9 +83,7 @@ def summarize(points: Iterable[tuple[int, float | None]]) -> Summary | None:
     return summary
 
 
-def group_by_bucket(
-    summaries: Iterable[tuple[int, Summary]], width: int
-) -> dict[int, Summary]:
+def group_by_bucket(summaries: Iterable[tuple[int, Summary]], width: int) -> dict[int, Summary]:
     """Merge ``(step, summary)`` pairs into buckets of ``width`` steps keyed by ``step // width``."""
     buckets: dict[int, Summary] = {}
     for step, summary in summaries:

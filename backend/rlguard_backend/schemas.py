@@ -134,7 +134,9 @@ class AlertList(BaseModel):
 
 class BatchAck(BaseModel):
     batch_id: str
-    duplicate: bool = Field(description="true when this batch id was stored before; nothing written")
+    duplicate: bool = Field(
+        description="true when this batch id was stored before; nothing written"
+    )
     points: int = Field(description="points in the batch")
     steps: int
     alerts: list[AlertPublic] = Field(description="alerts opened or escalated by this batch")

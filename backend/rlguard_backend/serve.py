@@ -48,7 +48,9 @@ class ServerThread:
         self.app = app
         self.sock = sock or bind_socket(host, port)
         self.url = base_url(self.sock)
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._serve, name="rlguard-uvicorn", daemon=True)
 

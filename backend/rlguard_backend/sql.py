@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 
-def _cursor(session: Session) -> tuple[Any, str]:
+@contextmanager
+def _cursor(session: Session) -> Iterator[tuple[Any, str]]:
+    """A raw cursor in the session's transaction; driver errors become SQLAlchemy's classes."""
     connection = session.connection()
-    return connection.connection.cursor(), connection.dialect.paramstyle
+    dbapi = connection.dialect.loaded_dbapi
+    cursor = connection.connection.cursor()
+    try:
+        yield cursor, connection.dialect.paramstyle
+    except dbapi.Error as exc:
+        raise DBAPIError.instance(None, None, exc, dbapi.Error) from exc
+    finally:
+        cursor.close()
 
 
 def _adapt(sql: str, paramstyle: str) -> str:
@@ -21,29 +32,20 @@ def executemany(session: Session, sql: str, rows: Sequence[Sequence[Any]]) -> No
     """Run ``sql`` (written with ``?`` placeholders) once per row, in the session's transaction."""
     if not rows:
         return
-    cursor, paramstyle = _cursor(session)
-    try:
+    with _cursor(session) as (cursor, paramstyle):
         cursor.executemany(_adapt(sql, paramstyle), rows)
-    finally:
-        cursor.close()
 
 
 def fetchall(session: Session, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    cursor, paramstyle = _cursor(session)
-    try:
+    with _cursor(session) as (cursor, paramstyle):
         cursor.execute(_adapt(sql, paramstyle), tuple(params))
         return [tuple(row) for row in cursor.fetchall()]
-    finally:
-        cursor.close()
 
 
 def execute(session: Session, sql: str, params: Sequence[Any] = ()) -> int:
-    cursor, paramstyle = _cursor(session)
-    try:
+    with _cursor(session) as (cursor, paramstyle):
         cursor.execute(_adapt(sql, paramstyle), tuple(params))
         return int(cursor.rowcount)
-    finally:
-        cursor.close()
 
 
 def bulk_insert(
@@ -61,16 +63,15 @@ def bulk_insert(
     if not rows:
         return
     names = ", ".join(name for name, _ in columns)
-    cursor, paramstyle = _cursor(session)
-    try:
+    with _cursor(session) as (cursor, paramstyle):
         if paramstyle == "qmark":
             values = ", ".join("?" * len(columns))
-            cursor.executemany(f"INSERT INTO {table} ({names}) VALUES ({values}) {on_conflict}", rows)
+            cursor.executemany(
+                f"INSERT INTO {table} ({names}) VALUES ({values}) {on_conflict}", rows
+            )
             return
         arrays = ", ".join(f"%s::{pg_type}[]" for _, pg_type in columns)
         cursor.execute(
             f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) {on_conflict}",
             [list(column) for column in zip(*rows, strict=True)],
         )
-    finally:
-        cursor.close()

@@ -41,7 +41,11 @@ def test_ingest_batch_stores_every_point(client: TestClient, run_id: str) -> Non
     response = _post(client, run_id, {"batch_id": "b1", "steps": steps})
     assert response.status_code == 200
     assert response.json() == {
-        "batch_id": "b1", "duplicate": False, "points": 2000, "steps": 100, "alerts": []
+        "batch_id": "b1",
+        "duplicate": False,
+        "points": 2000,
+        "steps": 100,
+        "alerts": [],
     }
     assert _point_count(client) == 2000
     assert _values(client, run_id, "k3")[:3] == [0.3, 1.3, 2.3]
@@ -57,9 +61,16 @@ def test_ingest_replayed_batch_id_writes_nothing(client: TestClient, run_id: str
 
 
 def test_ingest_later_write_for_same_step_wins(client: TestClient, run_id: str) -> None:
-    _post(client, run_id, {"batch_id": "a", "steps": [{"step": s, "values": {"x": 1.0}} for s in range(200)]})
+    _post(
+        client,
+        run_id,
+        {"batch_id": "a", "steps": [{"step": s, "values": {"x": 1.0}} for s in range(200)]},
+    )
     _post(client, run_id, {"batch_id": "b", "steps": [{"step": 150, "values": {"x": 7.0}}]})
-    within = {"batch_id": "c", "steps": [{"step": 3, "values": {"x": 5.0}}, {"step": 3, "values": {"x": 6.0}}]}
+    within = {
+        "batch_id": "c",
+        "steps": [{"step": 3, "values": {"x": 5.0}}, {"step": 3, "values": {"x": 6.0}}],
+    }
     _post(client, run_id, within)
     values = _values(client, run_id, "x")
     assert (len(values), values[150], values[3]) == (200, 7.0, 6.0)
@@ -70,9 +81,9 @@ def test_ingest_later_write_for_same_step_wins(client: TestClient, run_id: str) 
 def test_ingest_nonfinite_values_round_trip(client: TestClient, run_id: str) -> None:
     values = {"nan": "NaN", "pinf": "Infinity", "ninf": "-Infinity", "tiny": 5e-324, "big": 1.7e308}
     _post(client, run_id, {"batch_id": "nf", "steps": [{"step": 0, "values": values}]})
-    series = client.get(
-        f"/api/v1/runs/{run_id}/series", params={"keys": ",".join(values)}
-    ).json()["series"]
+    series = client.get(f"/api/v1/runs/{run_id}/series", params={"keys": ",".join(values)}).json()[
+        "series"
+    ]
     assert {k: v["values"][0] for k, v in series.items()} == values
     csv_text = client.get(f"/api/v1/runs/{run_id}/export", params={"keys": "nan,pinf,ninf"}).text
     assert csv_text.splitlines() == ["step,nan,pinf,ninf", "0,NaN,inf,-inf"]
@@ -102,7 +113,9 @@ def test_ingest_gzip_body(client: TestClient, run_id: str) -> None:
 def test_ingest_malformed_body_is_400(
     client: TestClient, run_id: str, content: bytes, encoding: str | None, fragment: str
 ) -> None:
-    headers = {"content-type": "application/json"} | ({"content-encoding": encoding} if encoding else {})
+    headers = {"content-type": "application/json"} | (
+        {"content-encoding": encoding} if encoding else {}
+    )
     response = client.post(f"/api/v1/runs/{run_id}/batches", content=content, headers=headers)
     assert response.status_code == 400
     assert fragment in response.json()["detail"]
@@ -124,7 +137,9 @@ def test_ingest_invalid_value_is_422_naming_field_and_writes_nothing(
 
 
 def test_ingest_unknown_run_is_404(client: TestClient) -> None:
-    response = _post(client, "nobody", {"batch_id": "x", "steps": [{"step": 0, "values": {"a": 1}}]})
+    response = _post(
+        client, "nobody", {"batch_id": "x", "steps": [{"step": 0, "values": {"a": 1}}]}
+    )
     assert response.status_code == 404
     assert _point_count(client) == 0
 
@@ -173,7 +188,13 @@ def test_ingest_failure_mid_write_leaves_nothing(sqlite_url: str) -> None:
 
 
 def test_ingest_keys_listed_with_counts(client: TestClient, run_id: str) -> None:
-    steps = [{"step": s, "values": {"actor/entropy": 1.0, "odd": 1.0} if s % 2 else {"actor/entropy": 1.0}} for s in range(10)]
+    steps = [
+        {
+            "step": s,
+            "values": {"actor/entropy": 1.0, "odd": 1.0} if s % 2 else {"actor/entropy": 1.0},
+        }
+        for s in range(10)
+    ]
     _post(client, run_id, {"batch_id": "k", "steps": steps})
     keys = {k["name"]: k for k in client.get(f"/api/v1/runs/{run_id}/keys").json()["data"]}
     assert (keys["actor/entropy"]["count"], keys["odd"]["count"]) == (10, 5)

@@ -48,12 +48,16 @@ def test_create_run_malformed_json_is_400(client: TestClient) -> None:
 def test_list_runs_filters_and_pages(client: TestClient) -> None:
     ids = [new_run_id("list") for _ in range(5)]
     for i, run_id in enumerate(ids):
-        _create(client, run_id, "filtered" if i < 4 else "other", tags=["even"] if i % 2 == 0 else [])
+        _create(
+            client, run_id, "filtered" if i < 4 else "other", tags=["even"] if i % 2 == 0 else []
+        )
     client.patch(f"/api/v1/runs/{ids[0]}", json={"status": "finished"})
     listed = client.get("/api/v1/runs", params={"project": "filtered"}).json()
     assert listed["count"] == 4
     assert {r["id"] for r in listed["data"]} == set(ids[:4])
-    page = client.get("/api/v1/runs", params={"project": "filtered", "limit": 3, "offset": 3}).json()
+    page = client.get(
+        "/api/v1/runs", params={"project": "filtered", "limit": 3, "offset": 3}
+    ).json()
     assert (page["count"], len(page["data"])) == (4, 1)
     tagged = client.get("/api/v1/runs", params={"tag": "even"}).json()
     assert {r["id"] for r in tagged["data"]} == {ids[0], ids[2], ids[4]}

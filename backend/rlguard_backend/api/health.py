@@ -20,4 +20,6 @@ def read_health(session: SessionDep) -> Health:
     session.execute(text("SELECT 1")).scalar_one()
     latency_ms = (time.perf_counter() - started) * 1000
     dialect = session.get_bind().dialect.name
-    return Health(status="ok", database=dialect, latency_ms=round(latency_ms, 3), version=__version__)
+    return Health(
+        status="ok", database=dialect, latency_ms=round(latency_ms, 3), version=__version__
+    )

@@ -38,7 +38,9 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_bytes:
-            raise PayloadTooLarge(f"body exceeds the limit of {max_bytes} bytes; send smaller batches")
+            raise PayloadTooLarge(
+                f"body exceeds the limit of {max_bytes} bytes; send smaller batches"
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -51,7 +53,9 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
             "required": True,
             "content": {
                 "application/json": {
-                    "schema": BatchIn.model_json_schema(ref_template="#/components/schemas/{model}"),
+                    "schema": BatchIn.model_json_schema(
+                        ref_template="#/components/schemas/{model}"
+                    ),
                     "example": BATCH_BODY_EXAMPLE,
                 }
             },
@@ -61,7 +65,9 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
 async def ingest_batch(run_id: str, request: Request, settings: SettingsDep) -> Response:
     """Store one batch (gzip accepted) completely or not at all; a known batch id is a no-op."""
     body = await _read_body(request, settings.max_batch_bytes)
-    raw = ingest.decode_body(body, request.headers.get("content-encoding"), settings.max_batch_bytes)
+    raw = ingest.decode_body(
+        body, request.headers.get("content-encoding"), settings.max_batch_bytes
+    )
     batch = ingest.parse_batch(raw, settings.max_batch_points)
     ack = await run_in_threadpool(_store_batch, request.app.state.session_factory, run_id, batch)
     return Response(ack.model_dump_json(), media_type="application/json")
@@ -70,7 +76,7 @@ async def ingest_batch(run_id: str, request: Request, settings: SettingsDep) -> 
 def _store_batch(factory: object, run_id: str, batch: BatchIn) -> BatchAck:
     try:
         with write_session(factory) as session:  # type: ignore[arg-type]
-            ack = ingest.ingest_batch(session, repository.get_run(session, run_id), batch)
+            ack = ingest.ingest_batch(session, run_id, batch)
             session.commit()
             return ack
     except IntegrityError:
@@ -79,8 +85,9 @@ def _store_batch(factory: object, run_id: str, batch: BatchIn) -> BatchAck:
             if not ingest.batch_seen(session, run_id, batch.batch_id):
                 raise
         count = sum(len(s.values) for s in batch.steps)
-        return BatchAck(batch_id=batch.batch_id, duplicate=True, points=count,
-                        steps=len(batch.steps), alerts=[])
+        return BatchAck(
+            batch_id=batch.batch_id, duplicate=True, points=count, steps=len(batch.steps), alerts=[]
+        )
 
 
 @router.get("/keys", response_model=MetricKeyList)
@@ -114,7 +121,9 @@ def read_series(
     found = {k.name: k for k in repository.run_keys(session, run_id) if k.name in set(names)}
     unknown = [n for n in names if n not in found]
     if unknown:
-        raise NotFound(f"run {run_id!r} has no key(s) {unknown}; GET /api/v1/runs/{run_id}/keys lists them")
+        raise NotFound(
+            f"run {run_id!r} has no key(s) {unknown}; GET /api/v1/runs/{run_id}/keys lists them"
+        )
     lo = from_step if after_step is None else max(from_step, after_step + 1)
     result = SeriesResponse.model_construct(
         run_id=run_id,

@@ -1,0 +1,72 @@
+"""Shared pieces of the benchmarks: a service subprocess, throwaway databases, statistics."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+PG_ADMIN_DSN = os.environ.get("RLGUARD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+STARTUP_TIMEOUT_S = 60
+
+
+@contextlib.contextmanager
+def service(database_url: str, *extra_env: tuple[str, str]) -> Iterator[str]:
+    """``rlguard server`` (one uvicorn worker) in a subprocess; yields its base URL."""
+    env = {**os.environ, "RLGUARD_DATABASE_URL": database_url, **dict(extra_env)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rlguard", "server", "--port", "0"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        yield _announced_url(process)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _announced_url(process: subprocess.Popen[str]) -> str:
+    assert process.stdout is not None
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if "listening on" in line:
+            return line.split("listening on ", 1)[1].split()[0]
+        if not line and process.poll() is not None:
+            break
+    raise RuntimeError("rlguard server did not start")
+
+
+@contextlib.contextmanager
+def postgres_database() -> Iterator[str]:
+    """A throwaway PostgreSQL database; yields its SQLAlchemy URL."""
+    import psycopg
+
+    name = f"rlguard_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield PG_ADMIN_DSN.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def sqlite_url(folder: Path, name: str) -> str:
+    return f"sqlite:///{folder / name}"
+
+
+def summary_ms(samples_s: list[float]) -> dict[str, float]:
+    ordered = sorted(samples_s)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return {
+        "median_ms": round(statistics.median(ordered) * 1000, 3),
+        "p99_ms": round(p99 * 1000, 3),
+        "n": len(ordered),
+    }

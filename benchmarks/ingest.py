@@ -1,0 +1,159 @@
+"""Ingest throughput through real HTTP (one uvicorn worker) vs raw inserts of the same rows.
+
+Batches of 100 steps x 20 keys, gzip-encoded before the clock starts, sent by two keep-alive
+client threads. The baseline writes the same rows into the same table and primary key with a
+plain ``executemany`` (SQLite) or ``executemany`` and ``COPY`` (PostgreSQL) in the same run.
+Prints one JSON object.
+
+    python benchmarks/ingest.py [--batches 300] [--no-postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sqlite3
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from benchmarks._support import postgres_database, service, sqlite_url
+
+STEPS_PER_BATCH = 100
+KEYS = 20
+CLIENT_THREADS = 2
+POINTS_DDL = (
+    "CREATE TABLE points (key_id INTEGER NOT NULL, step BIGINT NOT NULL, value DOUBLE PRECISION, "
+    "wall_time DOUBLE PRECISION, PRIMARY KEY (key_id, step))"
+)
+
+
+def make_batches(count: int) -> list[list[dict]]:
+    now = time.time()
+    return [
+        [
+            {"step": s, "time": now + s, "values": {f"actor/k{j}": (s * 31 + j) % 997 / 7.0 for j in range(KEYS)}}
+            for s in range(b * STEPS_PER_BATCH, (b + 1) * STEPS_PER_BATCH)
+        ]
+        for b in range(count)
+    ]
+
+
+def raw_rows(batches: list[list[dict]]) -> list[list[tuple]]:
+    return [
+        [(j + 1, step["step"], value, step["time"]) for step in batch for j, value in enumerate(step["values"].values())]
+        for batch in batches
+    ]
+
+
+def http_ingest(url: str, batches: list[list[dict]]) -> float:
+    """Points per second through the API."""
+    run_id = f"bench-{uuid.uuid4().hex[:8]}"
+    httpx.post(f"{url}/api/v1/runs", json={"id": run_id, "project": "bench"}, timeout=30).raise_for_status()
+    bodies = [gzip.compress(json.dumps({"batch_id": f"b{i}", "steps": b}).encode(), 1) for i, b in enumerate(batches)]
+    warmup, timed = bodies[:5], bodies[5:]
+    headers = {"content-encoding": "gzip", "content-type": "application/json"}
+    with httpx.Client(base_url=url, timeout=60) as http:
+        for body in warmup:
+            http.post(f"/api/v1/runs/{run_id}/batches", content=body, headers=headers).raise_for_status()
+    errors: list[str] = []
+
+    def send(share: list[bytes]) -> None:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            for body in share:
+                response = http.post(f"/api/v1/runs/{run_id}/batches", content=body, headers=headers)
+                if response.status_code != 200:
+                    errors.append(response.text)
+
+    threads = [threading.Thread(target=send, args=(timed[i::CLIENT_THREADS],)) for i in range(CLIENT_THREADS)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise RuntimeError(errors[0])
+    return len(timed) * STEPS_PER_BATCH * KEYS / elapsed
+
+
+def sqlite_baseline(path: Path, rows: list[list[tuple]]) -> float:
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=NORMAL")
+    connection.execute(POINTS_DDL + " WITHOUT ROWID")
+    started = time.perf_counter()
+    for batch in rows[5:]:
+        connection.execute("BEGIN")
+        connection.executemany("INSERT INTO points VALUES (?, ?, ?, ?)", batch)
+        connection.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    connection.close()
+    return sum(len(b) for b in rows[5:]) / elapsed
+
+
+def postgres_baselines(url: str, rows: list[list[tuple]]) -> dict[str, float]:
+    import psycopg
+
+    results = {}
+    with psycopg.connect(url) as connection:
+        connection.execute(POINTS_DDL)
+        connection.commit()
+        for label in ("executemany", "copy"):
+            connection.execute("TRUNCATE points")
+            connection.commit()
+            started = time.perf_counter()
+            with connection.cursor() as cursor:
+                for batch in rows[5:]:
+                    if label == "executemany":
+                        cursor.executemany("INSERT INTO points VALUES (%s, %s, %s, %s)", batch)
+                    else:
+                        with cursor.copy("COPY points FROM STDIN") as copy:
+                            for row in batch:
+                                copy.write_row(row)
+                    connection.commit()
+            results[label] = sum(len(b) for b in rows[5:]) / (time.perf_counter() - started)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--no-postgres", action="store_true")
+    args = parser.parse_args()
+    batches = make_batches(args.batches + 5)
+    rows = raw_rows(batches)
+    result: dict[str, object] = {
+        "benchmark": "ingest", "steps_per_batch": STEPS_PER_BATCH, "keys": KEYS,
+        "timed_points": args.batches * STEPS_PER_BATCH * KEYS, "client_threads": CLIENT_THREADS,
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        baseline = sqlite_baseline(Path(folder) / "raw.db", rows)
+        with service(sqlite_url(Path(folder), "svc.db")) as url:
+            api = http_ingest(url, batches)
+        result["sqlite"] = {
+            "api_points_per_s": round(api), "raw_executemany_points_per_s": round(baseline),
+            "ratio_to_raw": round(api / baseline, 3),
+        }
+    if not args.no_postgres:
+        with postgres_database() as raw_url:
+            pg_base = postgres_baselines(raw_url, rows)
+        with postgres_database() as svc_url, service(svc_url) as url:
+            api = http_ingest(url, batches)
+        result["postgres"] = {
+            "api_points_per_s": round(api),
+            "raw_executemany_points_per_s": round(pg_base["executemany"]),
+            "raw_copy_points_per_s": round(pg_base["copy"]),
+            "ratio_to_raw_executemany": round(api / pg_base["executemany"], 3),
+            "ratio_to_raw_copy": round(api / pg_base["copy"], 3),
+        }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Readers of finished runs' logs, table-driven over real-looking samples of each format."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from rlguard.integrations import importers
+
+VERL_OLD = "step:1 - actor/entropy:0.530 - actor/pg_clipfrac:0.002 - timing_s/step:12.500\n"
+VERL_NEW = (
+    "\x1b[36m(TaskRunner pid=4242)\x1b[0m step:2 - actor/entropy:np.float64(0.5213) - "
+    "actor/ppo_kl:np.float64(-0.0001) - critic/score/mean:nan\n"
+)
+OPENRLHF = "✨ Global step 7: {'policy_loss': 0.12, 'kl': 0.003, 'reward': nan, 'lr': 1e-06}\n"
+TRL = (
+    "{'loss': '0.1234', 'grad_norm': '1.5', 'learning_rate': '1e-06', 'epoch': '0.5'}\n"
+    "noise line\n"
+    "{'loss': 0.2, 'reward': 0.5}\n"
+    "{'train_runtime': 10.0, 'train_samples_per_second': 1.0, 'train_loss': 0.3}\n"
+)
+
+
+def test_import_verl_console_both_value_formats(tmp_path: Path) -> None:
+    path = tmp_path / "verl.log"
+    path.write_text("starting\n" + VERL_OLD + VERL_NEW)
+    assert importers.detect_format(path) == "verl-console"
+    records = list(importers.read_verl_console(path))
+    assert records[0] == (
+        1,
+        {"actor/entropy": 0.53, "actor/pg_clipfrac": 0.002, "timing_s/step": 12.5},
+    )
+    step, values = records[1]
+    assert step == 2 and values["actor/entropy"] == 0.5213 and values["actor/ppo_kl"] == -0.0001
+    assert math.isnan(values["critic/score/mean"])
+
+
+def test_import_openrlhf_global_step_lines(tmp_path: Path) -> None:
+    path = tmp_path / "openrlhf.log"
+    path.write_text("loading\n" + OPENRLHF)
+    assert importers.detect_format(path) == "openrlhf-console"
+    [(step, values)] = list(importers.read_openrlhf_console(path))
+    assert step == 7 and values["policy_loss"] == 0.12 and math.isnan(values["reward"])
+
+
+def test_import_trl_console_dicts_skip_the_summary(tmp_path: Path) -> None:
+    path = tmp_path / "trl.log"
+    path.write_text(TRL)
+    assert importers.detect_format(path) == "trl-console"
+    records = list(importers.read_trl_console(path, logging_steps=10))
+    assert records == [
+        (10, {"loss": 0.1234, "grad_norm": 1.5, "learning_rate": 1e-06, "epoch": 0.5}),
+        (20, {"loss": 0.2, "reward": 0.5}),
+    ]
+
+
+def test_import_trainer_state_log_history(tmp_path: Path) -> None:
+    path = tmp_path / "trainer_state.json"
+    history = [
+        {"step": 5, "loss": 0.1},
+        {"step": 10, "reward": 0.4},
+        {"step": 10, "train_runtime": 3.0, "total_flos": 1.0},
+    ]
+    path.write_text(json.dumps({"log_history": history}))
+    assert importers.detect_format(path) == "trainer-state"
+    assert list(importers.read_trainer_state(path)) == [(5, {"loss": 0.1}), (10, {"reward": 0.4})]
+
+
+def test_import_verl_jsonl_nulls_are_nan(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "data": {"a": 0.5, "b": null}}\n{"step": 2, "data": {"a": 1}}\n')
+    assert importers.detect_format(path) == "verl-jsonl"
+    records = list(importers.read_verl_jsonl(path))
+    assert records[0][1]["a"] == 0.5 and math.isnan(records[0][1]["b"])
+    assert records[1] == (2, {"a": 1})
+
+
+def test_import_csv_empty_cells_are_absent(tmp_path: Path) -> None:
+    path = tmp_path / "run.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerows([["step", "a", "b"], [0, 0.5, ""], [1, "NaN", 2]])
+    records = list(importers.read_csv(path))
+    assert records[0] == (0, {"a": 0.5}) and math.isnan(records[1][1]["a"])
+
+
+def test_import_tensorboard_directory(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    for step in range(3):
+        writer.add_scalar("train/kl", step * 0.1, step)
+        writer.add_scalar("train/entropy", 1.0 - step * 0.1, step)
+    writer.close()
+    assert importers.detect_format(tmp_path) == "tensorboard"
+    records = list(importers.read_tensorboard(tmp_path))
+    assert [s for s, _ in records] == [0, 1, 2]
+    assert records[2][1]["train/kl"] == pytest.approx(0.2)

@@ -1,0 +1,289 @@
+"""Integrations for real: transformers Trainer, TRL GRPOTrainer, verl JSONL and Tracking, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from tests.hook.hookutil import ServiceProcess, api, child_env, free_port, stored_series
+
+import rlguard
+from rlguard.integrations.verl import JsonlFollower, patch_tracking, run_config
+
+FAST = {"gpu": False, "flush_interval_s": 0.05}
+
+
+def tiny_model_dir(tmp_path: Path) -> Path:
+    """A 2-layer random GPT-2 and a WordLevel tokenizer, saved locally (no downloads)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    words = ["<pad>", "<eos>", "<unk>", *["a", "b", "c", "d", "e", "f", "g", "h"]]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+    config = GPT2Config(
+        vocab_size=len(words),
+        n_positions=64,
+        n_embd=16,
+        n_layer=2,
+        n_head=2,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+    )
+    folder = tmp_path / "tiny"
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("WANDB_DISABLED", "true")
+
+
+def test_transformers_trainer_callback_logs_each_step(
+    service: ServiceProcess, run_id: str, spool_dir: Path, tmp_path: Path, offline: None
+) -> None:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    from rlguard.integrations.transformers import RLGuardCallback
+
+    folder = tiny_model_dir(tmp_path)
+    data = Dataset.from_dict({"input_ids": [[3, 4, 5, 6]] * 8, "labels": [[3, 4, 5, 6]] * 8})
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=4,
+        logging_steps=1,
+        per_device_train_batch_size=2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+    )
+    callback = RLGuardCallback(
+        project="hook", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
+    )
+    trainer = Trainer(
+        model=AutoModelForCausalLM.from_pretrained(folder),
+        args=args,
+        train_dataset=data,
+        callbacks=[callback],
+    )
+    trainer.train()
+    stored = stored_series(service.url, run_id)
+    assert sorted(stored["loss"]) == [1, 2, 3, 4]
+    assert "train_runtime" not in stored
+    assert api(service.url, "GET", f"/runs/{run_id}")["status"] == "finished"
+
+
+def test_trl_grpo_trainer_callback_logs_trl_keys(
+    service: ServiceProcess, run_id: str, spool_dir: Path, tmp_path: Path, offline: None
+) -> None:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlguard.integrations.transformers import RLGuardCallback
+
+    folder = tiny_model_dir(tmp_path)
+    prompts = Dataset.from_dict({"prompt": ["a b", "c d", "e f", "g h"] * 2})
+
+    def reward_len(completions: list[str], **kwargs: object) -> list[float]:
+        return [float(len(c)) for c in completions]
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "grpo"),
+        max_steps=3,
+        logging_steps=1,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        beta=0.04,
+    )
+    callback = RLGuardCallback(
+        project="hook", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
+    )
+    trainer = GRPOTrainer(
+        model=str(folder),
+        reward_funcs=reward_len,
+        args=args,
+        train_dataset=prompts,
+        processing_class=None,
+        callbacks=[callback],
+    )
+    trainer.train()
+    stored = stored_series(service.url, run_id)
+    for key in ("reward", "reward_std", "kl", "completions/mean_length", "frac_reward_zero_std"):
+        assert sorted(stored[key]) == [1, 2, 3], key
+    config = api(service.url, "GET", f"/runs/{run_id}")["config"]
+    assert config["kl_coef"] == 0.04 and config["kl_placement"] == "loss"
+
+
+def test_verl_follower_survives_truncation_and_nulls(
+    service: ServiceProcess, run_id: str, spool_dir: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    run = rlguard.init(
+        project="hook", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
+    )
+    follower = JsonlFollower(path, run)
+    assert follower.poll() == 0  # no file yet
+    with open(path, "w") as handle:
+        for step in range(1, 6):
+            handle.write(json.dumps({"step": step, "data": {"a": step * 1.0, "b": None}}) + "\n")
+        handle.write('{"step": 6, "data": {"a"')  # half a line: waits for the rest
+    assert follower.poll() == 5
+    with open(path, "w") as handle:  # a restarted trainer truncates and rewrites from step 4
+        for step in range(4, 8):
+            handle.write(json.dumps({"step": step, "data": {"a": step * 10.0}}) + "\n")
+    assert follower.poll() == 4
+    run.finish()
+    stored = stored_series(service.url, run_id)
+    assert stored["a"] == {1: 1.0, 2: 2.0, 3: 3.0, 4: 40.0, 5: 50.0, 6: 60.0, 7: 70.0}
+    assert stored["b"] == {s: "NaN" for s in range(1, 6)}
+
+
+class Tracking:
+    """A stand-in for ``verl.utils.tracking.Tracking`` (verl is not installable here)."""
+
+    def __init__(self, project_name, experiment_name, default_backend="console", config=None):
+        self.logged: list[tuple[dict, int]] = []
+
+    def log(self, data, step, backend=None):
+        self.logged.append((data, step))
+
+
+def test_verl_tracking_patch_logs_to_rlguard_too(
+    service: ServiceProcess, run_id: str, spool_dir: Path
+) -> None:
+    assert patch_tracking(
+        Tracking, run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
+    )
+    verl_config = {
+        "actor_rollout_ref": {
+            "actor": {
+                "clip_ratio_low": 0.2,
+                "clip_ratio_high": 0.28,
+                "use_kl_loss": True,
+                "kl_loss_coef": 0.001,
+                "kl_loss_type": "low_var_kl",
+                "ppo_mini_batch_size": 64,
+            },
+            "rollout": {"n": 8},
+        },
+        "data": {"train_batch_size": 256},
+    }
+    tracking = Tracking("verl-proj", "exp-1", ["console"], verl_config)
+    tracking.log({"actor/ppo_kl": 0.003, "actor/entropy": math.nan}, step=1)
+    tracking._rlguard_run.finish()
+    assert tracking.logged == [({"actor/ppo_kl": 0.003, "actor/entropy": math.nan}, 1)]
+    assert stored_series(service.url, run_id) == {
+        "actor/ppo_kl": {1: 0.003},
+        "actor/entropy": {1: "NaN"},
+    }
+    run = api(service.url, "GET", f"/runs/{run_id}")
+    assert (run["project"], run["name"]) == ("verl-proj", "exp-1")
+    assert run["config"]["updates_per_batch"] == 4 and run["config"]["sequences_per_step"] == 2048
+    assert run_config(verl_config)["kl_placement"] == "loss"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rlguard", *args],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_sync_replays_a_spool_left_behind(
+    service: ServiceProcess, run_id: str, spool_dir: Path
+) -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+    run = rlguard.init(project="hook", run_id=run_id, url=down, spool_dir=str(spool_dir), **FAST)
+    for step in range(10):
+        run.log({"a": float(step)}, step=step)
+    run.finish(status="finished", timeout_s=0)
+    done = cli("sync", "--spool-dir", str(spool_dir), "--url", service.url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{run_id}: 10 point(s) replayed" in done.stdout
+    assert stored_series(service.url, run_id) == {"a": {s: float(s) for s in range(10)}}
+    assert api(service.url, "GET", f"/runs/{run_id}")["status"] == "finished"
+    assert not list((spool_dir / run_id).glob("*.batch"))
+
+
+def test_cli_import_then_export(service: ServiceProcess, run_id: str, tmp_path: Path) -> None:
+    log = tmp_path / "verl.log"
+    log.write_text(
+        "".join(f"step:{s} - actor/entropy:{0.5 - s / 100:.3f} - x:nan\n" for s in range(1, 51))
+    )
+    done = cli("import", str(log), "--url", service.url, "--run-id", run_id, "--project", "imp")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "imported 50 step(s), 100 point(s) as verl-console" in done.stdout
+    stored = stored_series(service.url, run_id)
+    assert len(stored["actor/entropy"]) == 50 and stored["x"][7] == "NaN"
+    out = tmp_path / "export.csv"
+    exported = cli("export", run_id, "--url", service.url, "-o", str(out))
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    assert len(out.read_text().splitlines()) == 51
+
+
+def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "data": {"a": s}}) + "\n" for s in range(20)))
+    done = cli(
+        "follow",
+        "verl",
+        str(path),
+        "--url",
+        service.url,
+        "--run-id",
+        run_id,
+        "--poll-s",
+        "0.1",
+        "--exit-after-idle-s",
+        "0.5",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert stored_series(service.url, run_id) == {"a": {s: float(s) for s in range(20)}}
+
+
+def test_gpu_sampler_without_nvml_logs_host_metrics_only(
+    service: ServiceProcess, run_id: str, spool_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO, logger="rlguard")
+    run = rlguard.init(
+        project="hook",
+        run_id=run_id,
+        url=service.url,
+        spool_dir=str(spool_dir),
+        gpu=True,
+        gpu_interval_s=0.1,
+        flush_interval_s=0.05,
+    )
+    run.log({"a": 1.0}, step=0)
+    threading.Event().wait(0.5)  # the sampler's own period, not synchronisation: 5 samples
+    run.finish()
+    keys = set(stored_series(service.url, run_id))
+    if os.path.exists("/dev/nvidia0"):
+        assert "system/gpu0/utilization" in keys
+        return
+    assert {"system/cpu_percent", "system/memory_used_gb"} <= keys
+    assert not any(k.startswith("system/gpu") for k in keys)
+    assert len([r for r in caplog.records if "no GPU metrics" in r.getMessage()]) == 1

@@ -1,0 +1,221 @@
+"""The hook's CLI subcommands: ``rlguard sync | follow | import | export | detect``.
+
+``rlguard.cli`` dispatches here; ``args.command`` tells which subcommand runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import rlguard
+from rlguard._config import DEFAULT_URL, default_spool_dir
+from rlguard._spool import Spool, spooled_run_ids
+from rlguard._transport import Transport
+from rlguard.errors import RejectedError, RetryableError, TransportError
+
+IMPORT_FLUSH_EVERY_STEPS = 2000  # keeps the in-memory queue small on big files
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    command = parser.prog.split()[-1]
+    parser.add_argument("--url", default=None, help=f"service address (default {DEFAULT_URL})")
+    parser.add_argument("--token", default=None, help="API token (default RLGUARD_TOKEN)")
+    if command == "sync":
+        parser.add_argument("run_ids", nargs="*", help="runs to replay (default: all spooled)")
+        parser.add_argument("--spool-dir", default=None, help="default RLGUARD_SPOOL_DIR")
+    elif command in ("follow", "import"):
+        if command == "follow":
+            parser.add_argument("framework", choices=["verl"])
+        parser.add_argument("path", type=Path)
+        parser.add_argument("--project", default=None)
+        parser.add_argument("--run-id", default=None)
+        parser.add_argument("--name", default=None)
+    if command == "follow":
+        parser.add_argument("--poll-s", type=float, default=0.5)
+        parser.add_argument("--exit-after-idle-s", type=float, default=None)
+    elif command == "import":
+        from rlguard.integrations.importers import READERS
+
+        parser.add_argument("--format", choices=["auto", *READERS], default="auto")
+        parser.add_argument("--logging-steps", type=int, default=1, help="TRL console logs only")
+    elif command in ("export", "detect"):
+        parser.add_argument("run_id")
+    if command == "export":
+        parser.add_argument("-o", "--output", type=Path, default=None, help="default: stdout")
+        parser.add_argument("--keys", default=None, help="comma-separated keys (default: all)")
+
+
+def run(args: argparse.Namespace) -> int:
+    commands = {
+        "sync": sync,
+        "follow": follow,
+        "import": import_run,
+        "export": export,
+        "detect": detect,
+    }
+    return commands[args.command](args)
+
+
+def _url(args: argparse.Namespace, fallback: str | None = None) -> str:
+    return (args.url or os.environ.get("RLGUARD_URL") or fallback or DEFAULT_URL).rstrip("/")
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    return args.token or os.environ.get("RLGUARD_TOKEN") or None
+
+
+def _say(message: str) -> None:
+    sys.stdout.write(message + "\n")
+
+
+def sync(args: argparse.Namespace) -> int:
+    """Replay spooled batches (oldest first) and final statuses left by trainers."""
+    root = Path(args.spool_dir or os.environ.get("RLGUARD_SPOOL_DIR") or default_spool_dir())
+    failed = 0
+    for run_id in args.run_ids or spooled_run_ids(root):
+        try:
+            sent, rejected = _sync_run(Spool(root, run_id, budget_bytes=0), args)
+        except TransportError as exc:
+            _say(f"{run_id}: not synced ({exc}); the spool is kept")
+            failed += 1
+            continue
+        _say(f"{run_id}: {sent} point(s) replayed" + (f", {rejected} rejected" if rejected else ""))
+    return 1 if failed else 0
+
+
+def _sync_run(spool: Spool, args: argparse.Namespace) -> tuple[int, int]:
+    run_info = spool.read_json("run.json") or {"id": spool.dir.name, "project": "default"}
+    transport = Transport(_url(args, run_info.pop("url", None)), _token(args))
+    try:
+        transport.create_run({**run_info, "resume_from_step": None})
+        sent = rejected = 0
+        for batch in spool.pending():
+            body = spool.read(batch)
+            if body is None:
+                continue
+            try:
+                transport.post_batch(spool.dir.name, body)
+                sent += batch.points
+            except RejectedError as exc:
+                spool.dead_letter(body, str(exc))
+                rejected += batch.points
+            spool.remove(batch, len(body))
+        final = spool.read_json("final.json")
+        if final is not None:
+            transport.update_run(spool.dir.name, final)
+            spool.remove_json("final.json")
+        return sent, rejected
+    finally:
+        transport.close()
+
+
+def _start_run(args: argparse.Namespace, default_name: str) -> rlguard.Run:
+    return rlguard.init(
+        project=args.project,
+        run_id=args.run_id,
+        name=args.name or default_name,
+        url=_url(args),
+        token=_token(args),
+        gpu=False,
+    )
+
+
+def follow(args: argparse.Namespace) -> int:
+    """Tail a verl JSONL file into a run until interrupted (or idle for a while)."""
+    from rlguard.integrations.verl import JsonlFollower
+
+    run = _start_run(args, args.path.stem)
+    follower = JsonlFollower(args.path, run)
+    _say(f"following {args.path} into run {run.id} at {run.url}")
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends following, then we finish
+        follower.follow(threading.Event(), args.poll_s, args.exit_after_idle_s)
+    status = run.finish()
+    _say(f"run {run.id}: {follower.steps} step(s), {status.sent + status.replayed} point(s) sent")
+    return 0 if status.spool_batches == 0 else 1
+
+
+def import_run(args: argparse.Namespace) -> int:
+    """Import a finished run's logs through the same batch path as live logging."""
+    from rlguard.integrations.importers import READERS, detect_format
+
+    fmt = detect_format(args.path) if args.format == "auto" else args.format
+    reader = READERS[fmt]
+    records = reader(args.path, args.logging_steps) if fmt == "trl-console" else reader(args.path)
+    run = _start_run(args, args.path.stem)
+    progress = _Progress(args.path)
+    steps = 0
+    for step, values in records:
+        run.log(values, step=step)
+        steps += 1
+        if steps % IMPORT_FLUSH_EVERY_STEPS == 0:
+            run.flush()
+            progress.show(steps)
+    status = run.finish()
+    progress.done(steps)
+    _say(f"imported {steps} step(s), {status.logged} point(s) as {fmt} into run {run.id}")
+    return 0 if status.spool_batches == 0 and status.dead_lettered == 0 else 1
+
+
+class _Progress:
+    """A one-line progress bar on stderr for files over a few megabytes."""
+
+    MIN_BYTES = 4 * 1024 * 1024
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.enabled = path.is_file() and path.stat().st_size >= self.MIN_BYTES
+
+    def show(self, steps: int) -> None:
+        if self.enabled:
+            sys.stderr.write(f"\rimporting {self.path.name}: {steps} steps")
+            sys.stderr.flush()
+
+    def done(self, steps: int) -> None:
+        if self.enabled:
+            sys.stderr.write(f"\rimporting {self.path.name}: {steps} steps, done\n")
+
+
+def export(args: argparse.Namespace) -> int:
+    """Write a run's series as CSV (the service's export endpoint)."""
+    transport = Transport(_url(args), _token(args))
+    path = f"/runs/{args.run_id}/export" + (f"?keys={args.keys}" if args.keys else "")
+    try:
+        body = transport.raw("GET", path)
+    except TransportError as exc:
+        _say(f"export failed: {exc}")
+        return 1
+    finally:
+        transport.close()
+    if args.output is None:
+        sys.stdout.write(body.decode())
+    else:
+        args.output.write_bytes(body)
+    return 0
+
+
+def detect(args: argparse.Namespace) -> int:
+    """Re-run the detectors over a stored run and list the alerts."""
+    transport = Transport(_url(args), _token(args))
+    try:
+        answer: Any = transport.request("POST", f"/runs/{args.run_id}/detect", b"{}")
+    except (RetryableError, RejectedError) as exc:
+        _say(f"detect failed: {exc}")
+        return 1
+    finally:
+        transport.close()
+    alerts = answer.get("data", answer.get("alerts", [])) if isinstance(answer, dict) else answer
+    for alert in alerts or []:
+        _say(
+            f"[{alert.get('severity')}] {alert.get('detector')} steps "
+            f"{alert.get('first_step')}-{alert.get('last_step')}: {alert.get('message')}"
+        )
+    if not alerts:
+        _say(json.dumps(answer) if answer else "no alerts")
+    return 0

@@ -1,0 +1,236 @@
+"""HookConfig: every setting of the hook, read once at ``init()``.
+
+Precedence: keyword arguments > ``RLGUARD_*`` environment variables > defaults. Errors name the
+key, the bad value and the fix, and are raised by ``init()`` before anything starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rlguard.errors import ConfigError
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")  # backend schemas.RunId
+DEFAULT_URL = "http://127.0.0.1:8000"
+RESUME_MODES = ("allow", "must", "never")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def default_spool_dir() -> Path:
+    """``$XDG_CACHE_HOME/rlguard/spool`` (``~/.cache/rlguard/spool``)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "rlguard" / "spool"
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id such as ``20250101-120000-3f9a1c2b``."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+@dataclasses.dataclass(frozen=True)
+class HookConfig:
+    """The validated settings of one run's hook."""
+
+    project: str = "default"
+    name: str | None = None
+    run_id: str = ""
+    config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    url: str = DEFAULT_URL
+    token: str | None = None
+    resume: str = "allow"
+    resume_from_step: int | None = None
+    spool_dir: Path = dataclasses.field(default_factory=default_spool_dir)
+    gpu: bool = True
+    gpu_interval_s: float = 5.0
+    flush_interval_s: float = 0.5
+    max_batch_points: int = 20_000
+    max_queue_steps: int = 100_000
+    spool_budget_mb: float = 1024.0
+    finish_timeout_s: float = 30.0
+    request_timeout_s: float = 10.0
+    backoff_base_s: float = 0.5
+    backoff_cap_s: float = 30.0
+    heartbeat_interval_s: float = 30.0
+    rank_zero_only: bool = True
+    enabled: bool = True
+    on_alert: Callable[[dict[str, Any]], object] | None = None
+
+    def __repr__(self) -> str:
+        token = "***" if self.token else None
+        return (
+            f"HookConfig(project={self.project!r}, run_id={self.run_id!r}, url={self.url!r}, "
+            f"token={token})"
+        )
+
+    @property
+    def spool_budget_bytes(self) -> int:
+        return int(self.spool_budget_mb * 1024 * 1024)
+
+
+def _parse_bool(key: str, raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"{key}={raw!r}: expected a boolean; use 1/0, true/false, yes/no or on/off")
+
+
+def _parse_number(kind: type, minimum: float, hint: str) -> Callable[[str, object], Any]:
+    def parse(key: str, raw: object) -> Any:
+        try:
+            if isinstance(raw, bool):
+                raise TypeError
+            value = kind(raw)
+            if kind is int and isinstance(raw, float) and raw != value:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}={raw!r}: expected {hint}") from None
+        if value < minimum or value != value:
+            raise ConfigError(f"{key}={raw!r}: expected {hint}")
+        return value
+
+    return parse
+
+
+def _parse_str(key: str, raw: object) -> str:
+    if not isinstance(raw, str) or not raw.strip():
+        raise ConfigError(f"{key}={raw!r}: expected a non-empty string")
+    return raw.strip()
+
+
+def _parse_optional_str(key: str, raw: object) -> str | None:
+    return None if raw is None or raw == "" else _parse_str(key, raw)
+
+
+def _parse_run_id(key: str, raw: object) -> str:
+    if not isinstance(raw, str) or not RUN_ID_PATTERN.match(raw):
+        raise ConfigError(
+            f"{key}={raw!r}: a run id is 1-128 characters of letters, digits and ._:@+- "
+            "starting with a letter or digit; leave it unset to generate one"
+        )
+    return raw
+
+
+def _parse_url(key: str, raw: object) -> str:
+    if not isinstance(raw, str) or not re.match(r"^https?://[^/\s]+", raw):
+        raise ConfigError(f"{key}={raw!r}: expected the service address, e.g. {DEFAULT_URL}")
+    return raw.rstrip("/")
+
+
+def _parse_tags(key: str, raw: object) -> tuple[str, ...]:
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, (list, tuple)) or not all(isinstance(t, str) for t in items):
+        raise ConfigError(f"{key}={raw!r}: expected a list of strings, e.g. ['grpo', 'baseline']")
+    tags = tuple(t.strip() for t in items if t.strip())
+    if len(tags) > 64 or any(len(t) > 128 for t in tags):
+        raise ConfigError(f"{key}={raw!r}: at most 64 tags of at most 128 characters")
+    return tags
+
+
+def _parse_config(key: str, raw: object) -> dict[str, Any]:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{key}={raw!r}: expected a JSON object ({exc})") from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{key}={raw!r}: expected a dict of hyper-parameters")
+    try:
+        return json.loads(json.dumps(dict(raw), default=_jsonable_fallback))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key}: cannot be encoded as JSON ({exc}); pass plain values") from None
+
+
+def _jsonable_fallback(value: object) -> object:
+    item = getattr(value, "item", None)  # numpy and torch scalars
+    if callable(item):
+        try:
+            return item()
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(value)
+
+
+def _parse_resume(key: str, raw: object) -> str:
+    if raw is True:
+        return "must"
+    if raw is False:
+        return "never"
+    if raw not in RESUME_MODES:
+        raise ConfigError(f"{key}={raw!r}: expected one of {', '.join(RESUME_MODES)}")
+    return str(raw)
+
+
+def _parse_on_alert(key: str, raw: object) -> object:
+    if raw is not None and not callable(raw):
+        raise ConfigError(f"{key}={raw!r}: expected a function taking one alert dict")
+    return raw
+
+
+_SECONDS = _parse_number(float, 0.0, "a number of seconds >= 0")
+_POSITIVE_INT = _parse_number(int, 1, "an integer >= 1")
+
+# field -> parser; every field except config/on_alert can also come from RLGUARD_<FIELD>
+_PARSERS: dict[str, Callable[[str, object], Any]] = {
+    "project": _parse_str,
+    "name": _parse_optional_str,
+    "run_id": _parse_run_id,
+    "config": _parse_config,
+    "tags": _parse_tags,
+    "url": _parse_url,
+    "token": _parse_optional_str,
+    "resume": _parse_resume,
+    "resume_from_step": _parse_number(int, 0, "a step number >= 0"),
+    "spool_dir": lambda key, raw: Path(os.path.expanduser(str(raw))),
+    "gpu": _parse_bool,
+    "gpu_interval_s": _parse_number(float, 0.1, "a number of seconds >= 0.1"),
+    "flush_interval_s": _parse_number(float, 0.01, "a number of seconds >= 0.01, e.g. 0.5"),
+    "max_batch_points": _POSITIVE_INT,
+    "max_queue_steps": _POSITIVE_INT,
+    "spool_budget_mb": _parse_number(float, 0.0, "a number of megabytes >= 0"),
+    "finish_timeout_s": _SECONDS,
+    "request_timeout_s": _parse_number(float, 0.1, "a number of seconds >= 0.1"),
+    "backoff_base_s": _parse_number(float, 0.01, "a number of seconds >= 0.01"),
+    "backoff_cap_s": _parse_number(float, 0.01, "a number of seconds >= 0.01"),
+    "heartbeat_interval_s": _parse_number(float, 1.0, "a number of seconds >= 1"),
+    "rank_zero_only": _parse_bool,
+    "enabled": _parse_bool,
+    "on_alert": _parse_on_alert,
+}
+ENV_KEYS = {name: "RLGUARD_" + name.upper() for name in _PARSERS if name != "on_alert"}
+
+
+def load_config(environ: Mapping[str, str] | None = None, **kwargs: Any) -> HookConfig:
+    """Build a HookConfig from keyword arguments, then ``RLGUARD_*`` variables, then defaults."""
+    env = os.environ if environ is None else environ
+    unknown = sorted(set(kwargs) - set(_PARSERS))
+    if unknown:
+        raise ConfigError(
+            f"init() got unknown argument(s) {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(_PARSERS))}"
+        )
+    values: dict[str, Any] = {}
+    for name, parse in _PARSERS.items():
+        if kwargs.get(name) is not None:
+            values[name] = parse(name, kwargs[name])
+        elif name in ENV_KEYS and env.get(ENV_KEYS[name], "") != "":
+            values[name] = parse(ENV_KEYS[name], env[ENV_KEYS[name]])
+    if values.get("resume") == "never":
+        values.pop("run_id", None)
+    if values.get("resume") == "must" and "run_id" not in values:
+        raise ConfigError("resume='must' needs run_id (or RLGUARD_RUN_ID): the run to continue")
+    values.setdefault("run_id", new_run_id())
+    return HookConfig(**values)

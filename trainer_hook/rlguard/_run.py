@@ -1,0 +1,217 @@
+"""Run: the handle ``rlguard.init()`` returns; ``log()`` is the only code on the training path."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from rlguard import _wire
+from rlguard._config import HookConfig
+from rlguard._sender import Sender
+
+logger = logging.getLogger("rlguard")
+_now = time.time
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStatus:
+    """Counters of a run's points; ``logged == sent + replayed + dead_lettered + dropped +
+    spool_points`` once the queue is drained."""
+
+    logged: int
+    skipped: int
+    sent: int
+    spooled: int
+    replayed: int
+    dropped: int
+    dropped_steps: int
+    dead_lettered: int
+    queued_steps: int
+    spool_batches: int
+    spool_points: int
+    last_error: str | None
+
+
+def _coerce_step(step: object) -> object:
+    """numpy/torch integers become int; anything else is left for the sender to reject."""
+    valid = _wire.to_step(step)
+    return step if valid is None else valid
+
+
+class _ClosedQueue:
+    """Stands in for the queue of a finished run: log() after finish() warns once."""
+
+    warned = False
+
+    def append(self, item: object) -> None:
+        if not self.warned:
+            self.warned = True
+            logger.warning("rlguard: log() after finish() is ignored")
+
+
+class Run:
+    """One monitored run.
+
+    >>> run = rlguard.init(project="grpo-math", config={"clip_ratio_low": 0.2})  # doctest: +SKIP
+    >>> run.log({"actor/ppo_kl": 0.003, "actor/entropy": 0.52}, step=1)          # doctest: +SKIP
+    >>> run.finish()                                                               # doctest: +SKIP
+    """
+
+    def __init__(self, cfg: HookConfig, active: bool) -> None:
+        self.id = cfg.run_id
+        self.project = cfg.project
+        self.name = cfg.name
+        self.config = dict(cfg.config)
+        self.url = cfg.url
+        self.active = active
+        self.alerts: list[dict[str, Any]] = []
+        self._cfg = cfg
+        self._seq = itertools.count()
+        self._next_step = 0
+        self._finished = False
+        self._finish_lock = threading.Lock()
+        self._sampler: Any = None
+        self._sender: Sender | None = None
+        self._queue: Any = None
+        if active:
+            payload = {
+                "id": cfg.run_id,
+                "project": cfg.project,
+                "name": cfg.name,
+                "config": self.config,
+                "tags": list(cfg.tags),
+                "resume_from_step": cfg.resume_from_step,
+            }
+            self._sender = Sender(cfg, payload, self._receive_alert)
+            self._queue = self._sender.queue
+
+    def __repr__(self) -> str:
+        state = "finished" if self._finished else ("active" if self.active else "inactive")
+        return f"<Run {self.id!r} project={self.project!r} {state}>"
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.finish()
+        else:
+            self.finish(status="failed", summary={"error": f"{exc_type.__name__}: {exc}"})
+
+    def start(self) -> None:
+        """Start the sender thread (and the system sampler); ``init()`` calls this."""
+        if self._sender is None:
+            return
+        self._sender.start()
+        if self._cfg.gpu:
+            from rlguard._gpu import SystemSampler
+
+            self._sampler = SystemSampler(self._log_system, self._cfg.gpu_interval_s)
+            self._sampler.start()
+
+    def log(self, metrics: Mapping[str, Any], step: Any = None) -> None:
+        """Queue ``metrics`` for ``step`` (default: the previous step + 1). No I/O, never blocks."""
+        queue = self._queue
+        if queue is None:
+            return
+        if step is None:
+            step = self._next_step
+        elif type(step) is not int:
+            step = _coerce_step(step)
+        try:
+            snapshot = metrics.copy()  # type: ignore[attr-defined]
+        except AttributeError:
+            snapshot = dict(metrics)
+        queue.append((next(self._seq), step, _now(), snapshot))
+        if type(step) is int:
+            self._next_step = step + 1
+
+    def _log_system(self, values: dict[str, float]) -> None:
+        """System metrics, stamped with the current training step without advancing it."""
+        queue = self._queue
+        if queue is not None:
+            queue.append((next(self._seq), max(self._next_step - 1, 0), _now(), values))
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until everything logged so far is sent or safely spooled; False on timeout."""
+        if self._sender is None or self._finished:
+            return True
+        return self._sender.flush(self._cfg.finish_timeout_s if timeout_s is None else timeout_s)
+
+    def finish(
+        self,
+        status: str = "finished",
+        summary: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> RunStatus:
+        """Deliver what is left within ``timeout_s``, set the run's status, report the rest."""
+        with self._finish_lock:
+            if self._finished or self._sender is None:
+                self._finished = True
+                return self.status()
+            self._finished = True
+        from rlguard import _registry
+
+        _registry.forget(self)
+        if self._sampler is not None:
+            self._sampler.stop()
+        self._queue = _ClosedQueue()
+        timeout = self._cfg.finish_timeout_s if timeout_s is None else timeout_s
+        done = self._sender.close(status, dict(summary or {}), timeout)
+        result = self.status()
+        if result.spool_batches or not done:
+            logger.warning(
+                "rlguard: run %s finished with %d point(s) in %d batch(es) still in %s%s; the next "
+                "process of this run or `rlguard sync --spool-dir %s` will deliver them",
+                self.id,
+                result.spool_points,
+                result.spool_batches,
+                self._sender.spool.dir,
+                "" if done else " (the sender did not stop in time)",
+                self._cfg.spool_dir,
+            )
+        return result
+
+    def status(self) -> RunStatus:
+        """Counters of what happened to the points logged so far."""
+        if self._sender is None:
+            return RunStatus(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None)
+        counters = self._sender.counters
+        batches, points = self._sender.backlog_points()
+        queued = len(self._sender.queue)
+        return RunStatus(
+            logged=counters.logged,
+            skipped=counters.skipped,
+            sent=counters.sent,
+            spooled=counters.spooled,
+            replayed=counters.replayed,
+            dropped=counters.dropped,
+            dropped_steps=counters.dropped_steps,
+            dead_lettered=counters.dead_lettered,
+            queued_steps=queued,
+            spool_batches=batches,
+            spool_points=points,
+            last_error=counters.last_error,
+        )
+
+    def _receive_alert(self, alert: dict[str, Any]) -> None:
+        """Called by the sender thread for each alert a batch acknowledgement carries."""
+        self.alerts.append(alert)
+        callback = self._cfg.on_alert
+        if callback is None:
+            return
+        try:
+            callback(alert)
+        except Exception:  # the user's callback must not stop delivery
+            logger.exception("rlguard: the on_alert callback raised for alert %s", alert.get("id"))

@@ -1,0 +1,414 @@
+"""The sender: one background thread per run that drains the log queue and delivers it.
+
+Three layers, as in TensorBoard's event writer: ``Run.log`` (the public face) appends raw
+entries to ``Sender.queue``; ``Sender`` owns the queue and the thread (start, flush, close);
+``Sender._loop`` is the thread: every ``flush_interval_s`` it converts what was logged, posts
+batches, spools them on failure, replays the spool oldest first and backs off
+(``min(base·2^n, cap)`` with jitter) while the service is away.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from rlguard import _wire
+from rlguard._config import HookConfig
+from rlguard._spool import Spool, SpooledBatch
+from rlguard._transport import Transport
+from rlguard.errors import RejectedError, RetryableError, SpoolError, TransportError
+
+logger = logging.getLogger("rlguard")
+
+STOP = object()  # the queue's stop sentinel
+
+
+class FlushMarker:
+    """Queued by ``flush()``; set once everything queued before it is sent or spooled."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+@dataclasses.dataclass
+class Counters:
+    """What happened to the logged points: the numbers behind ``run.status()``."""
+
+    logged: int = 0
+    skipped: int = 0
+    sent: int = 0
+    spooled: int = 0
+    replayed: int = 0
+    dropped: int = 0
+    dropped_steps: int = 0
+    dead_lettered: int = 0
+    last_error: str | None = None
+
+
+class Sender:
+    """Owns the log queue, the spool and the thread that delivers them to the service."""
+
+    def __init__(
+        self,
+        cfg: HookConfig,
+        run_payload: dict[str, Any],
+        on_alert: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self.cfg = cfg
+        self.queue: collections.deque[Any] = collections.deque(maxlen=cfg.max_queue_steps)
+        self.counters = Counters()
+        self.error: BaseException | None = None  # a bug in the thread, surfaced by status()
+        self.spool = Spool(cfg.spool_dir, cfg.run_id, cfg.spool_budget_bytes)
+        self._transport = Transport(cfg.url, cfg.token, cfg.request_timeout_s)
+        self._run_payload = run_payload
+        self._on_alert = on_alert
+        self._wake = threading.Event()
+        self._run_created = False
+        self._run_rejected: RejectedError | None = None
+        self._run_json_written = False
+        self._backlog: collections.deque[SpooledBatch] = collections.deque()
+        self._inherited: set[str] = set()
+        self._failures = 0
+        self._retry_at = 0.0
+        self._next_heartbeat = 0.0
+        self._close_deadline = float("inf")
+        self._final: dict[str, Any] | None = None
+        self._last_seq = -1
+        self._warned: set[str] = set()
+        self._thread = threading.Thread(
+            target=self._loop, name=f"rlguard-sender-{cfg.run_id}", daemon=True
+        )
+
+    # ---- the caller's side -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until everything logged so far is sent or on disk; False on timeout."""
+        if not self._thread.is_alive():
+            return False
+        marker = FlushMarker()
+        self.queue.append(marker)
+        self._wake.set()
+        return marker.done.wait(timeout_s)
+
+    def close(self, status: str, summary: dict[str, Any], timeout_s: float) -> bool:
+        """Deliver what is queued, replay the spool and set the run's status, within a bound."""
+        if not self._thread.is_alive():
+            return True
+        self._final = {"status": status, "summary": summary}
+        self._close_deadline = time.monotonic() + timeout_s
+        self.queue.append(STOP)
+        self._wake.set()
+        self._thread.join(timeout_s + 1.0)
+        return not self._thread.is_alive()
+
+    def backlog_points(self) -> tuple[int, int]:
+        """Batches and points still in the spool."""
+        backlog = list(self._backlog)
+        return len(backlog), sum(b.points for b in backlog)
+
+    # ---- the thread --------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        markers: list[FlushMarker] = []
+        try:
+            self._adopt_spool()
+            stop = False
+            while not stop:
+                self._wake.wait(self.cfg.flush_interval_s)
+                self._wake.clear()
+                stop = self._drain(markers)
+                for marker in markers:
+                    marker.done.set()
+                markers.clear()
+                self._replay(time.monotonic() + self.cfg.flush_interval_s)
+                self._heartbeat_if_due()
+            self._shutdown()
+        except BaseException as exc:  # a bug here must not pass silently, nor reach training
+            self.error = exc
+            self.counters.last_error = f"sender thread failed: {exc!r}"
+            logger.exception("rlguard: the sender thread failed; logging for this run stopped")
+        finally:
+            for marker in markers:
+                marker.done.set()
+            self._transport.close()
+
+    def _adopt_spool(self) -> None:
+        """Take over batches an earlier process of this run left in the spool."""
+        batches = self.spool.pending()
+        if batches:
+            self._backlog.extend(batches)
+            self._inherited = {b.batch_id for b in batches}
+            logger.info(
+                "rlguard: replaying %d batch(es) left in %s by an earlier process",
+                len(batches),
+                self.spool.dir,
+            )
+
+    def _drain(self, markers: list[FlushMarker]) -> bool:
+        """Convert and ship everything queued; True when the stop sentinel was reached."""
+        entries: list[tuple[int, float, dict[str, float | str]]] = []
+        points = 0
+        stopped = False
+        while self.queue:
+            item = self.queue.popleft()
+            if item is STOP:
+                stopped = True
+                break
+            if isinstance(item, FlushMarker):
+                markers.append(item)
+                continue
+            entry = self._convert(item)
+            if entry is not None and entry[2]:
+                entries.append(entry)
+                points += len(entry[2])
+            if points >= self.cfg.max_batch_points:
+                self._ship(entries)
+                entries, points = [], 0
+        if entries:
+            self._ship(entries)
+        return stopped
+
+    def _convert(self, item: tuple) -> tuple[int, float, dict[str, float | str]] | None:
+        seq, raw_step, when, metrics = item
+        if seq > self._last_seq + 1:  # the queue overflowed: its oldest entries were dropped
+            self._count_dropped_steps(seq - self._last_seq - 1)
+        self._last_seq = max(self._last_seq, seq)
+        step = _wire.to_step(raw_step)
+        if step is None:
+            self._warn_once(
+                "step",
+                f"rlguard: log() step must be an int >= 0, got {raw_step!r}; "
+                "that call was dropped (shown once)",
+            )
+            self.counters.dropped_steps += 1
+            return None
+        try:
+            values, skipped = _wire.convert_values(metrics)
+        except Exception as exc:  # a user object whose conversion raised: report, keep going
+            self._warn_once(
+                f"convert:{type(exc).__name__}",
+                f"rlguard: cannot read the values "
+                f"logged at step {step} ({exc!r}); that call was dropped (shown once)",
+            )
+            self.counters.dropped_steps += 1
+            return None
+        self.counters.skipped += len(skipped)
+        for key in skipped:
+            self._warn_once(
+                f"key:{key}",
+                f"rlguard: {key!r} is not a number (logged "
+                f"{type(metrics.get(key)).__name__}); skipped (shown once per key)",
+            )
+        return step, when, values
+
+    def _count_dropped_steps(self, n: int) -> None:
+        self.counters.dropped_steps += n
+        self._warn_once(
+            "queue-full",
+            f"rlguard: the log queue was full (max_queue_steps="
+            f"{self.cfg.max_queue_steps}); {n} step(s) dropped (shown once)",
+        )
+
+    def _ship(self, entries: list[tuple[int, float, dict[str, float | str]]]) -> None:
+        steps = _wire.merge_steps(entries)
+        self.counters.logged += _wire.count_points(steps)
+        for chunk in _wire.split_by_points(steps, self.cfg.max_batch_points):
+            batch_id = uuid.uuid4().hex
+            body = _wire.encode_batch(batch_id, chunk)
+            points = _wire.count_points(chunk)
+            if self._backlog or time.monotonic() < self._retry_at:
+                self._spool_put(batch_id, points, body)  # keeps the order: oldest first
+                continue
+            try:
+                self._post(body)
+            except RetryableError as exc:
+                self._note_failure(exc)
+                self._spool_put(batch_id, points, body)
+            except RejectedError as exc:
+                self._dead_letter(body, points, exc)
+            else:
+                self.counters.sent += points
+
+    def _post(self, body: bytes) -> None:
+        """Post one batch, creating the run first if needed, and hand its alerts over."""
+        if self._run_rejected is not None:
+            raise self._run_rejected
+        self._ensure_run()
+        try:
+            ack = self._transport.post_batch(self.cfg.run_id, body)
+        except RejectedError as exc:
+            if exc.status != 404:
+                raise
+            self._run_created = False  # the service lost the run (a fresh database): create again
+            self._ensure_run()
+            ack = self._transport.post_batch(self.cfg.run_id, body)
+        self._note_success()
+        for alert in (ack or {}).get("alerts", []):
+            self._on_alert(alert)
+
+    def _ensure_run(self) -> None:
+        if self._run_created:
+            return
+        try:
+            self._transport.create_run(self._run_payload)
+        except RejectedError as exc:
+            self._run_rejected = exc
+            self._warn_once(
+                "run-rejected",
+                f"rlguard: the service refused run "
+                f"{self.cfg.run_id!r}: {exc}; its batches go to the dead letters",
+            )
+            raise
+        self._run_created = True
+        self._run_payload = {**self._run_payload, "resume_from_step": None}  # rewind once only
+
+    def _spool_put(self, batch_id: str, points: int, body: bytes) -> None:
+        try:
+            if not self._run_json_written:
+                self.spool.write_json(
+                    "run.json", {**self._run_payload, "resume_from_step": None, "url": self.cfg.url}
+                )
+                self._run_json_written = True
+            batch = self.spool.put(batch_id, points, body)
+        except (SpoolError, OSError) as exc:
+            self._drop(
+                points,
+                "spool-error",
+                f"rlguard: cannot write the spool ({exc}); {points} point(s) dropped",
+            )
+            return
+        if batch is None:
+            self._drop(
+                points,
+                "spool-full",
+                f"rlguard: the spool {self.spool.dir} is at its budget "
+                f"({self.cfg.spool_budget_mb} MB); new points are dropped until it drains",
+            )
+            return
+        self._backlog.append(batch)
+        self.counters.spooled += points
+
+    def _drop(self, points: int, cause: str, message: str) -> None:
+        self.counters.dropped += points
+        self.counters.last_error = message
+        self._warn_once(cause, message)
+
+    def _replay(self, until: float) -> None:
+        """Post spooled batches oldest first while the service answers and time remains."""
+        while self._backlog and time.monotonic() >= self._retry_at:
+            batch = self._backlog[0]
+            body = self.spool.read(batch)
+            points = batch.points
+            if body is not None and batch.batch_id in self._inherited:
+                body, points = self._superseded_removed(body, points)
+            if body is not None:
+                try:
+                    self._post(body)
+                except RetryableError as exc:
+                    self._note_failure(exc)
+                    return
+                except RejectedError as exc:
+                    self._dead_letter(body, points, exc)
+                else:
+                    self.counters.replayed += points
+            self.spool.remove(batch, batch.size)
+            self._backlog.popleft()
+            if time.monotonic() >= until:
+                return
+
+    def _superseded_removed(self, body: bytes, points: int) -> tuple[bytes | None, int]:
+        """An earlier process's batch without the steps this restart will log again."""
+        resume = self.cfg.resume_from_step
+        if resume is None:
+            return body, points
+        batch = _wire.decode_batch(body)
+        steps = [s for s in batch["steps"] if s["step"] <= resume]
+        if len(steps) == len(batch["steps"]):
+            return body, points
+        if not steps:
+            return None, 0
+        return _wire.encode_batch(batch["batch_id"], steps), _wire.count_points(steps)
+
+    def _dead_letter(self, body: bytes, points: int, exc: RejectedError) -> None:
+        self.counters.dead_lettered += points
+        self.counters.last_error = str(exc)
+        try:
+            path = self.spool.dead_letter(body, str(exc))
+        except (SpoolError, OSError) as write_error:
+            self._warn_once(
+                "dead-letter-failed",
+                f"rlguard: the service rejected a batch ({exc}) "
+                f"and the dead-letter file cannot be written ({write_error})",
+            )
+            return
+        self._warn_once(
+            f"rejected:{exc.status}",
+            f"rlguard: the service rejected a batch of "
+            f"{points} point(s) ({exc}); kept in {path} (shown once per status)",
+        )
+
+    def _note_failure(self, exc: TransportError) -> None:
+        self._failures += 1
+        delay = min(self.cfg.backoff_base_s * 2 ** (self._failures - 1), self.cfg.backoff_cap_s)
+        self._retry_at = time.monotonic() + delay * (0.5 + random.random() / 2)
+        self.counters.last_error = str(exc)
+        self._warn_once(
+            f"retry:{exc.status}",
+            f"rlguard: cannot reach the service ({exc}); "
+            f"spooling to {self.spool.dir} and retrying with backoff",
+        )
+
+    def _note_success(self) -> None:
+        if self._failures:
+            logger.info("rlguard: the service at %s answers again", self.cfg.url)
+        self._failures = 0
+        self._retry_at = 0.0
+
+    def _heartbeat_if_due(self) -> None:
+        now = time.monotonic()
+        if not self._run_created or now < self._next_heartbeat or now < self._retry_at:
+            return
+        self._next_heartbeat = now + self.cfg.heartbeat_interval_s
+        try:
+            self._transport.heartbeat(self.cfg.run_id)
+        except TransportError as exc:
+            logger.debug("rlguard: heartbeat failed: %s", exc)
+
+    def _shutdown(self) -> None:
+        """After the stop sentinel: replay what time allows, then deliver the final status."""
+        while self._backlog and time.monotonic() < self._close_deadline:
+            if time.monotonic() < self._retry_at:
+                self._wake.clear()
+                self._wake.wait(min(self._retry_at, self._close_deadline) - time.monotonic())
+            self._replay(self._close_deadline)
+        final = self._final or {"status": "finished", "summary": {}}
+        if not self._backlog:
+            try:
+                self._ensure_run()
+                self._transport.update_run(self.cfg.run_id, final)
+                self.spool.remove_json("final.json")
+                return
+            except TransportError as exc:
+                self.counters.last_error = str(exc)
+        self.spool.write_json("final.json", final)
+        if not self._run_json_written:
+            self.spool.write_json(
+                "run.json", {**self._run_payload, "resume_from_step": None, "url": self.cfg.url}
+            )
+
+    def _warn_once(self, cause: str, message: str) -> None:
+        if cause not in self._warned:
+            self._warned.add(cause)
+            logger.warning(message)

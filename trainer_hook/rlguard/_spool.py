@@ -1,0 +1,171 @@
+"""The on-disk spool: batches the service could not take yet, one fsync'd file each.
+
+Layout of ``<spool_dir>/<run_id>/``::
+
+    run.json                         the run's create request, so `rlguard sync` can replay alone
+    000001732870000123456789-p40-<batch_id>.batch   gzip JSON body, exactly as it will be POSTed
+    final.json                       the status update finish() could not deliver
+    dead-letter.jsonl                batches the service rejected (4xx), with the reason
+
+File names sort oldest first. Files are written to a temporary name, fsync'd, renamed and the
+directory fsync'd, so a crash leaves either a whole batch or none.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlguard.errors import SpoolError
+
+BATCH_SUFFIX = ".batch"
+_BATCH_NAME = re.compile(r"^(\d{24})-p(\d+)-(.+)\.batch$")
+
+
+@dataclass(frozen=True)
+class SpooledBatch:
+    """One batch file: its path, point count and id."""
+
+    path: Path
+    points: int
+    batch_id: str
+
+    @property
+    def size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves the old file or the new, never half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+class Spool:
+    """The spool directory of one run, with a byte budget over all its batch files."""
+
+    def __init__(self, root: Path, run_id: str, budget_bytes: int) -> None:
+        self.dir = Path(root) / run_id
+        self.budget_bytes = budget_bytes
+        self._sequence = 0
+        self._size: int | None = None
+
+    def __repr__(self) -> str:
+        return f"Spool({str(self.dir)!r}, budget_bytes={self.budget_bytes})"
+
+    def _ensure_dir(self) -> None:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpoolError(f"cannot create spool directory {self.dir}: {exc}") from exc
+
+    def size_bytes(self) -> int:
+        if self._size is None:
+            self._size = sum(batch.size for batch in self.pending())
+        return self._size
+
+    def put(self, batch_id: str, points: int, body: bytes) -> SpooledBatch | None:
+        """Store one batch durably; None when the budget has no room for it."""
+        if self.size_bytes() + len(body) > self.budget_bytes:
+            return None
+        self._ensure_dir()
+        self._sequence += 1
+        stamp = time.time_ns() * 1000 + self._sequence % 1000
+        name = f"{stamp:024d}-p{points}-{batch_id}{BATCH_SUFFIX}"
+        try:
+            write_atomic(self.dir / name, body)
+        except OSError as exc:
+            raise SpoolError(f"cannot write {self.dir / name}: {exc}") from exc
+        self._size = self.size_bytes() + len(body)
+        return SpooledBatch(self.dir / name, points, batch_id)
+
+    def pending(self) -> list[SpooledBatch]:
+        """Spooled batches, oldest first."""
+        try:
+            names = sorted(os.listdir(self.dir))
+        except FileNotFoundError:
+            return []
+        batches = []
+        for name in names:
+            match = _BATCH_NAME.match(name)
+            if match:
+                batches.append(SpooledBatch(self.dir / name, int(match[2]), match[3]))
+        return batches
+
+    def read(self, batch: SpooledBatch) -> bytes | None:
+        try:
+            return batch.path.read_bytes()
+        except FileNotFoundError:  # another process (rlguard sync) replayed it meanwhile
+            return None
+
+    def remove(self, batch: SpooledBatch, size: int) -> None:
+        try:
+            batch.path.unlink()
+        except FileNotFoundError:
+            return
+        if self._size is not None:
+            self._size = max(0, self._size - size)
+
+    def write_json(self, name: str, payload: dict[str, Any]) -> None:
+        self._ensure_dir()
+        write_atomic(self.dir / name, json.dumps(payload).encode())
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.dir / name).read_text())
+        except FileNotFoundError:
+            return None
+
+    def remove_json(self, name: str) -> None:
+        (self.dir / name).unlink(missing_ok=True)
+
+    def dead_letter(self, body: bytes, reason: str) -> Path:
+        """Append a rejected batch to ``dead-letter.jsonl`` (fsync'd) and return the file."""
+        self._ensure_dir()
+        path = self.dir / "dead-letter.jsonl"
+        record = {"time": time.time(), "reason": reason, "body_gzip_b64": base64.b64encode(body)}
+        line = json.dumps(record, default=bytes.decode) + "\n"
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return path
+
+
+def spooled_run_ids(root: Path) -> list[str]:
+    """Run ids with a spool directory under ``root`` that holds batches or a final status."""
+    try:
+        entries = sorted(Path(root).iterdir())
+    except FileNotFoundError:
+        return []
+    return [
+        entry.name
+        for entry in entries
+        if entry.is_dir()
+        and (any(entry.glob("*" + BATCH_SUFFIX)) or (entry / "final.json").exists())
+    ]

@@ -1,0 +1,117 @@
+"""HTTP to the service over the standard library, with errors sorted into retry or give up."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.parse
+from typing import Any
+
+from rlguard.errors import RejectedError, RetryableError
+
+API_PREFIX = "/api/v1"
+# 401/403 are retried: a fixed token or server config must not have lost the spooled batches
+RETRYABLE_STATUSES = frozenset({401, 403, 408, 425, 429})
+
+
+class Transport:
+    """One keep-alive connection to the service; used by a single thread at a time."""
+
+    def __init__(self, url: str, token: str | None = None, timeout_s: float = 10.0) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        self.url = url.rstrip("/")
+        self._https = parsed.scheme == "https"
+        self._host = parsed.hostname or "127.0.0.1"
+        self._port = parsed.port
+        self._base_path = parsed.path.rstrip("/")
+        self._timeout_s = timeout_s
+        self._headers = {"User-Agent": "rlguard-hook"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._connection: http.client.HTTPConnection | None = None
+
+    def __repr__(self) -> str:
+        return f"Transport({self.url!r})"
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _connect(self) -> http.client.HTTPConnection:
+        if self._connection is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            self._connection = cls(self._host, self._port, timeout=self._timeout_s)
+        return self._connection
+
+    def request(
+        self, method: str, path: str, body: bytes | None = None, gzipped: bool = False
+    ) -> Any:
+        """Send one request under ``/api/v1`` and return the decoded JSON answer."""
+        status, target, data = self._exchange(method, path, body, gzipped)
+        return _decode(method, target, status, data)
+
+    def raw(self, method: str, path: str) -> bytes:
+        """The body of a successful non-JSON answer (CSV export)."""
+        status, target, data = self._exchange(method, path, None, False)
+        if status >= 300:
+            _decode(method, target, status, data)
+        return data
+
+    def _exchange(
+        self, method: str, path: str, body: bytes | None, gzipped: bool
+    ) -> tuple[int, str, bytes]:
+        headers = dict(self._headers)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            if gzipped:
+                headers["Content-Encoding"] = "gzip"
+        target = f"{self._base_path}{API_PREFIX}{path}"
+        try:
+            connection = self._connect()
+            connection.request(method, target, body=body, headers=headers)
+            response = connection.getresponse()
+            data = response.read()
+        except (TimeoutError, OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise RetryableError(f"{method} {target}: {type(exc).__name__}: {exc}") from exc
+        return response.status, target, data
+
+    def send_json(self, method: str, path: str, payload: dict[str, Any]) -> Any:
+        return self.request(method, path, json.dumps(payload, allow_nan=False).encode())
+
+    def create_run(self, payload: dict[str, Any]) -> Any:
+        return self.send_json("POST", "/runs", payload)
+
+    def post_batch(self, run_id: str, gzipped_body: bytes) -> Any:
+        return self.request("POST", f"/runs/{_quote(run_id)}/batches", gzipped_body, gzipped=True)
+
+    def update_run(self, run_id: str, payload: dict[str, Any]) -> Any:
+        return self.send_json("PATCH", f"/runs/{_quote(run_id)}", payload)
+
+    def heartbeat(self, run_id: str) -> Any:
+        return self.request("POST", f"/runs/{_quote(run_id)}/heartbeat", b"{}")
+
+    def rewind(self, run_id: str, resume_from_step: int) -> Any:
+        return self.send_json(
+            "POST", f"/runs/{_quote(run_id)}/rewind", {"resume_from_step": resume_from_step}
+        )
+
+
+def _quote(run_id: str) -> str:
+    return urllib.parse.quote(run_id, safe="")
+
+
+def _decode(method: str, target: str, status: int, data: bytes) -> Any:
+    if status < 300:
+        try:
+            return json.loads(data) if data else None
+        except ValueError as exc:
+            raise RetryableError(
+                f"{method} {target}: {status} with a body that is not JSON"
+            ) from exc
+    detail = data[:300].decode("utf-8", "replace")
+    message = f"{method} {target}: HTTP {status}: {detail}"
+    if status >= 500 or status in RETRYABLE_STATUSES:
+        raise RetryableError(message, status)
+    raise RejectedError(message, status)

@@ -1,0 +1,160 @@
+"""The batch encoding; mirrors ``rlguard_backend.schemas.BatchIn``.
+
+Values arrive as whatever the trainer logged (Python numbers, bools, numpy scalars, 0-d torch
+tensors) and leave as JSON numbers, with NaN and ±Inf as the strings ``"NaN"``, ``"Infinity"`` and
+``"-Infinity"``. Tensors are read with one ``stack(...).tolist()`` per device, so a log() call
+costs at most one synchronisation per device however many tensors it holds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import operator
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+MAX_KEY_CHARS = 256
+MAX_STEP = 2**62
+_PLAIN_TYPES = (float, int, bool)
+
+
+def float_to_wire(value: float) -> float | str:
+    """One float as JSON allows it: non-finite values become strings."""
+    if math.isfinite(value):
+        return value
+    if value != value:
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def float_from_wire(value: float | str | None) -> float:
+    """Inverse of ``float_to_wire``; ``None`` (verl's JSON NaN) is NaN."""
+    if value is None:
+        return math.nan
+    return float(value)
+
+
+def _is_tensor(value: object) -> bool:
+    torch = sys.modules.get("torch")  # no torch imported: no tensor can exist
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _tensors_to_floats(tensors: dict[str, Any]) -> dict[str, object]:
+    """Read many 0-d tensors with one transfer per device."""
+    by_device: dict[Any, list[str]] = {}
+    for key, tensor in tensors.items():
+        by_device.setdefault(tensor.device, []).append(key)
+    out: dict[str, object] = {}
+    torch = sys.modules["torch"]
+    for keys in by_device.values():
+        try:
+            stacked = torch.stack([tensors[k].detach().reshape(()).double() for k in keys])
+            out.update(zip(keys, stacked.cpu().tolist(), strict=True))
+        except RuntimeError:  # not 0-d (numel > 1) or not numeric: report the keys one by one
+            for key in keys:
+                out[key] = tensors[key]
+    return out
+
+
+def to_float(value: object) -> float | None:
+    """The float a plain or numpy scalar stands for, or None when it is not a number."""
+    if isinstance(value, (float, bool)):  # numpy.float64 is a float subclass
+        return float(value)
+    if isinstance(value, int):
+        return float(value) if abs(value) < 1e308 else None
+    item = getattr(value, "item", None)
+    shape = getattr(value, "shape", None)
+    if callable(item) and shape in ((), None) and type(value).__module__ == "numpy":
+        result = item()
+        if isinstance(result, _PLAIN_TYPES):
+            return to_float(result)
+    return None
+
+
+def convert_values(metrics: Mapping[Any, Any]) -> tuple[dict[str, float | str], list[str]]:
+    """Wire values of one logged dict, and the keys skipped as non-numeric or invalid."""
+    values: dict[str, float | str] = {}
+    skipped: list[str] = []
+    tensors: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_CHARS:
+            skipped.append(repr(key))
+        elif type(value) in _PLAIN_TYPES and abs(value) < 1e308:
+            values[key] = float_to_wire(float(value))
+        elif type(value) is float:  # ±Inf and NaN
+            values[key] = float_to_wire(value)
+        elif _is_tensor(value):
+            tensors[key] = value
+        else:
+            number = to_float(value)
+            if number is None:
+                skipped.append(key)
+            else:
+                values[key] = float_to_wire(number)
+    if tensors:
+        for key, value in _tensors_to_floats(tensors).items():
+            if isinstance(value, float):
+                values[key] = float_to_wire(value)
+            else:
+                skipped.append(key)
+    return values, skipped
+
+
+def to_step(value: object) -> int | None:
+    """A valid step number from an int-like value, or None."""
+    try:
+        step = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        if isinstance(value, float) and value.is_integer():
+            step = int(value)
+        else:
+            return None
+    return step if 0 <= step <= MAX_STEP else None
+
+
+def merge_steps(entries: Iterable[tuple[int, float, dict[str, float | str]]]) -> list[dict]:
+    """Step objects of a batch, consecutive entries of the same step merged (later keys win)."""
+    steps: list[dict] = []
+    for step, when, values in entries:
+        if steps and steps[-1]["step"] == step:
+            steps[-1]["values"].update(values)
+            steps[-1]["time"] = when
+        else:
+            steps.append({"step": step, "time": when, "values": dict(values)})
+    return steps
+
+
+def encode_batch(batch_id: str, steps: list[dict]) -> bytes:
+    """The gzip-compressed JSON body of ``POST /runs/{id}/batches``."""
+    body = json.dumps(
+        {"batch_id": batch_id, "steps": steps}, allow_nan=False, separators=(",", ":")
+    )
+    return gzip.compress(body.encode(), compresslevel=5)
+
+
+def decode_batch(body: bytes) -> dict:
+    """Inverse of ``encode_batch``."""
+    return json.loads(gzip.decompress(body))
+
+
+def count_points(steps: Iterable[Mapping[str, Any]]) -> int:
+    """Points (key/value pairs) in a list of step objects."""
+    return sum(len(step["values"]) for step in steps)
+
+
+def split_by_points(steps: list[dict], max_points: int) -> Iterator[list[dict]]:
+    """Consecutive chunks of steps holding at most ``max_points`` points (one step at least)."""
+    chunk: list[dict] = []
+    points = 0
+    for step in steps:
+        n = len(step["values"])
+        if chunk and points + n > max_points:
+            yield chunk
+            chunk, points = [], 0
+        chunk.append(step)
+        points += n
+    if chunk:
+        yield chunk

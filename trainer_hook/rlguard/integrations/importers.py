@@ -1,0 +1,193 @@
+"""Readers of finished runs' logs: each yields ``(step, {key: value})`` in file order.
+
+Formats: verl console logs (3-decimal and full-repr values, ``np.float64(...)``, ANSI-coloured
+Ray prefixes), verl ``file`` logger JSONL, TRL/transformers console dicts and
+``trainer_state.json`` log history, OpenRLHF ``✨ Global step N: {...}`` lines, TensorBoard event
+directories and CSV. ``detect_format`` picks one from the path and the first lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import math
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+Record = tuple[int, dict[str, Any]]
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+VERL_STEP = re.compile(r"(?:^|\s)step:(\d+)\s+-\s+(.*)$")
+NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
+OPENRLHF_STEP = re.compile(r"Global step (\d+):\s*(\{.*\})\s*$")
+BARE_NONFINITE = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
+TRAINER_SUMMARY_KEYS = frozenset({"train_runtime", "train_samples_per_second", "total_flos"})
+
+
+def parse_number(text: str) -> float | None:
+    """A float from a console value: ``0.53``, ``np.float64(0.0066)``, ``nan``, ``'1.2e-3'``."""
+    text = text.strip().strip("'\"")
+    match = NUMPY_SCALAR.match(text)
+    if match:
+        text = match[1]
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def read_verl_console(path: Path) -> Iterator[Record]:
+    """``step:12 - actor/entropy:0.53 - ...`` lines, behind an optional Ray prefix."""
+    for line in _lines(path):
+        match = VERL_STEP.search(ANSI.sub("", line))
+        if not match:
+            continue
+        values: dict[str, Any] = {}
+        for item in match[2].split(" - "):
+            key, sep, raw = item.rpartition(":")
+            number = parse_number(raw) if sep else None
+            if key and number is not None:
+                values[key.strip()] = number
+        yield int(match[1]), values
+
+
+def read_verl_jsonl(path: Path) -> Iterator[Record]:
+    """The verl ``file`` logger: ``{"step": N, "data": {...}}`` per line; null is NaN."""
+    for line in _lines(path):
+        record = _json_line(line)
+        if record is not None and "step" in record:
+            yield int(record["step"]), _nulls_to_nan(record.get("data", {}))
+
+
+def read_trl_console(path: Path, logging_steps: int = 1) -> Iterator[Record]:
+    """Console dicts ``{'loss': '0.12', ...}``; the n-th dict is step n·logging_steps."""
+    n = 0
+    for line in _lines(path):
+        text = ANSI.sub("", line).strip()
+        start = text.find("{'")
+        if start < 0 or not text.endswith("}"):
+            continue
+        record = _literal_dict(text[start:])
+        if record is None or TRAINER_SUMMARY_KEYS & record.keys():
+            continue
+        n += 1
+        yield n * logging_steps, {k: _coerce(v) for k, v in record.items()}
+
+
+def read_trainer_state(path: Path) -> Iterator[Record]:
+    """``trainer_state.json``: the ``log_history`` entries, each with its ``step``."""
+    state = json.loads(path.read_text())
+    for entry in state.get("log_history", []):
+        if "step" in entry and not TRAINER_SUMMARY_KEYS & entry.keys():
+            yield int(entry["step"]), {k: v for k, v in entry.items() if k != "step"}
+
+
+def read_openrlhf_console(path: Path) -> Iterator[Record]:
+    """``✨ Global step N: {'policy_loss': 0.1, ...}`` lines (a Python dict literal)."""
+    for line in _lines(path):
+        match = OPENRLHF_STEP.search(ANSI.sub("", line))
+        if match:
+            record = _literal_dict(match[2])
+            if record is not None:
+                yield int(match[1]), {k: _coerce(v) for k, v in record.items()}
+
+
+def read_tensorboard(path: Path) -> Iterator[Record]:
+    """Scalars of every event file under a TensorBoard directory, merged by step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    by_step: dict[int, dict[str, Any]] = {}
+    runs = sorted({p.parent for p in Path(path).rglob("events.out.tfevents.*")})
+    for run_dir in runs:
+        accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        prefix = "" if run_dir == Path(path) else str(run_dir.relative_to(path)) + "/"
+        for tag in accumulator.Tags()["scalars"]:
+            for event in accumulator.Scalars(tag):
+                by_step.setdefault(event.step, {})[prefix + tag] = event.value
+    yield from sorted(by_step.items())
+
+
+def read_csv(path: Path) -> Iterator[Record]:
+    """A CSV with a ``step`` column and one column per key; empty cells are absent points."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            step = row.pop("step", None)
+            if step is None or step == "":
+                continue
+            values = {k: parse_number(v) for k, v in row.items() if k and v not in ("", None)}
+            yield int(float(step)), {k: v for k, v in values.items() if v is not None}
+
+
+READERS: dict[str, Callable[..., Iterator[Record]]] = {
+    "verl-console": read_verl_console,
+    "verl-jsonl": read_verl_jsonl,
+    "trl-console": read_trl_console,
+    "trainer-state": read_trainer_state,
+    "openrlhf-console": read_openrlhf_console,
+    "tensorboard": read_tensorboard,
+    "csv": read_csv,
+}
+
+
+def detect_format(path: Path) -> str:
+    """The reader for ``path``, from its kind, its suffix and its first lines."""
+    if path.is_dir():
+        return "tensorboard"
+    if path.suffix == ".csv":
+        return "csv"
+    if path.suffix == ".json":
+        return "trainer-state"
+    head = ""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for _ in range(200):
+            head += ANSI.sub("", handle.readline())
+    if '"step"' in head and '"data"' in head:
+        return "verl-jsonl"
+    if "Global step" in head:
+        return "openrlhf-console"
+    if VERL_STEP.search(head.replace("\n", " - \n")) or re.search(r"step:\d+ - ", head):
+        return "verl-console"
+    if "{'" in head:
+        return "trl-console"
+    raise ValueError(f"cannot tell the format of {path}; pass --format ({', '.join(READERS)})")
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        yield from handle
+
+
+def _json_line(line: str) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _nulls_to_nan(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: math.nan if v is None else v for k, v in data.items()}
+
+
+def _literal_dict(text: str) -> dict[str, Any] | None:
+    text = NUMPY_SCALAR_ANYWHERE.sub(r"\1", text)
+    text = BARE_NONFINITE.sub(lambda m: f"'{m[1]}{m[2]}'", text)  # literal_eval has no nan
+    try:
+        record = ast.literal_eval(text)
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+NUMPY_SCALAR_ANYWHERE = re.compile(r"np\.\w+\(([^()]*)\)")
+
+
+def _coerce(value: Any) -> Any:
+    if isinstance(value, str):
+        number = parse_number(value)
+        return value if number is None else number
+    return value
