@@ -12,7 +12,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-PG_ADMIN_DSN = os.environ.get("RLGUARD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_DSN = os.environ.get(
+    "RLGUARD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
 STARTUP_TIMEOUT_S = 60
 
 
@@ -22,7 +24,10 @@ def service(database_url: str, *extra_env: tuple[str, str]) -> Iterator[str]:
     env = {**os.environ, "RLGUARD_DATABASE_URL": database_url, **dict(extra_env)}
     process = subprocess.Popen(
         [sys.executable, "-m", "rlguard", "server", "--port", "0"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         yield _announced_url(process)

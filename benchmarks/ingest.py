@@ -37,7 +37,11 @@ def make_batches(count: int) -> list[list[dict]]:
     now = time.time()
     return [
         [
-            {"step": s, "time": now + s, "values": {f"actor/k{j}": (s * 31 + j) % 997 / 7.0 for j in range(KEYS)}}
+            {
+                "step": s,
+                "time": now + s,
+                "values": {f"actor/k{j}": (s * 31 + j) % 997 / 7.0 for j in range(KEYS)},
+            }
             for s in range(b * STEPS_PER_BATCH, (b + 1) * STEPS_PER_BATCH)
         ]
         for b in range(count)
@@ -46,7 +50,11 @@ def make_batches(count: int) -> list[list[dict]]:
 
 def raw_rows(batches: list[list[dict]]) -> list[list[tuple]]:
     return [
-        [(j + 1, step["step"], value, step["time"]) for step in batch for j, value in enumerate(step["values"].values())]
+        [
+            (j + 1, step["step"], value, step["time"])
+            for step in batch
+            for j, value in enumerate(step["values"].values())
+        ]
         for batch in batches
     ]
 
@@ -54,23 +62,35 @@ def raw_rows(batches: list[list[dict]]) -> list[list[tuple]]:
 def http_ingest(url: str, batches: list[list[dict]]) -> float:
     """Points per second through the API."""
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
-    httpx.post(f"{url}/api/v1/runs", json={"id": run_id, "project": "bench"}, timeout=30).raise_for_status()
-    bodies = [gzip.compress(json.dumps({"batch_id": f"b{i}", "steps": b}).encode(), 1) for i, b in enumerate(batches)]
+    httpx.post(
+        f"{url}/api/v1/runs", json={"id": run_id, "project": "bench"}, timeout=30
+    ).raise_for_status()
+    bodies = [
+        gzip.compress(json.dumps({"batch_id": f"b{i}", "steps": b}).encode(), 1)
+        for i, b in enumerate(batches)
+    ]
     warmup, timed = bodies[:5], bodies[5:]
     headers = {"content-encoding": "gzip", "content-type": "application/json"}
     with httpx.Client(base_url=url, timeout=60) as http:
         for body in warmup:
-            http.post(f"/api/v1/runs/{run_id}/batches", content=body, headers=headers).raise_for_status()
+            http.post(
+                f"/api/v1/runs/{run_id}/batches", content=body, headers=headers
+            ).raise_for_status()
     errors: list[str] = []
 
     def send(share: list[bytes]) -> None:
         with httpx.Client(base_url=url, timeout=60) as http:
             for body in share:
-                response = http.post(f"/api/v1/runs/{run_id}/batches", content=body, headers=headers)
+                response = http.post(
+                    f"/api/v1/runs/{run_id}/batches", content=body, headers=headers
+                )
                 if response.status_code != 200:
                     errors.append(response.text)
 
-    threads = [threading.Thread(target=send, args=(timed[i::CLIENT_THREADS],)) for i in range(CLIENT_THREADS)]
+    threads = [
+        threading.Thread(target=send, args=(timed[i::CLIENT_THREADS],))
+        for i in range(CLIENT_THREADS)
+    ]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -129,15 +149,19 @@ def main() -> None:
     batches = make_batches(args.batches + 5)
     rows = raw_rows(batches)
     result: dict[str, object] = {
-        "benchmark": "ingest", "steps_per_batch": STEPS_PER_BATCH, "keys": KEYS,
-        "timed_points": args.batches * STEPS_PER_BATCH * KEYS, "client_threads": CLIENT_THREADS,
+        "benchmark": "ingest",
+        "steps_per_batch": STEPS_PER_BATCH,
+        "keys": KEYS,
+        "timed_points": args.batches * STEPS_PER_BATCH * KEYS,
+        "client_threads": CLIENT_THREADS,
     }
     with tempfile.TemporaryDirectory() as folder:
         baseline = sqlite_baseline(Path(folder) / "raw.db", rows)
         with service(sqlite_url(Path(folder), "svc.db")) as url:
             api = http_ingest(url, batches)
         result["sqlite"] = {
-            "api_points_per_s": round(api), "raw_executemany_points_per_s": round(baseline),
+            "api_points_per_s": round(api),
+            "raw_executemany_points_per_s": round(baseline),
             "ratio_to_raw": round(api / baseline, 3),
         }
     if not args.no_postgres:

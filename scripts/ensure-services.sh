@@ -10,10 +10,15 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
 fi
 pg_isready -h 127.0.0.1 -p 5432 || echo "warning: PostgreSQL is not reachable on 127.0.0.1:5432" >&2
 
-if ! command -v chromium >/dev/null 2>&1; then
+# Debian packages the tests use: Chromium for browser tests, docker-compose to validate the
+# compose file (no Docker engine runs here).
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
   else
-    echo "warning: Debian's chromium package is missing; browser tests will fail" >&2
+    echo "warning: missing Debian packages: ${missing[*]}; their tests will fail" >&2
   fi
 fi

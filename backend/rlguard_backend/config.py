@@ -1,4 +1,4 @@
-"""Service settings: one class, read from ``RLGUARD_*`` environment variables, validated at start."""
+"""Service settings: one class, read from ``RLGUARD_*`` variables, validated at start."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
 
 @contextmanager
 def write_session(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """A session whose transaction takes the write lock up front (SQLite) and rolls back on error."""
+    """A session that takes the write lock up front (SQLite) and rolls back on error."""
     with factory() as session:
         session.connection(execution_options={WRITE_OPTION: True})
         try:

@@ -70,7 +70,7 @@ KeyRows = dict[str, list[tuple[int, float | None, float | None]]]
 
 
 def _by_key(batch: BatchIn) -> KeyRows:
-    """``{key: [(step, stored value, wall_time), ...]}`` sorted by step, later duplicates winning."""
+    """``{key: [(step, stored value, wall_time), ...]}`` by step; a later duplicate wins."""
     grouped: KeyRows = defaultdict(list)
     ordered = True
     previous = -1

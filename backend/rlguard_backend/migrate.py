@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from alembic import command
@@ -11,12 +12,9 @@ from sqlalchemy import Engine
 
 def migrations_dir() -> Path:
     """Where ``env.py`` lives: the packaged copy, else the repository's ``migrations/``."""
-    try:
-        from rlguard_backend import migrations as packaged
-    except ImportError:
-        packaged = None
-    if packaged is not None and packaged.__file__ is not None:
-        return Path(packaged.__file__).parent
+    spec = importlib.util.find_spec("rlguard_backend.migrations")
+    if spec is not None and spec.origin is not None:
+        return Path(spec.origin).parent
     return Path(__file__).resolve().parents[2] / "migrations"
 
 

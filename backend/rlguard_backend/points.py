@@ -11,7 +11,10 @@ from rlguard_backend import sql
 from rlguard_backend.rollups import BUCKET_WIDTHS, Summary, bucket_points, group_by_bucket
 
 POINT_COLUMNS = (("key_id", "int4"), ("step", "int8"), ("value", "float8"), ("wall_time", "float8"))
-POINTS_ON_CONFLICT = "ON CONFLICT (key_id, step) DO UPDATE SET value = excluded.value, wall_time = excluded.wall_time"
+POINTS_ON_CONFLICT = (
+    "ON CONFLICT (key_id, step) DO UPDATE SET "
+    "value = excluded.value, wall_time = excluded.wall_time"
+)
 SUMMARY_COLUMNS = (
     ("count", "int4"),
     ("first_step", "int8"),
@@ -88,7 +91,7 @@ def _append_rollups(
     session: Session, appended: Mapping[int, Sequence[tuple[int, float | None]]]
 ) -> None:
     """Fast path for steps past a key's last step: summarize them, merge in SQL, read nothing."""
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for key_id, items in appended.items():
         finest = bucket_points(items, BUCKET_WIDTHS[0])
         for level, width in enumerate(BUCKET_WIDTHS):
@@ -132,12 +135,27 @@ def read_points(
     session: Session, key_id: int, lo: int, hi: int
 ) -> list[tuple[int, float | None, float | None]]:
     """Raw ``(step, value, wall_time)`` with ``lo <= step <= hi``, in step order."""
-    return sql.fetchall(  # type: ignore[return-value]
+    return sql.fetchall(
         session,
         "SELECT step, value, wall_time FROM points WHERE key_id = ? AND step >= ? AND step <= ? "
         "ORDER BY step",
         (key_id, lo, hi),
     )
+
+
+def read_times(session: Session, key_id: int, steps: Sequence[int]) -> list[float | None]:
+    """Wall times of the given steps of one key, in the order given."""
+    times: dict[int, float | None] = {}
+    for start in range(0, len(steps), 500):
+        chunk = steps[start : start + 500]
+        rows = sql.fetchall(
+            session,
+            "SELECT step, wall_time FROM points WHERE key_id = ? "
+            f"AND step IN ({sql.placeholders(len(chunk))})",
+            (key_id, *chunk),
+        )
+        times.update(rows)
+    return [times.get(step) for step in steps]
 
 
 def read_rollup_range(session: Session, key_id: int, level: int, lo: int, hi: int) -> list[Summary]:

@@ -84,7 +84,7 @@ def summarize(points: Iterable[tuple[int, float | None]]) -> Summary | None:
 
 
 def group_by_bucket(summaries: Iterable[tuple[int, Summary]], width: int) -> dict[int, Summary]:
-    """Merge ``(step, summary)`` pairs into buckets of ``width`` steps keyed by ``step // width``."""
+    """Merge ``(step, summary)`` pairs into ``width``-step buckets keyed by ``step // width``."""
     buckets: dict[int, Summary] = {}
     for step, summary in summaries:
         bucket = step // width

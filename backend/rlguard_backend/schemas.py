@@ -169,6 +169,9 @@ class SeriesData(BaseModel):
     min: list[WireFloat] | None = None
     max: list[WireFloat] | None = None
     last_step: int | None = Field(description="the key's last stored step: the next live cursor")
+    smoothed: list[WireFloat] | None = Field(
+        default=None, description="debiased EMA at each returned step, when smoothing was asked"
+    )
 
 
 class SeriesResponse(BaseModel):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 from sqlalchemy.orm import Session
 
 from rlguard_backend import points
 from rlguard_backend.models import MetricKey
-from rlguard_backend.rollups import BUCKET_WIDTHS, Summary, group_by_bucket
+from rlguard_backend.rollups import BUCKET_WIDTHS, Summary, bucket_points, group_by_bucket
 from rlguard_backend.schemas import SeriesData, float_to_wire
 
 POINTS_PER_BUCKET = 4  # first, min, max, last
@@ -28,13 +30,28 @@ def bucket_width(span: int, max_points: int) -> tuple[int, int]:
 
 
 def read_series(
-    session: Session, key: MetricKey, lo: int, hi: int | None, max_points: int
+    session: Session,
+    key: MetricKey,
+    lo: int,
+    hi: int | None,
+    max_points: int,
+    *,
+    smoothing: float = 0.0,
+    include_times: bool = False,
 ) -> SeriesData:
-    """The key's points with ``lo <= step <= hi``, downsampled to at most ``max_points``."""
+    """The key's points with ``lo <= step <= hi``, downsampled to at most ``max_points``.
+
+    With ``smoothing`` the debiased EMA of the full-resolution points is added as ``smoothed``
+    (this reads every point in range); ``include_times`` adds wall times to downsampled points.
+    """
     last = key.last_step
     hi = last if hi is None or (last is not None and hi > last) else hi
     if last is None or hi is None or lo > hi:
         return _raw([], last)
+    if smoothing > 0:
+        return _smoothed(
+            points.read_points(session, key.id, lo, hi), smoothing, max_points, lo, last
+        )
     span = hi - lo + 1
     if span <= max_points:
         return _raw(points.read_points(session, key.id, lo, hi), last)
@@ -44,7 +61,44 @@ def read_series(
     if total <= max_points:
         return _raw(points.read_points(session, key.id, lo, hi), last)
     buckets = group_by_bucket(((p.first_step, p) for p in parts), width)
-    return _downsampled(buckets, width, lo, total, last)
+    data = _downsampled(buckets, width, lo, total, last)
+    if include_times:
+        data.times = points.read_times(session, key.id, data.steps)
+    return data
+
+
+def debiased_ema(values: list[float | None], weight: float) -> list[float | None]:
+    """TensorBoard's smoothing: an EMA divided by ``1 - weight**n``; non-finite values pass."""
+    smoothed: list[float | None] = []
+    accumulator, count = 0.0, 0
+    for value in values:
+        if value is None or not math.isfinite(value):
+            smoothed.append(value)
+            continue
+        accumulator = accumulator * weight + (1 - weight) * value
+        count += 1
+        smoothed.append(accumulator / (1 - weight**count))
+    return smoothed
+
+
+def _smoothed(
+    rows: list[tuple[int, float | None, float | None]],
+    weight: float,
+    max_points: int,
+    lo: int,
+    last: int | None,
+) -> SeriesData:
+    ema = dict(zip((r[0] for r in rows), debiased_ema([r[1] for r in rows], weight), strict=True))
+    if len(rows) <= max_points:
+        data = _raw(rows, last)
+    else:
+        width, _ = bucket_width(rows[-1][0] - lo + 1, max_points)
+        buckets = bucket_points([(s, v) for s, v, _ in rows], width)
+        data = _downsampled(buckets, width, lo, len(rows), last)
+        times = {r[0]: r[2] for r in rows}
+        data.times = [times[step] for step in data.steps]
+    data.smoothed = [float_to_wire(ema[step]) for step in data.steps]
+    return data
 
 
 def _raw(rows: list[tuple[int, float | None, float | None]], last: int | None) -> SeriesData:

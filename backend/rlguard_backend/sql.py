@@ -75,3 +75,7 @@ def bulk_insert(
             f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) {on_conflict}",
             [list(column) for column in zip(*rows, strict=True)],
         )
+
+
+def placeholders(count: int) -> str:
+    return ", ".join("?" * count)

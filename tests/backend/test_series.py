@@ -1,4 +1,4 @@
-"""Series queries: cursors, ranges, and spike-preserving downsampling checked against brute force."""
+"""Series queries: cursors, ranges, spike-preserving downsampling checked by brute force."""
 
 from __future__ import annotations
 
@@ -147,3 +147,38 @@ def test_rollups_match_brute_force_after_overwrites_and_rewinds(db_url: str, see
         assert len(data.steps) <= 500
         assert data.total_points == len(truth)
     engine.dispose()
+
+
+def test_series_smoothing_is_debiased_ema_and_keeps_raw(client: TestClient) -> None:
+    run_id = new_run_id()
+    client.post("/api/v1/runs", json={"id": run_id, "project": "p"})
+    values = [1.0, 3.0, "NaN", 5.0]
+    steps = [{"step": s, "values": {"x": v}} for s, v in enumerate(values)]
+    client.post(f"/api/v1/runs/{run_id}/batches", json={"batch_id": "1", "steps": steps})
+    data = client.get(
+        f"/api/v1/runs/{run_id}/series", params={"keys": "x", "smoothing": 0.5}
+    ).json()["series"]["x"]
+    assert data["values"] == values
+    second = (0.25 * 1.0 + 0.5 * 3.0) / (1 - 0.25)
+    third = (0.5 * (0.25 * 1.0 + 0.5 * 3.0) + 0.5 * 5.0) / (1 - 0.125)
+    assert data["smoothed"][0] == 1.0
+    assert math.isclose(data["smoothed"][1], second)
+    assert data["smoothed"][2] == "NaN"
+    assert math.isclose(data["smoothed"][3], third)
+    bad = client.get(f"/api/v1/runs/{run_id}/series", params={"keys": "x", "smoothing": 1.0})
+    assert (bad.status_code, bad.json()["detail"][0]["loc"]) == (422, ["query", "smoothing"])
+
+
+def test_series_downsampled_smoothing_and_times(client: TestClient) -> None:
+    run_id = new_run_id()
+    client.post("/api/v1/runs", json={"id": run_id, "project": "p"})
+    steps = [{"step": s, "time": 1000.0 + s, "values": {"x": float(s % 7)}} for s in range(3000)]
+    client.post(f"/api/v1/runs/{run_id}/batches", json={"batch_id": "1", "steps": steps})
+    base = f"/api/v1/runs/{run_id}/series"
+    timed = client.get(base, params={"keys": "x", "max_points": 200, "include_times": True})
+    data = timed.json()["series"]["x"]
+    assert data["downsampled"] and data["times"] == [1000.0 + s for s in data["steps"]]
+    smooth = client.get(base, params={"keys": "x", "max_points": 200, "smoothing": 0.9}).json()
+    sdata = smooth["series"]["x"]
+    assert sdata["downsampled"] and len(sdata["smoothed"]) == len(sdata["steps"]) <= 200
+    assert all(0.0 <= v <= 6.0 for v in sdata["smoothed"])

@@ -113,6 +113,10 @@ def read_series(
     to_step: Step | None = None,
     after_step: Annotated[int | None, Query(ge=-1, description="live cursor: steps > this")] = None,
     max_points: Annotated[int, Query(ge=8)] = 2000,
+    smoothing: Annotated[
+        float, Query(ge=0.0, lt=1.0, description="EMA weight, TensorBoard-style; 0 is off")
+    ] = 0.0,
+    include_times: Annotated[bool, Query(description="wall times for downsampled points")] = False,
 ) -> Response:
     """Several keys in one call; more than ``max_points`` in range are min/max-bucketed."""
     _check_max_points(max_points, settings)
@@ -127,7 +131,18 @@ def read_series(
     lo = from_step if after_step is None else max(from_step, after_step + 1)
     result = SeriesResponse.model_construct(
         run_id=run_id,
-        series={n: series.read_series(session, found[n], lo, to_step, max_points) for n in names},
+        series={
+            n: series.read_series(
+                session,
+                found[n],
+                lo,
+                to_step,
+                max_points,
+                smoothing=smoothing,
+                include_times=include_times,
+            )
+            for n in names
+        },
     )
     return Response(result.model_dump_json(), media_type="application/json")
 
