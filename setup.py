@@ -21,5 +21,8 @@ for package, folder in (
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"rlguard_backend.migrations": ["script.py.mako"], "rlguard_frontend": ["assets/*"]},
+    package_data={
+        "rlguard_backend.migrations": ["script.py.mako"],
+        "rlguard_frontend": ["assets/*"],
+    },
 )

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATA_DIR = Path(".rlguard")
+
+
+class Webhook(BaseModel):
+    """Where alert state changes are posted: generic JSON or a Slack-compatible payload."""
+
+    url: str = Field(pattern=r"^https?://")
+    format: Literal["json", "slack"] = "json"
+    project: str | None = None
 
 
 class Settings(BaseSettings):
@@ -36,6 +45,21 @@ class Settings(BaseSettings):
         default=300.0, gt=0, description="a running run silent this long is marked crashed"
     )
     api_prefix: str = "/api"
+    detectors_enabled: bool = Field(default=True, description="run the stability detectors")
+    detector_thresholds: dict[str, Any] = Field(
+        default_factory=dict,
+        description='server-wide threshold overrides, e.g. {"kl_runaway.level_warn": 0.6}',
+    )
+    webhooks: list[Webhook] = Field(
+        default_factory=list,
+        description='alert webhooks, e.g. [{"url": "https://hooks.slack.com/...", '
+        '"format": "slack", "project": "grpo"}]; project limits a hook to one project',
+    )
+    webhook_poll_interval_s: float = Field(default=1.0, gt=0)
+    webhook_backoff_base_s: float = Field(default=2.0, gt=0)
+    webhook_backoff_cap_s: float = Field(default=300.0, gt=0)
+    webhook_max_attempts: int = Field(default=12, ge=1)
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
 
     @field_validator("database_url")
     @classmethod

@@ -34,5 +34,13 @@ class MalformedRequest(ServiceError):
     status_code = 400
 
 
+class InvalidField(ServiceError):
+    status_code = 422
+
+    def __init__(self, loc: list[str | int], message: str) -> None:
+        super().__init__(message)
+        self.detail = [{"type": "value_error", "loc": loc, "msg": message}]  # type: ignore[assignment]
+
+
 def run_not_found(run_id: str) -> NotFound:
     return NotFound(f"run {run_id!r} not found; create it first with POST /api/v1/runs")

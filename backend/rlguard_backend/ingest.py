@@ -114,8 +114,8 @@ def ingest_batch(session: Session, run_id: str, batch: BatchIn) -> BatchAck:
         run_last_step = newest
     sql.execute(
         session,
-        "UPDATE runs SET last_step = ?, updated_at = ? WHERE id = ?",
-        (run_last_step, now, run_id),
+        "UPDATE runs SET last_step = ?, updated_at = ?, last_heartbeat_at = ? WHERE id = ?",
+        (run_last_step, now, now, run_id),
     )
     return ack
 

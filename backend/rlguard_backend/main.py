@@ -12,11 +12,13 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
 from rlguard_backend import __version__, migrate
-from rlguard_backend.api import health, points, runs
+from rlguard_backend.api import alerts, health, points, runs
 from rlguard_backend.config import Settings
 from rlguard_backend.db import make_engine, make_session_factory
 from rlguard_backend.errors import ServiceError
 from rlguard_backend.ingest import InvalidBatch
+from rlguard_backend.liveness import LivenessWatch
+from rlguard_backend.webhooks import WebhookWorker
 
 log = logging.getLogger("rlguard_backend")
 
@@ -30,9 +32,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.migrate_on_start:
         migrate.upgrade(engine)
 
+    session_factory = make_session_factory(engine)
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        workers: list[WebhookWorker | LivenessWatch] = [LivenessWatch(session_factory, settings)]
+        if settings.webhooks:
+            workers.append(WebhookWorker(session_factory, settings))
+        for worker in workers:
+            worker.start()
         yield
+        for worker in workers:
+            worker.stop()
         engine.dispose()
 
     app = FastAPI(
@@ -43,8 +54,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.engine = engine
-    app.state.session_factory = make_session_factory(engine)
-    for router in (runs.router, points.router, health.router):
+    app.state.session_factory = session_factory
+    for router in (runs.router, points.router, alerts.router, health.router):
         app.include_router(router, prefix=settings.api_prefix)
     _install_error_handlers(app)
     return app

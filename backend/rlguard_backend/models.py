@@ -12,6 +12,7 @@ from sqlalchemy import (
     DateTime,
     Double,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     SmallInteger,
@@ -119,11 +120,15 @@ class IngestedBatch(Base):
 
 
 class Alert(Base):
+    """One alert of one run; at most one open alert per (run, detector, key)."""
+
     __tablename__ = "alerts"
+    __table_args__ = (Index("ix_alerts_run_detector_key", "run_id", "detector", "key", "status"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     detector: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(String(128), default="", server_default="")
     severity: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16), default="open", index=True)
     secondary: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -135,6 +140,25 @@ class Alert(Base):
     advice: Mapped[list[Any]] = mapped_column(default=list)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """The durable outbox: one message per alert state change and webhook target."""
+
+    __tablename__ = "webhook_outbox"
+    __table_args__ = (UniqueConstraint("alert_id", "change", "target"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"))
+    change: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(512))
+    format: Mapped[str] = mapped_column(String(16))
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class DetectorState(Base):

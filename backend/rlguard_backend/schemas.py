@@ -114,6 +114,7 @@ class AlertPublic(BaseModel):
     id: int
     run_id: str
     detector: str
+    key: str = Field(description="which rule of the detector; one open alert per detector and key")
     severity: Severity
     status: AlertStatus
     secondary: bool
@@ -130,6 +131,50 @@ class AlertPublic(BaseModel):
 class AlertList(BaseModel):
     data: list[AlertPublic]
     count: int
+
+
+class AlertUpdate(BaseModel):
+    """Acknowledge an alert, or resolve it by hand."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    acknowledged: bool | None = None
+    status: Literal["resolved"] | None = None
+
+
+class DetectRequest(BaseModel):
+    """Re-run the detectors over a stored run (a backtest), optionally with other thresholds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    thresholds: dict[str, Any] = Field(
+        default_factory=dict, description='overrides, e.g. {"entropy_collapse.rho_warn": 0.6}'
+    )
+    apply: bool = Field(
+        default=False,
+        description="replace the run's live alerts and detector state with the result",
+    )
+
+
+class BacktestAlert(BaseModel):
+    detector: str
+    key: str
+    severity: Severity
+    status: AlertStatus
+    secondary: bool
+    first_step: int
+    last_step: int
+    message: str
+    evidence: dict[str, Any]
+    advice: list[Any]
+
+
+class DetectResult(BaseModel):
+    run_id: str
+    steps: int = Field(description="steps fed to the detectors")
+    applied: bool
+    alerts: list[BacktestAlert]
+    missing: dict[str, str] = Field(description="detectors degraded or disabled, and why")
 
 
 class BatchAck(BaseModel):

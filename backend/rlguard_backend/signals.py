@@ -25,29 +25,35 @@ class Signal:
     unit: str
 
 
-SIGNALS: tuple[Signal, ...] = (
-    Signal("ppo_kl", "KL of the current vs the behaviour policy within one update (k1, signed)", "nats/token"),
-    Signal("clipfrac", "token fraction where the clipped PPO term is active (either side)", "fraction"),
-    Signal("clipfrac_low", "lower-side clip fraction (A<0, ratio < 1-eps_low)", "fraction"),
-    Signal("clipfrac_high", "upper-side clip fraction (A>0, ratio > 1+eps_high)", "fraction"),
-    Signal("clipfrac_dual", "dual-clip fraction: A<0 and ratio > clip_ratio_c", "fraction"),
-    Signal("entropy", "mean token entropy of the policy on the responses", "nats/token"),
-    Signal("kl_loss", "KL to the reference used as an actor loss term", "nats/token"),
-    Signal("kl_coef", "coefficient of the KL loss", "coefficient"),
-    Signal("reward_kl_penalty", "KL to the reference subtracted from the reward (k1)", "nats/token"),
-    Signal("reward_kl_coef", "beta of the in-reward KL as used this step (controller output)", "coefficient"),
-    Signal("kl_ref_seq", "KL to the reference summed over the sequence (old TRL PPO)", "nats/sequence"),
-    Signal("reward_mean", "raw task reward / score, batch mean (without KL penalty)", "reward"),
-    Signal("reward_std", "reward spread within the batch", "reward"),
-    Signal("frac_zero_std", "fraction of groups whose rewards are all equal", "fraction"),
-    Signal("response_length", "mean response length", "tokens"),
-    Signal("response_clip_ratio", "fraction of responses truncated at the max length", "fraction"),
-    Signal("pg_loss", "policy loss", "loss"),
-    Signal("grad_norm", "pre-clip gradient norm", "norm"),
-    Signal("lr", "learning rate", "1/step"),
-    Signal("step_time", "seconds per training step", "s"),
-    Signal("cov_logp_adv", "covariance of token log-prob and advantage (entropy-decline probe)", "nats"),
+_SIGNAL_ROWS = (
+    # name, description, unit
+    ("ppo_kl", "KL of the current vs the behaviour policy in one update, k1, signed", "nats/token"),
+    ("clipfrac", "token fraction where the clipped PPO term is active, either side", "fraction"),
+    ("clipfrac_low", "lower-side clip fraction (A<0, ratio < 1-eps_low)", "fraction"),
+    ("clipfrac_high", "upper-side clip fraction (A>0, ratio > 1+eps_high)", "fraction"),
+    ("clipfrac_dual", "dual-clip fraction: A<0 and ratio > clip_ratio_c", "fraction"),
+    ("entropy", "mean token entropy of the policy on the responses", "nats/token"),
+    ("kl_loss", "KL to the reference used as an actor loss term", "nats/token"),
+    ("reward_kl_penalty", "KL to the reference subtracted from the reward, k1", "nats/token"),
+    (
+        "reward_kl_coef",
+        "beta of the in-reward KL used this step (controller output)",
+        "coefficient",
+    ),
+    ("kl_ref_seq", "KL to the reference summed over the sequence (old TRL)", "nats/sequence"),
+    ("kl_coef", "coefficient of the KL loss", "coefficient"),
+    ("reward_mean", "raw task reward / score, batch mean (without KL penalty)", "reward"),
+    ("reward_std", "reward spread within the batch", "reward"),
+    ("frac_zero_std", "fraction of groups whose rewards are all equal", "fraction"),
+    ("response_length", "mean response length", "tokens"),
+    ("response_clip_ratio", "fraction of responses truncated at the max length", "fraction"),
+    ("pg_loss", "policy loss", "loss"),
+    ("grad_norm", "pre-clip gradient norm", "norm"),
+    ("lr", "learning rate", "1/step"),
+    ("step_time", "seconds per training step", "s"),
+    ("cov_logp_adv", "Cov(token log-prob, advantage): entropy-decline probe", "nats"),
 )
+SIGNALS: tuple[Signal, ...] = tuple(Signal(*row) for row in _SIGNAL_ROWS)
 
 SIGNAL_NAMES: frozenset[str] = frozenset(signal.name for signal in SIGNALS)
 

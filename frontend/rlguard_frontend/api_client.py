@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
-from rlguard_backend.schemas import RunList
+from rlguard_backend.schemas import AlertList, MetricKeyList, RunList, RunPublic, SeriesResponse
 
 TIMEOUT_S = 10.0
+MAX_POINTS = 2000
 
 
 class ApiError(Exception):
     """The API answered with an error or could not be reached; ``str()`` is for the page."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
 
 
 class ApiClient:
@@ -32,11 +38,60 @@ class ApiClient:
         except httpx.HTTPError as exc:
             raise ApiError(f"cannot reach the rlguard API at {self.api_url}: {exc}") from exc
         if response.status_code >= 400:
-            raise ApiError(f"API {path} answered {response.status_code}: {response.text[:300]}")
-        return response.json()
+            raise ApiError(
+                f"API {path} answered {response.status_code}: {response.text[:300]}",
+                response.status_code,
+            )
+        try:
+            return response.json()
+        except ValueError as exc:  # an HTML page: no such API endpoint behind this URL
+            raise ApiError(f"API {path} answered no JSON", 404) from exc
 
     def list_runs(
-        self, project: str | None = None, status: str | None = None, limit: int = 500
+        self,
+        project: str | None = None,
+        status: str | None = None,
+        tag: str | None = None,
+        limit: int = 500,
     ) -> RunList:
-        data = self._get("/v1/runs", {"project": project, "status": status, "limit": limit})
-        return RunList.model_validate(data)
+        params = {"project": project, "status": status, "tag": tag, "limit": limit}
+        return RunList.model_validate(self._get("/v1/runs", params))
+
+    def get_run(self, run_id: str) -> RunPublic:
+        return RunPublic.model_validate(self._get(f"/v1/runs/{run_id}"))
+
+    def list_keys(self, run_id: str) -> MetricKeyList:
+        return MetricKeyList.model_validate(self._get(f"/v1/runs/{run_id}/keys"))
+
+    def read_series(
+        self,
+        run_id: str,
+        keys: Sequence[str],
+        *,
+        from_step: int | None = None,
+        to_step: int | None = None,
+        after_step: int | None = None,
+        max_points: int = MAX_POINTS,
+        smoothing: float = 0.0,
+    ) -> SeriesResponse:
+        """Several keys in one request; wall times always included (the x axis may need them)."""
+        params = {
+            "keys": ",".join(keys),
+            "from_step": from_step,
+            "to_step": to_step,
+            "after_step": after_step,
+            "max_points": max_points,
+            "smoothing": smoothing or None,
+            "include_times": "true",
+        }
+        return SeriesResponse.model_validate(self._get(f"/v1/runs/{run_id}/series", params))
+
+    def list_alerts(self, run_id: str | None = None, status: str | None = None) -> AlertList:
+        """Alerts of one run or of all runs; an API without alert endpoints yields none."""
+        path = f"/v1/runs/{run_id}/alerts" if run_id else "/v1/alerts"
+        try:
+            return AlertList.model_validate(self._get(path, {"status": status, "limit": 1000}))
+        except ApiError as exc:
+            if exc.status_code in (404, 405):
+                return AlertList(data=[], count=0)
+            raise

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dash import Dash, Input, Output, dcc, html
+from urllib.parse import parse_qs, unquote
+
+from dash import Dash, Input, Output, State, clientside_callback, dcc, html
 
 from rlguard_frontend import ids
 from rlguard_frontend.api_client import ApiClient
-from rlguard_frontend.pages import not_found_404, runs
+from rlguard_frontend.pages import compare, not_found_404, run_detail, runs
 
 REFRESH_MS = 1000
 
@@ -19,22 +21,54 @@ def create_dash_app(api_url: str, *, requests_pathname_prefix: str = "/") -> Das
         title="rlguard",
         requests_pathname_prefix=requests_pathname_prefix,
         suppress_callback_exceptions=True,
-        update_title=None,
+        update_title=None,  # type: ignore[arg-type]
     )
     app.layout = html.Div(
         [
             dcc.Location(id=ids.URL),
             dcc.Interval(id=ids.TICK, interval=REFRESH_MS),
-            html.Header([dcc.Link("rlguard", href="/", className="brand")], className="nav"),
+            dcc.Store(id=ids.THEME, storage_type="local", data="light"),
+            html.Header(
+                [
+                    dcc.Link("rlguard", href="/", className="brand"),
+                    html.Nav([dcc.Link("Runs", href="/"), dcc.Link("Compare", href="/compare")]),
+                    html.Button("◐ theme", id=ids.THEME_TOGGLE, className="button-small"),
+                ],
+                className="nav",
+            ),
             html.Main(id=ids.PAGE),
         ]
     )
 
-    @app.callback(Output(ids.PAGE, "children"), Input(ids.URL, "pathname"))
-    def show_page(pathname: str | None) -> html.Div:
-        if pathname in (None, "", "/", requests_pathname_prefix):
+    @app.callback(
+        Output(ids.PAGE, "children"), Input(ids.URL, "pathname"), State(ids.URL, "search")
+    )
+    def show_page(pathname: str | None, search: str | None) -> html.Div:
+        path = (pathname or "/").removeprefix(requests_pathname_prefix.rstrip("/")) or "/"
+        if path == "/":
             return runs.layout()
-        return not_found_404.layout(pathname)
+        if path.startswith("/runs/") and len(path) > len("/runs/"):
+            return run_detail.layout(unquote(path.removeprefix("/runs/")))
+        if path.rstrip("/") == "/compare":
+            wanted = parse_qs((search or "").lstrip("?")).get("runs", [""])[0]
+            return compare.layout([r for r in wanted.split(",") if r])
+        return not_found_404.layout(path)
 
-    runs.register(app, client)
+    @app.callback(
+        Output(ids.THEME, "data"),
+        Input(ids.THEME_TOGGLE, "n_clicks"),
+        State(ids.THEME, "data"),
+        prevent_initial_call=True,
+    )
+    def toggle_theme(_clicks: int | None, theme: str | None) -> str:
+        return "light" if theme == "dark" else "dark"
+
+    clientside_callback(
+        "function(theme) { document.documentElement.dataset.theme = theme || 'light'; return ''; }",
+        Output(ids.THEME_TOGGLE, "title"),
+        Input(ids.THEME, "data"),
+    )
+
+    for page in (runs, run_detail, compare):
+        page.register(app, client)
     return app

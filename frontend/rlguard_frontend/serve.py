@@ -7,8 +7,11 @@ import logging
 from typing import Any
 
 from a2wsgi import WSGIMiddleware
+from fastapi.responses import JSONResponse
 
 from rlguard_frontend.app import create_dash_app
+
+API_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
 def combined_app(settings: Any, public_url: str) -> Any:
@@ -16,6 +19,14 @@ def combined_app(settings: Any, public_url: str) -> Any:
     from rlguard_backend.main import create_app
 
     app = create_app(settings)
+
+    # Unknown API paths answer JSON 404 instead of falling through to the dashboard's index.
+    @app.api_route(
+        f"{settings.api_prefix}/{{path:path}}", methods=API_METHODS, include_in_schema=False
+    )
+    def unknown_api_path(path: str) -> JSONResponse:
+        return JSONResponse({"detail": f"no API endpoint {settings.api_prefix}/{path}"}, 404)
+
     dash_app = create_dash_app(f"{public_url}{settings.api_prefix}")
     app.mount("/", WSGIMiddleware(dash_app.server))  # type: ignore[arg-type]
     return app
@@ -49,12 +60,14 @@ def run(args: argparse.Namespace) -> int:
     url = base_url(sock)
     if args.command == "dashboard":
         dash_app = create_dash_app(args.api)
-        app: Any = WSGIMiddleware(dash_app.server)  # type: ignore[arg-type]
+        app: Any = WSGIMiddleware(dash_app.server)
         print(f"rlguard dashboard on {url}/ reading {args.api}", flush=True)
     else:
         from rlguard_backend.config import Settings
 
         settings = Settings(**({"database_url": args.database_url} if args.database_url else {}))
         app = combined_app(settings, url)
-        print(f"rlguard listening on {url} (dashboard at /, API at /api, docs at /docs)", flush=True)
+        print(
+            f"rlguard listening on {url} (dashboard at /, API at /api, docs at /docs)", flush=True
+        )
     return serve_socket(app, sock)

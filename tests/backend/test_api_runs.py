@@ -126,3 +126,28 @@ def test_resume_with_resume_from_step_rewinds(client: TestClient) -> None:
     client.post(f"/api/v1/runs/{run_id}/batches", json={"batch_id": "b", "steps": steps})
     resumed = _create(client, run_id, resume_from_step=4)
     assert (resumed["resume_from_step"], resumed["last_step"]) == (4, 4)
+
+
+def test_silent_running_run_is_marked_crashed(client: TestClient) -> None:
+    from datetime import timedelta
+
+    from rlguard_backend.db import write_session
+    from rlguard_backend.liveness import mark_silent_runs_crashed
+    from rlguard_backend.models import Run, utcnow
+
+    silent, alive, done = new_run_id(), new_run_id(), new_run_id()
+    for run_id in (silent, alive, done):
+        _create(client, run_id)
+    client.patch(f"/api/v1/runs/{done}", json={"status": "finished"})
+    factory = client.app.state.session_factory  # type: ignore[attr-defined]
+    with write_session(factory) as session:
+        for run_id in (silent, done):
+            session.get(Run, run_id).last_heartbeat_at = utcnow() - timedelta(hours=1)  # type: ignore[union-attr]
+        session.commit()
+    with write_session(factory) as session:
+        assert mark_silent_runs_crashed(session, timeout_s=600) == 1
+        session.commit()
+    statuses = {r: client.get(f"/api/v1/runs/{r}").json()["status"] for r in (silent, alive, done)}
+    assert statuses == {silent: "crashed", alive: "running", done: "finished"}
+    client.post(f"/api/v1/runs/{silent}/heartbeat")
+    assert client.get(f"/api/v1/runs/{silent}").json()["status"] == "running"

@@ -17,7 +17,10 @@ def _compose(*args: str) -> subprocess.CompletedProcess[str]:
         pytest.fail("docker-compose is missing: run `make services` (installs Debian's package)")
     return subprocess.run(
         [tool, "-f", str(ROOT / "docker-compose.yml"), *args],
-        capture_output=True, text=True, cwd=ROOT, check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
     )
 
 

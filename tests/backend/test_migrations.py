@@ -15,6 +15,7 @@ from rlguard_backend.main import create_app
 from rlguard_backend.models import Base
 
 TABLES = {
+    "webhook_outbox",
     "alembic_version",
     "alerts",
     "api_tokens",

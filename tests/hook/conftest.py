@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.hook.hookutil import FaultProxy, ServiceProcess
 
 

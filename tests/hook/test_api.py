@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
-from tests.hook.hookutil import child_env
 
 import rlguard
 from rlguard._rank import global_rank
+from tests.hook.hookutil import child_env
 
 
 def test_all_is_sorted_and_complete() -> None:

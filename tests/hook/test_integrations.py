@@ -11,10 +11,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from tests.hook.hookutil import ServiceProcess, api, child_env, free_port, stored_series
 
 import rlguard
 from rlguard.integrations.verl import JsonlFollower, patch_tracking, run_config
+from tests.hook.hookutil import ServiceProcess, api, child_env, free_port, stored_series
 
 FAST = {"gpu": False, "flush_interval_s": 0.05}
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+import rlguard
 from tests.hook.hookutil import (
     FaultProxy,
     ServiceProcess,
@@ -24,8 +26,6 @@ from tests.hook.hookutil import (
     stored_series,
     wait_for,
 )
-
-import rlguard
 
 FAST = {"gpu": False, "flush_interval_s": 0.05, "backoff_base_s": 0.05, "backoff_cap_s": 0.2}
 

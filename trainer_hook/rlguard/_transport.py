@@ -14,6 +14,14 @@ API_PREFIX = "/api/v1"
 RETRYABLE_STATUSES = frozenset({401, 403, 408, 425, 429})
 
 
+STALE_CONNECTION_ERRORS = (
+    BrokenPipeError,
+    ConnectionResetError,
+    ConnectionAbortedError,
+    http.client.RemoteDisconnected,
+)
+
+
 class Transport:
     """One keep-alive connection to the service; used by a single thread at a time."""
 
@@ -67,15 +75,28 @@ class Transport:
             if gzipped:
                 headers["Content-Encoding"] = "gzip"
         target = f"{self._base_path}{API_PREFIX}{path}"
+        reused = self._connection is not None
         try:
-            connection = self._connect()
-            connection.request(method, target, body=body, headers=headers)
-            response = connection.getresponse()
-            data = response.read()
+            try:
+                return self._once(method, target, body, headers)
+            except STALE_CONNECTION_ERRORS:
+                # The server closed an idle keep-alive connection; every request here is
+                # idempotent, so retry once on a fresh connection instead of spooling.
+                self.close()
+                if not reused:
+                    raise
+                return self._once(method, target, body, headers)
         except (TimeoutError, OSError, http.client.HTTPException) as exc:
             self.close()
             raise RetryableError(f"{method} {target}: {type(exc).__name__}: {exc}") from exc
-        return response.status, target, data
+
+    def _once(
+        self, method: str, target: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, str, bytes]:
+        connection = self._connect()
+        connection.request(method, target, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, target, response.read()
 
     def send_json(self, method: str, path: str, payload: dict[str, Any]) -> Any:
         return self.request(method, path, json.dumps(payload, allow_nan=False).encode())

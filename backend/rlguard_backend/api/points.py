@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from rlguard_backend import ingest, points, repository, series
+from rlguard_backend import alerts, detection, ingest, points, repository, series
 from rlguard_backend.api.deps import SessionDep, SettingsDep
 from rlguard_backend.config import Settings
 from rlguard_backend.db import write_session
@@ -69,14 +69,19 @@ async def ingest_batch(run_id: str, request: Request, settings: SettingsDep) -> 
         body, request.headers.get("content-encoding"), settings.max_batch_bytes
     )
     batch = ingest.parse_batch(raw, settings.max_batch_points)
-    ack = await run_in_threadpool(_store_batch, request.app.state.session_factory, run_id, batch)
+    factory = request.app.state.session_factory
+    ack = await run_in_threadpool(_store_batch, factory, settings, run_id, batch)
     return Response(ack.model_dump_json(), media_type="application/json")
 
 
-def _store_batch(factory: object, run_id: str, batch: BatchIn) -> BatchAck:
+def _store_batch(factory: object, settings: Settings, run_id: str, batch: BatchIn) -> BatchAck:
     try:
         with write_session(factory) as session:  # type: ignore[arg-type]
+            run = detection.run_for_update(session, run_id)
             ack = ingest.ingest_batch(session, run_id, batch)
+            if not ack.duplicate and settings.detectors_enabled:
+                opened = detection.detect_steps(session, run, batch.steps, settings)
+                ack.alerts = [alerts.to_public(alert) for alert in opened]
             session.commit()
             return ack
     except IntegrityError:

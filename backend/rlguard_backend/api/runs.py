@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 
-from rlguard_backend import repository
-from rlguard_backend.api.deps import SessionDep, WriteSessionDep
+from rlguard_backend import detection, repository
+from rlguard_backend.api.deps import SessionDep, SettingsDep, WriteSessionDep
+from rlguard_backend.config import Settings
+from rlguard_backend.errors import InvalidField
 from rlguard_backend.schemas import (
+    DetectRequest,
+    DetectResult,
     Heartbeat,
     RunCreate,
     RunList,
@@ -27,13 +31,25 @@ def _public(session: SessionDep, run_id: str) -> RunPublic:
 
 
 @router.post("", response_model=RunPublic, status_code=status.HTTP_201_CREATED)
-def create_run(data: RunCreate, session: WriteSessionDep, response: Response) -> RunPublic:
+def create_run(
+    data: RunCreate, session: WriteSessionDep, settings: SettingsDep, response: Response
+) -> RunPublic:
     """Create a run with a client-chosen id, or resume it (200) when it exists."""
+    _check_config(data.config, settings)
     run, created = repository.create_or_resume_run(session, data)
+    if data.resume_from_step is not None and not created:
+        detection.backtest(session, run, settings, {}, apply=True)
     session.commit()
     if not created:
         response.status_code = status.HTTP_200_OK
     return _public(session, run.id)
+
+
+def _check_config(config: dict[str, Any], settings: Settings) -> None:
+    try:
+        detection.check_run_config(config, settings)
+    except ValueError as exc:
+        raise InvalidField(["body", "config"], f"run config: {exc}") from exc
 
 
 @router.get("", response_model=RunList)
@@ -58,8 +74,13 @@ def read_run(run_id: str, session: SessionDep) -> RunPublic:
 
 
 @router.patch("/{run_id}", response_model=RunPublic)
-def update_run(run_id: str, data: RunUpdate, session: WriteSessionDep) -> RunPublic:
-    repository.update_run(session, repository.get_run(session, run_id), data)
+def update_run(
+    run_id: str, data: RunUpdate, session: WriteSessionDep, settings: SettingsDep
+) -> RunPublic:
+    """Set status, name or summary; a run that ends has its last step checked too."""
+    run = repository.update_run(session, detection.run_for_update(session, run_id), data)
+    if run.status != "running" and settings.detectors_enabled:
+        detection.flush_pending(session, run, settings)
     session.commit()
     return _public(session, run_id)
 
@@ -72,9 +93,31 @@ def heartbeat(run_id: str, session: WriteSessionDep) -> Heartbeat:
     return Heartbeat(id=run.id, status=run.status, last_heartbeat_at=run.last_heartbeat_at)  # type: ignore[arg-type]
 
 
+@router.post("/{run_id}/detect", response_model=DetectResult)
+def detect_run(
+    run_id: str, data: DetectRequest, session: WriteSessionDep, settings: SettingsDep
+) -> DetectResult:
+    """Backtest: re-run the detectors over the stored points, live alerts untouched unless asked."""
+    run = detection.run_for_update(session, run_id)
+    try:
+        result = detection.backtest(session, run, settings, data.thresholds, data.apply)
+    except ValueError as exc:
+        raise InvalidField(["body", "thresholds"], str(exc)) from exc
+    session.commit()
+    return result
+
+
 @router.post("/{run_id}/rewind", response_model=RunPublic)
-def rewind_run(run_id: str, data: RunRewind, session: WriteSessionDep) -> RunPublic:
-    """Supersede the points after ``resume_from_step``; the restarted trainer rewrites them."""
-    repository.rewind_run(session, repository.get_run(session, run_id), data.resume_from_step)
+def rewind_run(
+    run_id: str, data: RunRewind, session: WriteSessionDep, settings: SettingsDep
+) -> RunPublic:
+    """Supersede the points after ``resume_from_step``; the restarted trainer rewrites them.
+
+    The detectors are replayed over what remains, so their state and alerts match the rewind.
+    """
+    run = repository.rewind_run(
+        session, detection.run_for_update(session, run_id), data.resume_from_step
+    )
+    detection.backtest(session, run, settings, {}, apply=True)
     session.commit()
     return _public(session, run_id)

@@ -1,0 +1,177 @@
+"""Alert lifecycle in storage: detector events become alert rows and webhook outbox entries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from rlguard_backend.config import Webhook
+from rlguard_backend.errors import NotFound
+from rlguard_backend.models import Alert, Run, WebhookDelivery, utcnow
+from rlguard_backend.schemas import AlertPublic
+from rlguard_backend.stability import AlertEvent
+
+SEVERITY_ICON = {
+    "info": ":information_source:",
+    "warn": ":warning:",
+    "critical": ":rotating_light:",
+}
+
+
+def to_public(alert: Alert) -> AlertPublic:
+    return AlertPublic(
+        id=alert.id,
+        run_id=alert.run_id,
+        detector=alert.detector,
+        key=alert.key,
+        severity=alert.severity,  # type: ignore[arg-type]
+        status=alert.status,  # type: ignore[arg-type]
+        secondary=alert.secondary,
+        acknowledged=alert.acknowledged,
+        first_step=alert.first_step,
+        last_step=alert.last_step,
+        message=alert.message,
+        evidence=alert.evidence or {},
+        advice=alert.advice or [],
+        created_at=_aware(alert.created_at),
+        updated_at=_aware(alert.updated_at),
+    )
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def apply_events(
+    session: Session, run: Run, events: Iterable[AlertEvent], webhooks: Sequence[Webhook]
+) -> list[Alert]:
+    """Store detector events; returns the alerts opened or escalated (for the batch answer)."""
+    changed: dict[int, Alert] = {}
+    for event in events:
+        alert = _open_alert(session, run.id, event.detector, event.key)
+        if alert is None:
+            if event.action == "resolve":
+                continue
+            alert = Alert(
+                run_id=run.id,
+                detector=event.detector,
+                key=event.key,
+                status="open",
+                acknowledged=False,
+                created_at=utcnow(),
+            )
+            session.add(alert)
+            change = "opened"
+        else:
+            change = {"escalate": "escalated", "resolve": "resolved"}.get(event.action, "")
+        _copy_event(alert, event)
+        session.flush()
+        if change in ("opened", "escalated"):
+            changed[alert.id] = alert
+        if change:
+            _enqueue(session, run, alert, change, webhooks)
+    return list(changed.values())
+
+
+def _open_alert(session: Session, run_id: str, detector: str, key: str) -> Alert | None:
+    query = select(Alert).where(
+        Alert.run_id == run_id, Alert.detector == detector, Alert.key == key, Alert.status == "open"
+    )
+    return session.scalars(query.limit(1)).first()
+
+
+def _copy_event(alert: Alert, event: AlertEvent) -> None:
+    if event.action == "resolve":
+        alert.status = "resolved"
+    else:
+        alert.severity, alert.message = event.severity, event.message
+        alert.evidence, alert.advice = event.evidence, list(event.advice)
+        alert.secondary = event.secondary
+    if alert.first_step is None:
+        alert.first_step = event.first_step
+    alert.last_step = event.last_step
+    alert.updated_at = utcnow()
+
+
+def _enqueue(
+    session: Session, run: Run, alert: Alert, change: str, webhooks: Sequence[Webhook]
+) -> None:
+    """One outbox row per state change and target, written in the alert's own transaction."""
+    tag = f"{change}:{alert.severity}:{alert.last_step}"
+    for hook in webhooks:
+        if hook.project is not None and hook.project != run.project:
+            continue
+        session.add(
+            WebhookDelivery(
+                alert_id=alert.id,
+                change=tag,
+                target=hook.url,
+                format=hook.format,
+                payload=webhook_payload(run, alert, change, hook.format),
+                attempts=0,
+                next_attempt_at=utcnow(),
+                created_at=utcnow(),
+            )
+        )
+
+
+def webhook_payload(run: Run, alert: Alert, change: str, fmt: str) -> dict[str, Any]:
+    body = {
+        "event": f"alert.{change}",
+        "run": {"id": run.id, "project": run.project, "name": run.name},
+        "alert": to_public(alert).model_dump(mode="json"),
+    }
+    if fmt != "slack":
+        return body
+    title = f"{SEVERITY_ICON.get(alert.severity, '')} rlguard: {alert.detector} {change}"
+    where = (
+        f"run `{run.name or run.id}` ({run.project}), steps {alert.first_step}-{alert.last_step}"
+    )
+    advice = "\n".join(f"• {line}" for line in (alert.advice or [])[:5])
+    return {
+        "text": f"{title} — {where}",
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{title}*\n{where}"}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": alert.message[:2900]}},
+            *([{"type": "section", "text": {"type": "mrkdwn", "text": advice}}] if advice else []),
+        ],
+    }
+
+
+def list_alerts(
+    session: Session,
+    *,
+    run_id: str | None = None,
+    project: str | None = None,
+    status: str | None = None,
+    severity: str | None = None,
+    detector: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> tuple[list[Alert], int]:
+    query = select(Alert)
+    filters = {
+        Alert.run_id: run_id,
+        Alert.status: status,
+        Alert.severity: severity,
+        Alert.detector: detector,
+    }
+    for column, value in filters.items():
+        if value is not None:
+            query = query.where(column == value)
+    if project is not None:
+        query = query.where(Alert.run_id.in_(select(Run.id).where(Run.project == project)))
+    count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    page = query.order_by(Alert.first_step, Alert.id).limit(limit).offset(offset)
+    return list(session.scalars(page)), count
+
+
+def get_alert(session: Session, alert_id: int) -> Alert:
+    alert = session.get(Alert, alert_id)
+    if alert is None:
+        raise NotFound(f"alert {alert_id} not found; GET /api/v1/alerts lists them")
+    return alert

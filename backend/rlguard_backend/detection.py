@@ -1,0 +1,222 @@
+"""Feeding a run's steps to its detectors, with their state kept in the database.
+
+Every process can take the next batch of any run: the suite's state and the one step still being
+filled (a trainer may log a step's metrics in several calls) live in ``detector_state``. A step
+is fed once a later step has arrived, or when the run ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from rlguard_backend import alerts, points, repository
+from rlguard_backend.config import Settings
+from rlguard_backend.models import Alert, DetectorState, Run, utcnow
+from rlguard_backend.schemas import (
+    BacktestAlert,
+    DetectResult,
+    StepIn,
+    float_to_wire,
+)
+from rlguard_backend.stability import AlertEvent, DetectorSuite
+
+log = logging.getLogger("rlguard_backend.detection")
+SUITE_ROW = "suite"
+BACKTEST_CHUNK_STEPS = 5000
+Values = dict[str, float]
+
+
+def _load_state(session: Session, run_id: str) -> DetectorState | None:
+    return session.get(DetectorState, (run_id, SUITE_ROW))
+
+
+def _encode(pending: tuple[int, Values] | None) -> dict[str, Any] | None:
+    if pending is None:
+        return None
+    step, values = pending
+    return {"step": step, "values": {k: float_to_wire(v) for k, v in values.items()}}
+
+
+def _decode(raw: Mapping[str, Any] | None) -> tuple[int, Values] | None:
+    if not raw:
+        return None
+    return int(raw["step"]), {k: float(v) for k, v in raw["values"].items()}
+
+
+def make_suite(
+    run: Run,
+    settings: Settings,
+    state: Mapping[str, Any] | None = None,
+    thresholds: Mapping[str, Any] | None = None,
+) -> DetectorSuite:
+    server = {**settings.detector_thresholds, **(thresholds or {})}
+    return DetectorSuite(run.config or {}, thresholds=server, state=state)
+
+
+def check_run_config(config: Mapping[str, Any], settings: Settings) -> None:
+    """Raise ValueError (naming the key) when the detectors cannot read this run config."""
+    DetectorSuite(config, thresholds=settings.detector_thresholds)
+
+
+def detect_steps(
+    session: Session, run: Run, steps: Iterable[StepIn], settings: Settings
+) -> list[Alert]:
+    """Feed a batch's steps; returns the alerts it opened or escalated."""
+    row = _load_state(session, run.id)
+    state = row.state if row is not None else {}
+    try:
+        suite = make_suite(run, settings, state.get("suite"))
+    except ValueError as exc:
+        # A state from another release of the detectors: rebuild it from the stored points
+        # (which already hold this batch) rather than running blind.
+        log.warning("rebuilding detector state of run %s: %s", run.id, exc)
+        result = backtest(session, run, settings, {}, apply=True)
+        return [a for a in _open_alerts(session, run.id)] if result.alerts else []
+    pending = _decode(state.get("pending"))
+    ready, pending = _ready_steps(suite.last_step, pending, steps)
+    events = [event for step, values in ready for event in suite.feed(step, values)]
+    _save_state(session, run.id, row, suite, pending)
+    return alerts.apply_events(session, run, events, settings.webhooks)
+
+
+def _ready_steps(
+    last_fed: int | None, pending: tuple[int, Values] | None, steps: Iterable[StepIn]
+) -> tuple[list[tuple[int, Values]], tuple[int, Values] | None]:
+    """Steps that can be fed now (all but the newest), and the newest, still pending."""
+    merged: dict[int, Values] = {}
+    if pending is not None:
+        merged[pending[0]] = dict(pending[1])
+    for entry in steps:
+        if last_fed is None or entry.step > last_fed:
+            merged.setdefault(entry.step, {}).update(entry.values)
+    if not merged:
+        return [], None
+    ordered = sorted(merged.items())
+    return ordered[:-1], ordered[-1]
+
+
+def _save_state(
+    session: Session,
+    run_id: str,
+    row: DetectorState | None,
+    suite: DetectorSuite,
+    pending: tuple[int, Values] | None,
+) -> None:
+    state = {"suite": suite.dump_state(), "pending": _encode(pending)}
+    if row is None:
+        row = DetectorState(run_id=run_id, detector=SUITE_ROW)
+        session.add(row)
+    row.state, row.last_step, row.updated_at = state, suite.last_step, utcnow()
+
+
+def _open_alerts(session: Session, run_id: str) -> list[Alert]:
+    query = select(Alert).where(Alert.run_id == run_id, Alert.status == "open")
+    return list(session.scalars(query))
+
+
+def flush_pending(session: Session, run: Run, settings: Settings) -> list[Alert]:
+    """The run ended: feed the step that was waiting for a later one."""
+    row = _load_state(session, run.id)
+    if row is None or not row.state.get("pending"):
+        return []
+    suite = make_suite(run, settings, row.state.get("suite"))
+    pending = _decode(row.state["pending"])
+    assert pending is not None
+    events = suite.feed(*pending)
+    _save_state(session, run.id, row, suite, None)
+    return alerts.apply_events(session, run, events, settings.webhooks)
+
+
+def reset(session: Session, run_id: str) -> None:
+    """Forget the detectors' state (after a rewind, the restarted trainer re-logs the steps)."""
+    session.execute(delete(DetectorState).where(DetectorState.run_id == run_id))
+
+
+def stored_steps(session: Session, run_id: str) -> Iterator[tuple[int, Values]]:
+    """Every stored step of the run in order, all keys merged, read in bounded chunks."""
+    keys = repository.run_keys(session, run_id)
+    last = max((k.last_step for k in keys if k.last_step is not None), default=None)
+    if last is None:
+        return
+    for lo in range(0, last + 1, BACKTEST_CHUNK_STEPS):
+        hi = lo + BACKTEST_CHUNK_STEPS - 1
+        chunk: dict[int, Values] = {}
+        for key in keys:
+            for step, value, _ in points.read_points(session, key.id, lo, hi):
+                chunk.setdefault(step, {})[key.name] = float("nan") if value is None else value
+        yield from sorted(chunk.items())
+
+
+def backtest(
+    session: Session, run: Run, settings: Settings, thresholds: Mapping[str, Any], apply: bool
+) -> DetectResult:
+    """Re-run the detectors over the stored run; with ``apply`` replace live alerts and state."""
+    suite = make_suite(run, settings, None, thresholds)
+    events: list[AlertEvent] = []
+    count = 0
+    for step, values in stored_steps(session, run.id):
+        events.extend(suite.feed(step, values))
+        count += 1
+    if apply:
+        session.execute(delete(Alert).where(Alert.run_id == run.id))
+        row = _load_state(session, run.id)
+        _save_state(session, run.id, row, suite, None)
+        alerts.apply_events(session, run, events, webhooks=[])
+    return DetectResult(
+        run_id=run.id,
+        steps=count,
+        applied=apply,
+        alerts=fold_events(events),
+        missing=suite.missing(),
+    )
+
+
+def fold_events(events: Iterable[AlertEvent]) -> list[BacktestAlert]:
+    """The alerts a sequence of events leaves behind, one per episode of (detector, key)."""
+    episodes: list[BacktestAlert] = []
+    current: dict[tuple[str, str], BacktestAlert] = {}
+    for event in events:
+        slot = (event.detector, event.key)
+        alert = current.get(slot)
+        if alert is None:
+            if event.action == "resolve":
+                continue
+            alert = BacktestAlert(
+                detector=event.detector,
+                key=event.key,
+                severity=event.severity,
+                status="open",
+                secondary=event.secondary,
+                first_step=event.first_step,
+                last_step=event.last_step,
+                message=event.message,
+                evidence=event.evidence,
+                advice=list(event.advice),
+            )
+            current[slot] = alert
+            episodes.append(alert)
+            continue
+        alert.last_step = event.last_step
+        if event.action == "resolve":
+            alert.status = "resolved"
+            del current[slot]
+        else:
+            alert.severity, alert.message = event.severity, event.message
+            alert.evidence, alert.advice = event.evidence, list(event.advice)
+    return episodes
+
+
+def run_for_update(session: Session, run_id: str) -> Run:
+    """The run, locked until commit on PostgreSQL so one process at a time feeds its detectors."""
+    query = select(Run).where(Run.id == run_id)
+    if session.get_bind().dialect.name != "sqlite":
+        query = query.with_for_update()
+    run = session.scalars(query).first()
+    if run is None:
+        raise repository.run_not_found(run_id)
+    return run

@@ -1,0 +1,247 @@
+"""D2: entropy collapse and its relatives (DETECTORS.md §3 D2).
+
+Alert keys: ``entropy_collapse`` (E1 WARN "entropy spent, no reward bought", E2 CRITICAL
+"collapse"), ``entropy_exhausted`` (E3 WARN with Z >= 0.5, else INFO), ``entropy_blowup`` (E4
+WARN), ``no_learning_signal`` (E5 WARN). rho = smoothed entropy / its start (H0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.context import RunContext
+from rlguard_backend.stability.events import QUIET, Severity, Verdict
+from rlguard_backend.stability.observations import StepView
+from rlguard_backend.stability.primitives import Window, rounded
+from rlguard_backend.stability.thresholds import Thresholds
+
+COLLAPSE_ADVICE = [
+    "Lower LR or epochs (slows learning).",
+    "KL to the initial policy with the k3+ gradient (costs pass@1).",
+    "Small entropy bonus; watch for malformed outputs.",
+    "Clip-higher (eps_high 0.28, DAPO), only if updates per batch > 1.",
+    "Higher sampling temperature (only delays collapse).",
+    "Clip-Cov / KL-Cov (policy_loss.loss_mode=clip_cov|kl_cov); adaptive entropy control "
+    "(Skywork: target 0.2, coef step 1e-4, cap 0.005); dynamic sampling of zero-std groups (DAPO).",
+    "Treat as a problem when pass@k drops or a known-good behaviour disappears; log pass@k.",
+]
+
+
+class EntropyCollapse(Detector):
+    """D2 E1-E5: entropy spent without reward, exhausted, blowing up, or no gradient signal."""
+
+    id = "entropy_collapse"
+    keys = ("entropy_collapse", "entropy_exhausted", "entropy_blowup", "no_learning_signal")
+
+    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
+        super().__init__(context, thresholds)
+        self.collapse_streak = 0
+        self.recovered_streak = 0
+        self.improving_streak = 0
+        self.collapse_active = False
+        self.exhausted_streak = 0
+        self.exhausted_quiet = 0
+        self.blowup_streak = 0
+        self.blowup_quiet = 0
+        self.signal_quiet = 0
+        self.zero_grads = Window(int(thresholds["zero_grad_points"]))
+        # Running sums for the least-squares fit R = b - a * exp(H) (EM's empirical law).
+        self.fit_sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # n, sum x, sum y, sum xx, sum xy
+
+    def missing(self, seen: frozenset[str]) -> str | None:
+        if "entropy" not in seen:
+            return "no entropy logged (actor/entropy, entropy, ...): E1-E4 disabled"
+        if "reward_mean" not in seen:
+            return "no reward logged: E1/E2 one level weaker, E3 disabled"
+        if "frac_zero_std" not in seen:
+            return "no zero-std group fraction logged: E3 stays INFO, E2 uses length and rho only"
+        return None
+
+    def evaluate(self, view: StepView) -> list[Verdict]:
+        verdicts = [self._no_signal(view)]
+        entropy = view.finite("entropy")
+        rho = view.ratio_to_start("entropy")
+        if entropy is None or rho is None:
+            return verdicts
+        if view.warm and view.reward.known:
+            self._add_fit_point(entropy, view.finite("reward_mean"))
+        return [
+            self._collapse(view, rho),
+            self._exhausted(view, rho),
+            self._blowup(view),
+            *verdicts,
+        ]
+
+    def _facts(self, view: StepView, rho: float) -> dict[str, Any]:
+        return {
+            "entropy_start": rounded(view.baselines["entropy"]),
+            "entropy": rounded(view.smoothed["entropy"]),
+            "rho": rounded(rho),
+            "zero_std_fraction": rounded(view.smoothed["frac_zero_std"]),
+            "length_ratio": rounded(view.ratio_to_start("response_length")),
+            **view.reward.evidence(),
+        }
+
+    def _collapse_severity(self, view: StepView, rho: float) -> Severity | None:
+        th, reward = self.th, view.reward
+        if rho >= th["spent_ratio"]:  # both severities need rho < spent_ratio
+            return None
+        zero_std = view.smoothed["frac_zero_std"]
+        identical = zero_std is not None and zero_std >= th["identical_groups"]
+        spent = rho < th["spent_ratio"] and (reward.stagnant or not reward.known)
+        length_ratio = view.ratio_to_start("response_length")
+        severe = (
+            identical
+            or (length_ratio is not None and length_ratio < th["short_length_ratio"])
+            or rho < th["collapse_ratio"]
+        )
+        smoothed_reward = view.smoothed["reward_mean"]
+        unsolved = (
+            reward.known
+            and smoothed_reward is not None
+            and smoothed_reward < reward.r_max - th["solved_margin"] * reward.range
+        )
+        if (spent and severe) or (rho < th["spent_ratio"] and identical and unsolved):
+            return "critical"
+        return "warn" if spent else None
+
+    def _collapse(self, view: StepView, rho: float) -> Verdict:
+        severity = self._collapse_severity(view, rho) if view.warm else None
+        self.collapse_streak = streak = self.collapse_streak + 1 if severity is not None else 0
+        self.recovered_streak = recovered = (
+            self.recovered_streak + 1 if rho > self.th["clear_ratio"] else 0
+        )
+        self.improving_streak = improving = (
+            self.improving_streak + 1 if view.reward.improving else 0
+        )
+        if severity is None or streak < self.th["persistence"]:
+            cleared = max(recovered, improving) >= self.th["clear_steps"]
+            self.collapse_active = self.collapse_active and not cleared
+            return QUIET["entropy_collapse"][cleared]
+        self.collapse_active = True
+        reported = capped(severity, not view.reward.known)
+        if not view.emits(self.id, "entropy_collapse", reported):
+            return Verdict("entropy_collapse", reported)
+        facts = self._facts(view, rho)
+        if not view.reward.known:
+            facts["degraded"] = "no reward logged: cannot tell whether entropy bought reward"
+        return Verdict(
+            "entropy_collapse",
+            reported,
+            message=_collapse_message(facts, severity),
+            evidence=facts,
+            advice=COLLAPSE_ADVICE,
+        )
+
+    def _exhausted(self, view: StepView, rho: float) -> Verdict:
+        th = self.th
+        entropy = view.smoothed["entropy"] or 0.0
+        low = entropy < th["exhausted_entropy"] or rho < th["exhausted_ratio"]
+        trend = view.reward.long_trend if low else None  # the 50-point fit only when it matters
+        flat = (
+            trend is not None
+            and trend.points >= th["exhausted_min_points"]
+            and trend.t_stat < th["exhausted_t_stat"]
+        )
+        condition = view.warm and low and flat and not self.collapse_active
+        self.exhausted_streak = streak = self.exhausted_streak + 1 if condition else 0
+        self.exhausted_quiet = quiet = self.exhausted_quiet + 1 if not condition else 0
+        if streak < th["exhausted_persistence"]:
+            return QUIET["entropy_exhausted"][quiet >= th["clear_steps"]]
+        zero_std = view.smoothed["frac_zero_std"]
+        severity: Severity = "info"
+        if zero_std is not None and zero_std >= th["exhausted_groups_warn"]:
+            severity = "warn"
+        if not view.emits(self.id, "entropy_exhausted", severity):
+            return Verdict("entropy_exhausted", severity)
+        facts = self._facts(view, rho)
+        ceiling = self._ceiling(view)
+        facts["reward_ceiling"] = rounded(ceiling)
+        message = (
+            f"Entropy is exhausted (H {facts['entropy']} nats, {rho:.0%} of start) and reward "
+            "has stopped improving: further gains are unlikely without more exploration."
+        )
+        if ceiling is not None:
+            message += f" Fitted ceiling R = b - a*exp(H) at H=0: b - a ≈ {ceiling:.3g}."
+        return Verdict(
+            "entropy_exhausted", severity, message=message, evidence=facts, advice=COLLAPSE_ADVICE
+        )
+
+    def _blowup(self, view: StepView) -> Verdict:
+        start, entropy = view.baselines["entropy"] or 0.0, view.smoothed["entropy"] or 0.0
+        limit = max(self.th["blowup_factor"] * start, start + self.th["blowup_margin"])
+        condition = view.warm and entropy > limit
+        self.blowup_streak = streak = self.blowup_streak + 1 if condition else 0
+        self.blowup_quiet = quiet = self.blowup_quiet + 1 if not condition else 0
+        if streak < self.th["blowup_persistence"]:
+            return QUIET["entropy_blowup"][quiet >= self.th["clear_steps"]]
+        if not view.emits(self.id, "entropy_blowup", "warn"):
+            return Verdict("entropy_blowup", "warn")
+        facts = {"entropy_start": rounded(start), "entropy": rounded(entropy), "limit": limit}
+        return Verdict(
+            "entropy_blowup",
+            "warn",
+            message=f"Entropy rising sharply ({start:.3g} -> {entropy:.3g} nats): "
+            "over-exploration/gibberish risk.",
+            evidence=facts,
+            advice=[
+                "Check the entropy coefficient (0.01 explodes; 1e-4..1e-3 is typical).",
+                "Use token-mean loss aggregation; filter or softly penalise truncated samples.",
+            ],
+        )
+
+    def _no_signal(self, view: StepView) -> Verdict:
+        grad = view.finite("grad_norm")
+        if grad is not None:
+            self.zero_grads.push(view.step, 1.0 if grad == 0.0 else 0.0)
+        shares = self.zero_grads.values
+        zero_share = sum(shares) / len(shares) if len(shares) >= 5 else 0.0
+        zero_std = view.smoothed["frac_zero_std"]
+        no_groups = zero_std is not None and zero_std >= self.th["no_signal_groups"]
+        condition = view.warm and (zero_share >= self.th["zero_grad_share"] or no_groups)
+        self.signal_quiet = quiet = self.signal_quiet + 1 if not condition else 0
+        if not condition:
+            return QUIET["no_learning_signal"][quiet >= self.th["clear_steps"]]
+        if not view.emits(self.id, "no_learning_signal", "warn"):
+            return Verdict("no_learning_signal", "warn")
+        return Verdict(
+            "no_learning_signal",
+            "warn",
+            message=f"Batches carry no gradient: grad norm exactly 0 on {zero_share:.0%} of the "
+            f"last points, {zero_std or 0:.0%} of groups have all-equal rewards.",
+            evidence={"zero_grad_share": zero_share, "zero_std_fraction": rounded(zero_std)},
+            advice=["Filter zero-std groups (dynamic sampling, DAPO) or adjust the data mix."],
+        )
+
+    def _add_fit_point(self, entropy: float, reward: float | None) -> None:
+        if reward is None or entropy > 50:  # exp(H) overflows long before H is meaningful
+            return
+        x = 2.718281828459045**entropy
+        n, sx, sy, sxx, sxy = self.fit_sums
+        self.fit_sums = [n + 1, sx + x, sy + reward, sxx + x * x, sxy + x * reward]
+
+    def _ceiling(self, view: StepView) -> float | None:
+        """b - a of R = b - a*exp(H), only once reward has risen enough for the fit to mean much."""
+        gain = view.reward.gain
+        if gain is None or gain < self.th["ceiling_min_gain"] * view.reward.range:
+            return None
+        n, sx, sy, sxx, sxy = self.fit_sums
+        denominator = n * sxx - sx * sx
+        if n < 5 or denominator <= 0:
+            return None
+        slope = (n * sxy - sx * sy) / denominator  # = -a
+        intercept = (sy - slope * sx) / n  # = b
+        return intercept + slope
+
+
+def _collapse_message(facts: dict[str, Any], severity: Severity) -> str:
+    label = "Entropy collapse" if severity == "critical" else "Entropy spent, no reward bought"
+    zero_std = facts["zero_std_fraction"]
+    groups = "" if zero_std is None else f" {zero_std:.0%} of groups now have identical rewards."
+    return (
+        f"{label}: policy entropy fell to {facts['rho']:.0%} of its start "
+        f"({facts['entropy_start']} -> {facts['entropy']} nats) while reward gained only "
+        f"{facts['reward_gain']}.{groups} Mechanism: updates that raise already-likely tokens "
+        "shrink entropy (ΔH ≈ -Cov(log π, Δz))."
+    )

@@ -1,0 +1,65 @@
+"""Optional leading indicator: the covariance probe Cov(log π, A) predicts entropy decline.
+
+ΔH ≈ -Cov(log π, Δz) (DETECTORS.md §1): while the covariance of token log-prob and advantage
+stays positive, updates keep spending entropy. Alert key ``entropy_cov_leading`` (INFO): the
+probe was positive on >= 80 % of the last 20 points while entropy is still above half its
+start, i.e. before D2 can fire. Clears after 10 points with the positive share below 50 %.
+"""
+
+from __future__ import annotations
+
+from rlguard_backend.stability.base import Detector
+from rlguard_backend.stability.context import RunContext
+from rlguard_backend.stability.events import QUIET, Verdict
+from rlguard_backend.stability.observations import StepView
+from rlguard_backend.stability.primitives import Window, rounded
+from rlguard_backend.stability.thresholds import Thresholds
+
+
+class EntropyCovLeading(Detector):
+    """INFO ahead of D2 when the covariance probe says entropy is being spent."""
+
+    id = "entropy_cov_leading"
+    keys = ("entropy_cov_leading",)
+
+    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
+        super().__init__(context, thresholds)
+        self.covariances = Window(int(thresholds["window_points"]))
+        self.quiet = 0
+
+    def missing(self, seen: frozenset[str]) -> str | None:
+        if "cov_logp_adv" not in seen:
+            return "optional probe probe/cov_logp_adv not logged: no leading indicator"
+        return None
+
+    def evaluate(self, view: StepView) -> list[Verdict]:
+        covariance = view.finite("cov_logp_adv")
+        if covariance is None:
+            return []
+        self.covariances.push(view.step, covariance)
+        values = self.covariances.values
+        share = sum(value > 0 for value in values) / len(values)
+        full = len(values) >= self.th["window_points"]
+        rho = view.ratio_to_start("entropy")
+        early = rho is None or rho > self.th["min_entropy_ratio"]
+        leading = view.warm and full and share >= self.th["positive_share"] and early
+        self.quiet = quiet = self.quiet + 1 if share < self.th["clear_share"] else 0
+        if not leading:
+            return [QUIET["entropy_cov_leading"][quiet >= self.th["clear_steps"]]]
+        if not view.emits(self.id, "entropy_cov_leading", "info"):
+            return [Verdict("entropy_cov_leading", "info")]
+        mean = sum(values) / len(values)
+        return [
+            Verdict(
+                "entropy_cov_leading",
+                "info",
+                message=f"Cov(log π, A) has been positive on {share:.0%} of the last "
+                f"{len(values)} points (mean {mean:.3g}): updates are raising already-likely "
+                "tokens, so entropy will keep falling (ΔH ≈ -Cov).",
+                evidence={"positive_share": share, "mean_cov": rounded(mean), "rho": rounded(rho)},
+                advice=[
+                    "Consider Clip-Cov / KL-Cov (policy_loss.loss_mode=clip_cov|kl_cov) before "
+                    "entropy collapses; log pass@k to see whether exploration is being lost."
+                ],
+            )
+        ]

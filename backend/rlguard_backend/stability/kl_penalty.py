@@ -1,0 +1,121 @@
+"""D5: KL penalty too strong, or binding (DETECTORS.md §3 D5). Active when beta > 0, t >= 30.
+
+Alert keys: ``kl_penalty_strong`` (WARN: reward stagnant and either the policy is not moving —
+KL < 0.02 with entropy > 0.8 of start — or the in-reward penalty share s >= 0.5, P=10) and
+``kl_binding`` (INFO: reward stagnant and KL flat at >= 0.02 for 20 points: consider a reference
+reset). Both clear after 10 consecutive points of an improving reward trend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.context import RunContext
+from rlguard_backend.stability.events import QUIET, Verdict
+from rlguard_backend.stability.kl_reference import current_beta, penalty_share
+from rlguard_backend.stability.observations import StepView
+from rlguard_backend.stability.primitives import Lookback, rounded
+from rlguard_backend.stability.thresholds import Thresholds
+
+STRONG_ADVICE = [
+    "Sweep beta down on a log grid (per-sequence penalty ≈ beta·KL·length vs reward gaps).",
+    "Use an adaptive controller with a target KL.",
+    "For verifiable rewards, drop the KL term (DAPO §2.3, DeepSWE).",
+    "If KL has plateaued at a nonzero level, reset the reference to the current policy and "
+    "reinitialise the optimizer (ProRL).",
+]
+
+
+class KlPenalty(Detector):
+    """D5: a KL penalty that holds the policy still while reward stagnates."""
+
+    id = "kl_penalty"
+    keys = ("kl_penalty_strong", "kl_binding")
+
+    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
+        super().__init__(context, thresholds)
+        self.history = Lookback(int(thresholds["binding_lookback_steps"]))
+        self.strong_streak = 0
+        self.binding_streak = 0
+        self.improving_streak = 0
+
+    def missing(self, seen: frozenset[str]) -> str | None:
+        if not seen & {"kl_coef", "reward_kl_coef"} and self.context.kl_coef is None:
+            return "no KL coefficient logged or in run config (kl_coef): disabled"
+        if "reward_mean" not in seen:
+            return "no reward logged: disabled"
+        return None
+
+    def evaluate(self, view: StepView) -> list[Verdict]:
+        kl = view.smoothed["kl_ref"]
+        beta = current_beta(view, self.context)
+        if view.finite("kl_ref") is None or kl is None or not beta or beta <= 0:
+            return []
+        self.history.push(view.step, kl)
+        active = view.steps_since_start >= self.th["min_step"] and view.reward.known
+        self.improving_streak = improving = (
+            self.improving_streak + 1 if view.reward.improving else 0
+        )
+        cleared = improving >= self.th["clear_steps"]
+        stagnant = active and view.reward.stagnant
+        return [
+            self._strong(view, kl, beta, stagnant, cleared),
+            self._binding(view, kl, stagnant, cleared),
+        ]
+
+    def _strong(
+        self, view: StepView, kl: float, beta: float, stagnant: bool, cleared: bool
+    ) -> Verdict:
+        th = self.th
+        rho = view.ratio_to_start("entropy")
+        share = penalty_share(view, beta) if self.context.kl_placement == "reward" else None
+        unmoved = kl < th["small_kl"] and (rho is None or rho > th["unmoved_entropy_ratio"])
+        dominant = share is not None and share >= th["strong_share"]
+        self.strong_streak = streak = (
+            self.strong_streak + 1 if stagnant and (unmoved or dominant) else 0
+        )
+        if streak < th["persistence"]:
+            return QUIET["kl_penalty_strong"][cleared]
+        reported = capped("warn", rho is None and not dominant)
+        if not view.emits(self.id, "kl_penalty_strong", reported):
+            return Verdict("kl_penalty_strong", reported)
+        facts: dict[str, Any] = {
+            "kl": rounded(kl),
+            "beta": beta,
+            "entropy_ratio": rounded(rho),
+            "penalty_share": rounded(share),
+            "stagnant_points": streak,
+            **view.reward.evidence(),
+        }
+        if rho is None:
+            facts["degraded"] = "no entropy logged: 'policy not moving' judged from KL alone"
+        held = f" and entropy is still at {rho:.0%} of its start" if rho is not None else ""
+        return Verdict(
+            "kl_penalty_strong",
+            reported,
+            message=f"KL penalty dominates: KL stays at {kl:.3g} nats/token{held}, and reward "
+            f"has not improved for {streak} points (beta={beta:.3g}).",
+            evidence=facts,
+            advice=STRONG_ADVICE,
+        )
+
+    def _binding(self, view: StepView, kl: float, stagnant: bool, cleared: bool) -> Verdict:
+        th = self.th
+        before = self.history.ago(view.step, th["binding_lookback_steps"])
+        flat = before is not None and before > 0 and abs(kl / before - 1) < th["binding_flatness"]
+        self.binding_streak = streak = (
+            self.binding_streak + 1 if stagnant and flat and kl >= th["small_kl"] else 0
+        )
+        if streak < th["binding_persistence"]:
+            return QUIET["kl_binding"][cleared]
+        if not view.emits(self.id, "kl_binding", "info"):
+            return Verdict("kl_binding", "info")
+        return Verdict(
+            "kl_binding",
+            "info",
+            message=f"KL is binding — consider a reference reset: KL has stayed at {kl:.3g} "
+            f"nats/token while reward has not improved for {streak} points.",
+            evidence={"kl": rounded(kl), "kl_lookback": rounded(before), **view.reward.evidence()},
+            advice=STRONG_ADVICE[3:],
+        )

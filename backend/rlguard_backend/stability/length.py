@@ -1,0 +1,140 @@
+"""D8: reward-hacking hints from response length (DETECTORS.md §3 D8).
+
+Alert keys: ``length_blowup`` (WARN: length > 2x start, > 10 % truncated and truncation up
+> 5 points in 20 steps, reward not improving, P=5; CRITICAL once > 50 % truncated; clears after
+10 points below 2x or 10 % truncated), ``length_collapse`` (WARN: length < 0.3x start, P=5),
+``entropy_length_rise`` (INFO: entropy and length both > 1.5x their start, P=5).
+The spec's "KL jumping with one reward component" hint needs per-component rewards, which no
+canonical signal carries yet.
+"""
+
+from __future__ import annotations
+
+from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.context import RunContext
+from rlguard_backend.stability.events import QUIET, Severity, Verdict
+from rlguard_backend.stability.observations import StepView
+from rlguard_backend.stability.primitives import Lookback, rounded
+from rlguard_backend.stability.thresholds import Thresholds
+
+LENGTH_ADVICE = [
+    "Inspect samples for repetition, gibberish or reward hacking.",
+    "Use token-level loss aggregation, overlong filtering or a soft overlong penalty (DAPO).",
+]
+
+
+class LengthHacking(Detector):
+    """D8: responses blowing up into truncation, or collapsing to nothing."""
+
+    id = "length"
+    keys = ("length_blowup", "length_collapse", "entropy_length_rise")
+
+    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
+        super().__init__(context, thresholds)
+        self.truncation_history = Lookback(int(thresholds["rise_lookback_steps"]))
+        self.streaks = dict.fromkeys(self.keys, 0)
+        self.quiet = dict.fromkeys(self.keys, 0)
+
+    def missing(self, seen: frozenset[str]) -> str | None:
+        if "response_length" not in seen:
+            return "no response length logged: disabled"
+        if "response_clip_ratio" not in seen:
+            return "no truncation ratio logged: blow-up rule disabled"
+        return None
+
+    def evaluate(self, view: StepView) -> list[Verdict]:
+        ratio = view.ratio_to_start("response_length")
+        if view.finite("response_length") is None or ratio is None:
+            return []
+        truncated = view.smoothed["response_clip_ratio"]
+        if view.finite("response_clip_ratio") is not None and truncated is not None:
+            self.truncation_history.push(view.step, truncated)
+        return [
+            self._blowup(view, ratio, truncated),
+            self._collapse(view, ratio),
+            self._entropy_rise(view, ratio),
+        ]
+
+    def _persist(self, key: str, condition: bool, clear_condition: bool) -> tuple[int, bool]:
+        """Streak of `condition`, and whether `clear_condition` held for clear_steps points."""
+        counts = self.quiet
+        counts[key] = quiet = counts[key] + 1 if clear_condition else 0
+        streaks = self.streaks
+        streaks[key] = streak = streaks[key] + 1 if condition else 0
+        return streak, quiet >= self.th["clear_steps"]
+
+    def _blowup(self, view: StepView, ratio: float, truncated: float | None) -> Verdict:
+        th = self.th
+        before = self.truncation_history.ago(view.step, th["rise_lookback_steps"])
+        long = ratio > th["blowup_factor"] and truncated is not None
+        rising = truncated is not None and before is not None
+        rising = rising and truncated - before > th["truncation_rise"]  # type: ignore[operator]
+        condition = (
+            view.warm
+            and long
+            and (truncated or 0.0) > th["truncation"]
+            and rising
+            and not view.reward.improving
+        )
+        streak, cleared = self._persist(
+            "length_blowup", condition, not long or (truncated or 0.0) < th["truncation"]
+        )
+        if streak < th["persistence"]:
+            return QUIET["length_blowup"][cleared]
+        severity: Severity = (
+            "critical" if (truncated or 0.0) > th["truncation_critical"] else "warn"
+        )
+        reported = capped(severity, not view.reward.known)
+        if not view.emits(self.id, "length_blowup", reported):
+            return Verdict("length_blowup", reported)
+        facts = {
+            "length_ratio": rounded(ratio),
+            "truncated_fraction": rounded(truncated),
+            "truncated_fraction_before": rounded(before),
+            **view.reward.evidence(),
+        }
+        if not view.reward.known:
+            facts["degraded"] = "no reward logged: cannot tell if length bought reward"
+        return Verdict(
+            "length_blowup",
+            reported,
+            message=f"Response length ×{ratio:.3g} vs start with {truncated or 0:.0%} truncated "
+            "and no reward gain — possible reward hacking/degeneration.",
+            evidence=facts,
+            advice=LENGTH_ADVICE,
+        )
+
+    def _collapse(self, view: StepView, ratio: float) -> Verdict:
+        short = ratio < self.th["collapse_factor"]
+        streak, cleared = self._persist("length_collapse", view.warm and short, not short)
+        if streak < self.th["persistence"]:
+            return QUIET["length_collapse"][cleared]
+        if not view.emits(self.id, "length_collapse", "warn"):
+            return Verdict("length_collapse", "warn")
+        return Verdict(
+            "length_collapse",
+            "warn",
+            message=f"Responses collapsed to {ratio:.0%} of their starting length "
+            f"({view.smoothed['response_length']:.3g} tokens) — degeneration or a reward that "
+            "pays for brevity.",
+            evidence={"length_ratio": rounded(ratio), **view.reward.evidence()},
+            advice=LENGTH_ADVICE,
+        )
+
+    def _entropy_rise(self, view: StepView, ratio: float) -> Verdict:
+        entropy_ratio = view.ratio_to_start("entropy")
+        factor = self.th["rise_factor"]
+        both = entropy_ratio is not None and entropy_ratio > factor and ratio > factor
+        streak, cleared = self._persist("entropy_length_rise", view.warm and both, not both)
+        if streak < self.th["persistence"]:
+            return QUIET["entropy_length_rise"][cleared]
+        if not view.emits(self.id, "entropy_length_rise", "info"):
+            return Verdict("entropy_length_rise", "info")
+        return Verdict(
+            "entropy_length_rise",
+            "info",
+            message=f"Entropy (×{entropy_ratio:.3g}) and length (×{ratio:.3g}) are rising "
+            "together: watch for gibberish and repetition.",
+            evidence={"entropy_ratio": rounded(entropy_ratio), "length_ratio": rounded(ratio)},
+            advice=LENGTH_ADVICE[:1],
+        )

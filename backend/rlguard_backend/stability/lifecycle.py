@@ -1,0 +1,82 @@
+"""Alert lifecycle: turns per-step verdicts into open / update / escalate / resolve events.
+
+One open alert per (detector, key). An open alert that keeps firing re-emits an "update" only
+every ``update_interval_steps`` (50 by default) so storage sees fresh evidence without one row
+per step; a higher severity emits "escalate" at once; severity never steps down while open (the
+spec re-emits "only on severity increase or after clearing"). A firing verdict keeps the alert
+open; a non-firing one resolves it only when the detector's clear rule holds (hysteresis).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlguard_backend.stability.events import SEVERITY_RANK, Action, AlertEvent, Verdict
+from rlguard_backend.stability.primitives import json_safe
+
+
+class AlertBook:
+    """Open alerts of one run; its state is a small dict keyed by "detector|key"."""
+
+    def __init__(self, update_interval_steps: float) -> None:
+        self.update_interval_steps = update_interval_steps
+        self.open: dict[str, dict[str, Any]] = {}
+
+    def severity(self, detector: str, key: str) -> str | None:
+        """Severity of the open alert (detector, key), or None when it is not open."""
+        alert = self.open.get(f"{detector}|{key}")
+        return None if alert is None else alert["severity"]
+
+    def emits(self, slot: str, severity: str, step: int) -> bool:
+        """Whether a verdict firing at `severity` in `slot` at `step` makes apply() emit."""
+        alert = self.open.get(slot)
+        return (
+            alert is None
+            or SEVERITY_RANK[severity] > SEVERITY_RANK[alert["severity"]]
+            or step - alert["emitted_step"] >= self.update_interval_steps
+        )
+
+    def apply(
+        self, detector: str, verdict: Verdict, step: int, secondary: bool
+    ) -> AlertEvent | None:
+        """The event this verdict causes, if any."""
+        slot = f"{detector}|{verdict.key}"
+        alert = self.open.get(slot)
+        if verdict.severity is not None:
+            if alert is None:
+                alert = {"severity": verdict.severity, "first_step": step, "emitted_step": step}
+                self.open[slot] = alert
+                return self._event(detector, verdict, alert, "open", step, secondary)
+            if SEVERITY_RANK[verdict.severity] > SEVERITY_RANK[alert["severity"]]:
+                alert.update(severity=verdict.severity, emitted_step=step)
+                return self._event(detector, verdict, alert, "escalate", step, secondary)
+            if step - alert["emitted_step"] >= self.update_interval_steps:
+                alert["emitted_step"] = step
+                return self._event(detector, verdict, alert, "update", step, secondary)
+            return None
+        if alert is not None and verdict.cleared:
+            del self.open[slot]
+            return self._event(detector, verdict, alert, "resolve", step, secondary)
+        return None
+
+    @staticmethod
+    def _event(
+        detector: str,
+        verdict: Verdict,
+        alert: dict[str, Any],
+        action: Action,
+        step: int,
+        secondary: bool,
+    ) -> AlertEvent:
+        return AlertEvent(
+            detector=detector,
+            key=verdict.key,
+            action=action,
+            severity=alert["severity"],
+            first_step=alert["first_step"],
+            last_step=step,
+            message=verdict.message or f"Resolved at step {step}: {verdict.key} cleared.",
+            evidence=json_safe(verdict.evidence or {}),
+            advice=list(verdict.advice or ()),
+            secondary=secondary,
+        )

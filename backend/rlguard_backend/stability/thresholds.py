@@ -1,0 +1,171 @@
+"""Default thresholds (DETECTORS.md) and how server-wide and per-run overrides combine.
+
+Overrides use the same shape as DEFAULTS, nested (``{"kl_runaway": {"level_warn": 0.6}}``) or
+flat with a dot (``{"kl_runaway.level_warn": 0.6}``). Precedence: per run
+(``run_config["rlguard_thresholds"]``) > server-wide > defaults. Unknown names raise ValueError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+Thresholds = dict[str, float]
+
+DEFAULTS: dict[str, Thresholds] = {
+    "common": {
+        "warmup_steps": 10,  # W = max(warmup_steps, warmup_fraction * planned steps)
+        "warmup_fraction": 0.02,
+        "update_interval_steps": 50,  # an open, still-firing alert re-emits this often
+        "reward_trend_points": 30,
+        "improving_t_stat": 2.0,
+        "improving_rise": 0.02,  # x reward range
+        "stagnant_gain": 0.1,  # x reward range
+        "half_life_entropy": 3,
+        "half_life_clipfrac": 3,
+        "half_life_other": 5,  # reward, Z, KL, length, truncation
+    },
+    "nonfinite": {
+        "grad_window_steps": 10,
+        "grad_critical_count": 2,
+        "kl_loss_clamp": 9.9,  # verl k3 per-token clamp is 10
+        "ppo_kl_clamp": 19.9,  # verl log-ratio clamp is 20
+        "sequence_kl_negative": -1.0,  # old TRL warning threshold
+        "truncation_at_floor": 0.99,
+        "floor_margin": 0.02,  # x reward range above r_min counts as "at the floor"
+        "clear_steps": 10,
+    },
+    "entropy_collapse": {
+        "spent_ratio": 0.5,
+        "collapse_ratio": 0.1,
+        "identical_groups": 0.8,
+        "short_length_ratio": 0.5,
+        "solved_margin": 0.1,  # x reward range below r_max
+        "persistence": 3,
+        "clear_ratio": 0.6,
+        "clear_steps": 10,
+        "exhausted_entropy": 0.2,
+        "exhausted_ratio": 0.25,
+        "exhausted_window_points": 50,
+        "exhausted_min_points": 30,
+        "exhausted_t_stat": 2.0,
+        "exhausted_persistence": 5,
+        "exhausted_groups_warn": 0.5,
+        "ceiling_min_gain": 0.1,  # x reward range
+        "blowup_factor": 2.0,
+        "blowup_margin": 1.0,
+        "blowup_persistence": 5,
+        "zero_grad_share": 0.3,
+        "zero_grad_points": 10,
+        "no_signal_groups": 0.9,
+    },
+    "entropy_cov_leading": {
+        "window_points": 20,
+        "positive_share": 0.8,
+        "min_entropy_ratio": 0.5,
+        "clear_share": 0.5,
+        "clear_steps": 10,
+    },
+    "kl_runaway": {
+        "floor": 0.05,
+        "growth": 1.5,
+        "lookback_steps": 50,
+        "persistence": 5,
+        "level_warn": 0.5,
+        "level_critical": 1.0,
+        "penalty_share_min": 0.01,
+        "penalty_share_persistence": 10,
+        "clear_growth": 1.2,
+        "clear_steps": 20,
+    },
+    "kl_spike": {
+        "default_ppo_kl_target": 0.01,
+        "median_factor": 10,
+        "budget_warn": 0.5,  # x kappa
+        "budget_critical": 1.5,  # x kappa (SB3 / Spinning Up early stop)
+        "history_points": 50,
+        "min_history_points": 10,
+        "grad_factor": 10,
+        "on_policy_tolerance": 1e-3,
+        "falling_clip_ratio": 0.5,
+        "clear_steps": 10,
+    },
+    "kl_penalty": {
+        "min_step": 30,
+        "small_kl": 0.02,
+        "unmoved_entropy_ratio": 0.8,
+        "strong_share": 0.5,
+        "persistence": 10,
+        "binding_flatness": 0.1,
+        "binding_lookback_steps": 20,
+        "binding_persistence": 20,
+        "clear_steps": 10,
+    },
+    "clipfrac": {
+        "warn": 0.05,
+        "baseline_factor": 10,
+        "baseline_steps": 20,
+        "warn_persistence": 5,
+        "critical": 0.2,
+        "critical_persistence": 3,
+        "dual_clip": 1e-3,
+        "dual_persistence": 5,
+        "asymmetry_factor": 5,
+        "asymmetry_floor": 0.01,
+        "asymmetry_persistence": 5,
+        "clear": 0.025,
+        "clear_steps": 10,
+    },
+    "kl_controller": {
+        "default_target": 0.1,
+        "error_clip": 0.2,
+        "warn_factor": 10,
+        "critical_factor": 100,
+        "replay_tolerance": 1e-3,
+        "replay_persistence": 3,
+        "units_delay_steps": 20,
+        "units_points": 10,
+        "units_high": 5,
+        "units_low": 0.2,
+    },
+    "length": {
+        "blowup_factor": 2.0,
+        "truncation": 0.1,
+        "truncation_rise": 0.05,
+        "rise_lookback_steps": 20,
+        "truncation_critical": 0.5,
+        "collapse_factor": 0.3,
+        "persistence": 5,
+        "rise_factor": 1.5,  # entropy and length both above 1.5x start: INFO
+        "clear_steps": 10,
+    },
+}
+
+
+def resolve_thresholds(
+    server: Mapping[str, Any] | None, per_run: Mapping[str, Any] | None
+) -> dict[str, Thresholds]:
+    """Defaults overlaid by server-wide, then per-run overrides."""
+    resolved = {group: dict(values) for group, values in DEFAULTS.items()}
+    for source, overrides in (("server thresholds", server), ("rlguard_thresholds", per_run)):
+        for name, value in _flatten(overrides or {}).items():
+            group, _, key = name.partition(".")
+            if key not in resolved.get(group, {}):
+                raise ValueError(
+                    f"{source}: unknown threshold {name!r}; known names look like "
+                    f"'kl_runaway.level_warn' (see rlguard_backend.stability.thresholds.DEFAULTS)"
+                )
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{source}: threshold {name!r} = {value!r} must be a number")
+            resolved[group][key] = value
+    return resolved
+
+
+def _flatten(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for name, value in overrides.items():
+        if isinstance(value, Mapping):
+            flat.update({f"{name}.{key}": item for key, item in value.items()})
+        else:
+            flat[name] = value
+    return flat

@@ -1,0 +1,307 @@
+"""Detectors in the service: alerts from ingest, the alert API, backtests and webhooks."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from rlguard_backend.config import Settings
+from rlguard_backend.main import create_app
+from rlguard_backend.models import WebhookDelivery
+from tests.conftest import new_run_id
+from tests.detectors.scenarios import SCENARIOS
+
+SCENARIO = {s.name: s for s in SCENARIOS}
+COLLAPSE = SCENARIO["S2_early_collapse"]
+HEALTHY = SCENARIO["S1_healthy"]
+CONDITION_TIMEOUT_S = 30
+
+
+def _wire(value: float) -> float | str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def _steps(run: list[tuple[int, dict[str, float]]]) -> list[dict[str, Any]]:
+    return [{"step": t, "values": {k: _wire(v) for k, v in values.items()}} for t, values in run]
+
+
+def _create(http: Any, run_id: str, config: dict[str, Any], project: str = "alerts") -> None:
+    response = http.post("/api/v1/runs", json={"id": run_id, "project": project, "config": config})
+    assert response.status_code == 201, response.text
+
+
+def _send(http: Any, run_id: str, steps: list[dict[str, Any]], size: int) -> list[dict]:
+    opened = []
+    for i in range(0, len(steps), size):
+        body = {"batch_id": f"b{i}", "steps": steps[i : i + size]}
+        response = http.post(f"/api/v1/runs/{run_id}/batches", json=body)
+        assert response.status_code == 200, response.text
+        opened.extend(response.json()["alerts"])
+    return opened
+
+
+def _alert_view(http: Any, run_id: str) -> list[tuple]:
+    data = http.get(f"/api/v1/runs/{run_id}/alerts").json()["data"]
+    return sorted(
+        (
+            a["detector"],
+            a["key"],
+            a["severity"],
+            a["status"],
+            a["first_step"],
+            a["last_step"],
+            a["secondary"],
+        )
+        for a in data
+    )
+
+
+def test_alerts_entropy_collapse_opens_during_ingest(client: TestClient) -> None:
+    run_id = new_run_id()
+    _create(client, run_id, COLLAPSE.config)
+    opened = _send(client, run_id, _steps(COLLAPSE.run(seed=1)[:120]), size=20)
+    collapse = [a for a in opened if a["key"] == "entropy_collapse"]
+    assert collapse, opened
+    listed = client.get(f"/api/v1/runs/{run_id}/alerts", params={"severity": "critical"}).json()
+    alert = next(a for a in listed["data"] if a["key"] == "entropy_collapse")
+    assert (alert["detector"], alert["status"]) == ("entropy_collapse", "open")
+    assert 15 <= alert["first_step"] <= 40
+    assert alert["message"] and alert["advice"] and alert["evidence"]
+    across = client.get("/api/v1/alerts", params={"project": "alerts", "status": "open"}).json()
+    assert alert["id"] in {a["id"] for a in across["data"]}
+    assert client.get("/api/v1/alerts", params={"project": "elsewhere"}).json()["count"] == 0
+
+
+def test_alerts_healthy_run_stays_silent(client: TestClient) -> None:
+    run_id = new_run_id()
+    _create(client, run_id, HEALTHY.config)
+    assert _send(client, run_id, _steps(HEALTHY.run(seed=3)), size=50) == []
+    assert client.get(f"/api/v1/runs/{run_id}/alerts").json()["count"] == 0
+
+
+@pytest.fixture
+def second_process(db_url: str) -> Iterator[str]:
+    """Another service process on the same database, as a load balancer would run it."""
+    env = {**os.environ, "RLGUARD_DATABASE_URL": db_url}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rlguard", "server", "--port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    deadline = time.monotonic() + 60
+    url = ""
+    while time.monotonic() < deadline and not url:
+        line = process.stdout.readline()
+        if "listening on" in line:
+            url = line.split("listening on ", 1)[1].split()[0]
+        elif not line and process.poll() is not None:
+            break
+    assert url, "second service process did not start"
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_alerts_same_for_any_batching_and_two_processes(
+    client: TestClient, second_process: str
+) -> None:
+    steps = _steps(COLLAPSE.run(seed=5))
+    views = []
+    for size in (len(steps), 1):
+        run_id = new_run_id()
+        _create(client, run_id, COLLAPSE.config)
+        _send(client, run_id, steps, size)
+        views.append(_alert_view(client, run_id))
+    run_id = new_run_id()
+    _create(client, run_id, COLLAPSE.config)
+    with httpx.Client(base_url=second_process, timeout=30) as other:
+        for i in range(0, len(steps), 7):
+            http = client if (i // 7) % 2 == 0 else other
+            body = {"batch_id": f"alt{i}", "steps": steps[i : i + 7]}
+            assert http.post(f"/api/v1/runs/{run_id}/batches", json=body).status_code == 200
+    views.append(_alert_view(client, run_id))
+    assert views[0], "the collapse scenario must raise alerts"
+    assert views[0] == views[1] == views[2]
+
+
+def test_alert_acknowledge_and_resolve(client: TestClient) -> None:
+    run_id = new_run_id()
+    _create(client, run_id, COLLAPSE.config)
+    _send(client, run_id, _steps(COLLAPSE.run(seed=2)[:80]), size=80)
+    alert = client.get(f"/api/v1/runs/{run_id}/alerts").json()["data"][0]
+    acked = client.patch(f"/api/v1/alerts/{alert['id']}", json={"acknowledged": True}).json()
+    assert (acked["acknowledged"], acked["status"]) == (True, "open")
+    resolved = client.patch(f"/api/v1/alerts/{alert['id']}", json={"status": "resolved"}).json()
+    assert resolved["status"] == "resolved"
+    assert client.patch("/api/v1/alerts/999999", json={"acknowledged": True}).status_code == 404
+    bad = client.patch(f"/api/v1/alerts/{alert['id']}", json={"status": "snoozed"})
+    assert (bad.status_code, bad.json()["detail"][0]["loc"]) == (422, ["body", "status"])
+
+
+def test_run_end_checks_the_last_step(client: TestClient) -> None:
+    run_id = new_run_id()
+    _create(client, run_id, HEALTHY.config)
+    steps = _steps(HEALTHY.run(seed=4)[:30])
+    steps[-1]["values"]["actor/ppo_kl"] = "NaN"
+    _send(client, run_id, steps, size=30)
+    assert client.get(f"/api/v1/runs/{run_id}/alerts").json()["count"] == 0
+    client.patch(f"/api/v1/runs/{run_id}", json={"status": "failed"})
+    alerts = client.get(f"/api/v1/runs/{run_id}/alerts").json()["data"]
+    assert [(a["detector"], a["severity"], a["first_step"]) for a in alerts] == [
+        ("nonfinite", "critical", 29)
+    ]
+
+
+def test_run_config_the_detectors_cannot_read_is_422(client: TestClient) -> None:
+    response = client.post(
+        "/api/v1/runs",
+        json={"id": new_run_id(), "project": "p", "config": {"rlguard_thresholds": {"nope.x": 1}}},
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "config"]
+    assert "nope" in response.json()["detail"][0]["msg"]
+
+
+def test_detect_backtest_leaves_live_alerts_unless_applied(db_url: str) -> None:
+    app = create_app(Settings(database_url=db_url, detectors_enabled=False))
+    with TestClient(app) as client:
+        run_id = new_run_id()
+        _create(client, run_id, COLLAPSE.config)
+        _send(client, run_id, _steps(COLLAPSE.run(seed=7)), size=100)
+        assert client.get(f"/api/v1/runs/{run_id}/alerts").json()["count"] == 0
+        dry = client.post(f"/api/v1/runs/{run_id}/detect", json={}).json()
+        assert dry["steps"] == COLLAPSE.steps and dry["applied"] is False
+        assert any(a["key"] == "entropy_collapse" for a in dry["alerts"])
+        assert client.get(f"/api/v1/runs/{run_id}/alerts").json()["count"] == 0
+        strict = client.post(
+            f"/api/v1/runs/{run_id}/detect",
+            json={
+                "thresholds": {
+                    "entropy_collapse.spent_ratio": 0.01,
+                    "entropy_collapse.collapse_ratio": 0.001,
+                }
+            },
+        ).json()
+        assert not any(a["key"] == "entropy_collapse" for a in strict["alerts"])
+        bad = client.post(f"/api/v1/runs/{run_id}/detect", json={"thresholds": {"no.such": 1}})
+        assert (bad.status_code, bad.json()["detail"][0]["loc"]) == (422, ["body", "thresholds"])
+        applied = client.post(f"/api/v1/runs/{run_id}/detect", json={"apply": True}).json()
+        live = client.get(f"/api/v1/runs/{run_id}/alerts").json()
+        assert live["count"] == len(applied["alerts"]) > 0
+    app.state.engine.dispose()
+
+
+class _FlakyReceiver(http.server.BaseHTTPRequestHandler):
+    """Answers 503 to the first ``failures`` posts, then 200; records every body."""
+
+    failures = 2
+    bodies: list[dict] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.bodies.append(body)
+        self.send_response(503 if len(self.bodies) <= self.failures else 200)
+        self.end_headers()
+
+    def log_message(self, *_args: Any) -> None:
+        return
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, type[_FlakyReceiver]]]:
+    handler = type("Receiver", (_FlakyReceiver,), {"bodies": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook", handler
+    server.shutdown()
+    server.server_close()
+
+
+def _wait_for(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + CONDITION_TIMEOUT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_webhook_delivered_once_after_failed_attempts(
+    sqlite_url: str, receiver: tuple[str, type[_FlakyReceiver]]
+) -> None:
+    url, handler = receiver
+    settings = Settings(
+        database_url=sqlite_url,
+        webhooks=[
+            {"url": url, "format": "slack", "project": "alerts"},
+            {"url": url + "/other-project", "project": "nobody"},
+        ],
+        webhook_poll_interval_s=0.05,
+        webhook_backoff_base_s=0.05,
+    )
+    app = create_app(settings)
+    with TestClient(app) as client:
+        run_id = new_run_id()
+        _create(client, run_id, HEALTHY.config)
+        steps = _steps(HEALTHY.run(seed=9)[:20])
+        steps[10]["values"]["actor/pg_loss"] = "NaN"
+        _send(client, run_id, steps, size=20)
+        factory = app.state.session_factory
+
+        def delivered() -> bool:
+            with factory() as session:
+                rows = list(session.scalars(select(WebhookDelivery)))
+            return bool(rows) and all(r.delivered_at is not None for r in rows)
+
+        _wait_for(delivered, "webhook delivery")
+        with factory() as session:
+            rows = list(session.scalars(select(WebhookDelivery)))
+        assert [(r.attempts, r.target) for r in rows] == [(3, url)]
+    app.state.engine.dispose()
+    assert len(handler.bodies) == 3
+    assert all(b == handler.bodies[0] for b in handler.bodies)
+    assert "nonfinite" in handler.bodies[0]["text"] and handler.bodies[0]["blocks"]
+
+
+def test_detector_state_from_another_release_is_rebuilt(client: TestClient) -> None:
+    from rlguard_backend.db import write_session
+    from rlguard_backend.models import DetectorState
+
+    run_id = new_run_id()
+    _create(client, run_id, COLLAPSE.config)
+    steps = _steps(COLLAPSE.run(seed=11))
+    _send(client, run_id, steps[:60], size=60)
+    before = _alert_view(client, run_id)
+    factory = client.app.state.session_factory  # type: ignore[attr-defined]
+    with write_session(factory) as session:
+        row = session.get(DetectorState, (run_id, "suite"))
+        assert row is not None
+        row.state = {"suite": {"version": -1}, "pending": None}
+        session.commit()
+    body = {"batch_id": "after-upgrade", "steps": steps[60:61]}
+    assert client.post(f"/api/v1/runs/{run_id}/batches", json=body).status_code == 200
+    after = _alert_view(client, run_id)
+    assert before and {a[:2] for a in before} <= {a[:2] for a in after}
+    with factory() as session:
+        state = session.get(DetectorState, (run_id, "suite"))
+        assert state is not None and state.state["suite"]["last_step"] == 60

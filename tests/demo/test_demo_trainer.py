@@ -1,0 +1,115 @@
+"""The trainer's contract: the logger, reproducibility, the task, the run config and the CLI."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+pytest.importorskip("torch")
+
+from rlguard.demo import PRESETS, PresetConfig, train
+from rlguard.demo import cli as demo_cli
+from rlguard.demo.task import EOS, PAD, AdditionTask, format_ok, pass_at_k
+
+QUICK = PresetConfig(name="quick", sft_steps=10, groups=4, val_every=2, kl_placement="reward")
+
+
+def _without_timing(history: list[dict[str, float]]) -> list[dict[str, float]]:
+    return [{k: v for k, v in m.items() if not k.startswith("timing")} for m in history]
+
+
+def test_train_same_seed_gives_identical_metrics() -> None:
+    first = train(QUICK, steps=2, seed=3)
+    second = train(QUICK, steps=2, seed=3)
+    other = train(QUICK, steps=2, seed=4)
+    assert _without_timing(first.history) == _without_timing(second.history)
+    assert _without_timing(first.history) != _without_timing(other.history)
+
+
+def test_train_calls_log_once_per_step_in_order() -> None:
+    calls: list[tuple[int, dict[str, float]]] = []
+    result = train(QUICK, steps=3, seed=0, log=lambda metrics, step: calls.append((step, metrics)))
+    assert [step for step, _ in calls] == [1, 2, 3]
+    assert [metrics for _, metrics in calls] == result.history
+    assert all(isinstance(v, float) for _, m in calls for v in m.values())
+
+
+def test_train_unknown_preset_raises_with_choices() -> None:
+    with pytest.raises(ValueError, match="healthy"):
+        train("nonexistent", steps=1)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "ok"),
+    [
+        ([7, EOS, PAD, PAD], True),
+        ([1, 2, EOS, PAD], True),
+        ([1, 2, 3, EOS], False),
+        ([15, EOS, PAD, PAD], False),
+    ],
+)
+def test_format_ok_table(tokens: list[int], ok: bool) -> None:
+    import torch
+
+    assert format_ok(torch.tensor([tokens])).item() is ok
+
+
+def test_task_score_rewards_exact_sum_only() -> None:
+    import torch
+
+    task = AdditionTask()
+    operands = torch.tensor([[9, 8], [2, 3], [2, 3]])
+    responses = torch.tensor([[1, 7, EOS, PAD], [5, EOS, PAD, PAD], [5, 5, EOS, PAD]])
+    reward, ok = task.score(responses, operands)
+    assert reward.tolist() == [1.0, 1.0, 0.0] and ok.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_task_split_holds_out_disjoint_prompts() -> None:
+    train_set, heldout = AdditionTask().split()
+    assert len(train_set) == 80 and len(heldout) == 20
+    assert not {tuple(r) for r in train_set.tolist()} & {tuple(r) for r in heldout.tolist()}
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"), [(8, 0, 1, 0.0), (8, 2, 1, 0.25), (8, 1, 8, 1.0), (4, 2, 2, 5 / 6)]
+)
+def test_pass_at_k_table(n: int, c: int, k: int, expected: float) -> None:
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_run_config_carries_detector_context() -> None:
+    config = PRESETS["adaptive-kl"].run_config(planned_steps=200)
+    assert config["updates_per_batch"] == 4 and config["sequences_per_step"] == 64
+    assert config["kl_placement"] == "reward" and config["kl_ctrl_type"] == "adaptive"
+    assert (config["planned_steps"], config["preset"]) == (200, "adaptive-kl")
+    for key in [
+        "clip_ratio_low",
+        "clip_ratio_high",
+        "clip_ratio_c",
+        "kl_estimator",
+        "kl_coef",
+        "kl_target",
+        "kl_horizon",
+        "reward_min",
+        "reward_max",
+        "entropy_coeff",
+    ]:
+        assert key in config
+
+
+def test_cli_defaults_and_no_log_run(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    demo_cli.add_arguments(parser)
+    defaults = parser.parse_args([])
+    assert (defaults.preset, defaults.steps, defaults.project, defaults.device) == (
+        "all",
+        200,
+        "demo",
+        "auto",
+    )
+    args = parser.parse_args(
+        ["--preset", "kl-too-strong", "--steps", "2", "--no-log", "--device", "cpu"]
+    )
+    assert demo_cli.run(args) == 0
+    assert "kl-too-strong: 2 steps" in capsys.readouterr().out

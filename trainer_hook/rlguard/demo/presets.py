@@ -1,0 +1,123 @@
+"""Demo presets: one training configuration per stability phenomenon, each produced for real."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PresetConfig:
+    """Everything one demo run needs; names follow verl's configuration where one exists."""
+
+    name: str = "custom"
+    description: str = ""
+    lr: float = 1e-3
+    ppo_epochs: int = 2
+    minibatches: int = 2  # updates per batch = ppo_epochs · minibatches; > 1 so ratio ≠ 1
+    groups: int = 8  # prompts per step
+    group_size: int = 8  # responses per prompt (GRPO group)
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = "token-mean"
+    loss_mode: str = "vanilla"  # vanilla | clip_cov | kl_cov
+    clip_cov_ratio: float = 0.02  # verl: 0.0002 (of ~10⁶ tokens); a demo batch has ~400
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = 0.02
+    ppo_kl_coef: float = 1.0
+    kl_placement: str = "none"  # reward | loss | none
+    kl_estimator: str = "k3+"  # loss: k1 k2 k3 k3+ low_var_kl; reward: k1
+    kl_coef: float = 0.0
+    kl_ctrl_type: str = "fixed"  # fixed | adaptive (reward placement)
+    kl_target: float = 0.1
+    kl_horizon: int = 10000
+    entropy_coeff: float = 0.0
+    grad_clip: float = 1.0
+    temperature: float = 1.0
+    sft_steps: int = 100  # deterministic supervised warm-up on the task format
+    sft_p_correct: float = 0.5  # share of warm-up targets that are the right sum
+    val_every: int = 10
+    val_samples: int = 8  # samples per held-out prompt: pass@1 and pass@val_samples
+    model: dict[str, int] = field(default_factory=lambda: {"d_model": 32, "layers": 2})
+
+    @property
+    def sequences_per_step(self) -> int:
+        return self.groups * self.group_size
+
+    def run_config(self, planned_steps: int) -> dict[str, Any]:
+        """The flat run context the rlguard detectors read (plus every knob, for the record)."""
+        context = {
+            "preset": self.name,
+            "updates_per_batch": self.ppo_epochs * self.minibatches,
+            "sequences_per_step": self.sequences_per_step,
+            "reward_min": 0.0,
+            "reward_max": 1.0,
+            "planned_steps": planned_steps,
+        }
+        knobs = {k: v for k, v in asdict(self).items() if k not in ("name", "description", "model")}
+        return {**knobs, **context}
+
+
+PRESETS: dict[str, PresetConfig] = {
+    p.name: p
+    for p in [
+        PresetConfig(
+            name="healthy",
+            description="k3+ KL loss and KL-Cov: reward rises, entropy declines gently",
+            kl_placement="loss",
+            kl_estimator="k3+",
+            kl_coef=0.5,
+            loss_mode="kl_cov",
+        ),
+        PresetConfig(
+            name="collapse",
+            description="lr too high, many epochs, no KL: entropy collapses, reward stalls",
+            lr=1e-2,
+            ppo_epochs=4,
+            clip_ratio_high=10.0,
+        ),
+        PresetConfig(
+            name="runaway-kl",
+            description="verl's default KL loss (low_var_kl, 0.001) is too weak: KL keeps growing",
+            kl_placement="loss",
+            kl_estimator="low_var_kl",
+            kl_coef=0.001,
+        ),
+        PresetConfig(
+            name="kl-too-strong",
+            description="in-reward KL with a large fixed β: KL pinned near zero, reward flat",
+            kl_placement="reward",
+            kl_estimator="k1",
+            kl_coef=2.0,
+        ),
+        PresetConfig(
+            name="entropy-blowup",
+            description="entropy bonus 0.3: policy drifts to uniform, output format breaks",
+            entropy_coeff=0.3,
+        ),
+        PresetConfig(
+            name="adaptive-kl",
+            description="in-reward KL with verl's adaptive controller holding KL near its target",
+            lr=3e-3,
+            kl_placement="reward",
+            kl_estimator="k1",
+            kl_coef=0.5,
+            kl_ctrl_type="adaptive",
+            kl_target=0.1,
+            kl_horizon=200,
+        ),
+    ]
+}
+
+ALL = tuple(PRESETS)
+
+
+def resolve(preset: str | PresetConfig, **overrides: Any) -> PresetConfig:
+    """A preset by name (or as given), with field overrides applied."""
+    if isinstance(preset, PresetConfig):
+        return replace(preset, **overrides)
+    if preset not in PRESETS:
+        raise ValueError(f"preset={preset!r} is not one of {', '.join(PRESETS)} (or 'all')")
+    return replace(PRESETS[preset], **overrides)
