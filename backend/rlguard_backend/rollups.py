@@ -2,7 +2,7 @@
 
 A query over a long series reads the coarsest level that still resolves the requested number of
 buckets, plus finer levels and raw points only at the unaligned edges, so downsampling a million
-points touches about a thousand rows. Values follow the storage convention: ``None`` is NaN, and
+points touches at most a few thousand rows. Values follow the storage convention: ``None`` is NaN, and
 NaN ranks above everything as the bucket maximum, so a NaN is never hidden by downsampling.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-# Level i summarises aligned buckets of BUCKET_WIDTHS[i] steps; each level is 16x the one below.
-BUCKET_WIDTHS: tuple[int, ...] = (64, 1024, 16384)
+# Level i summarises aligned buckets of BUCKET_WIDTHS[i] steps, each level 8x the one below, so
+# any range is answered from at most ~8 stored rows per output bucket.
+BUCKET_WIDTHS: tuple[int, ...] = (16, 128, 1024, 16384)
 
 
 def _above(a: float | None, b: float | None) -> bool:

@@ -56,6 +56,17 @@ def read_series(
     if span <= max_points:
         return _raw(points.read_points(session, key.id, lo, hi), last)
     width, level = bucket_width(span, max_points)
+    if level < 0:
+        # Narrower than one stored bucket per output bucket: one pass over the raw points.
+        rows = points.read_points(session, key.id, lo, hi)
+        if len(rows) <= max_points:
+            return _raw(rows, last)
+        buckets = bucket_points([(s, v) for s, v, _ in rows], width)
+        data = _downsampled(buckets, width, lo, len(rows), last)
+        if include_times:
+            times = {r[0]: r[2] for r in rows}
+            data.times = [times[step] for step in data.steps]
+        return data
     parts = points.cover(session, key.id, lo, hi, level)
     total = sum(p.count for p in parts)
     if total <= max_points:
