@@ -5,11 +5,14 @@
 - first render: opening the run page of a 200,000-step run with 40 keys until every panel
   and mini chart has drawn (goal ≤ 2 s), with the sizes of the responses behind it.
 
-``rlguard up`` runs in a subprocess on a throwaway SQLite file.
+``rlguard up`` runs in a subprocess on a throwaway SQLite file, or on ``--db PATH``; with
+``--reuse`` a file already holding the long run is not filled again (saves minutes while
+iterating). ``--only render`` or ``--only live`` runs one half.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import gzip
 import json
@@ -115,28 +118,85 @@ def series_sizes(base: str, run_id: str) -> dict[str, int]:
     return sizes
 
 
+# Recorded in the page from navigation start (ms): every Dash callback (output, start, end,
+# bytes) and when the run page, its panel cards, all panels and everything were first drawn.
+BREAKDOWN_JS = """(() => {
+    const t = window.__bench = {calls: [], marks: {}};
+    const realFetch = window.fetch;
+    window.fetch = async (url, opts) => {
+        const start = performance.now();
+        const response = await realFetch(url, opts);
+        if (String(url).includes('_dash-update-component')) {
+            const body = await response.clone().text();
+            let output = '';
+            try { output = JSON.parse(opts.body).output; } catch (e) {}
+            t.calls.push({output, start, end: performance.now(), bytes: body.length});
+        }
+        return response;
+    };
+    const drawn = g => g.data && g.data.length > 0 && g.data[0].x.length > 0;
+    const mark = (name, ok) => {
+        if (!(name in t.marks) && ok()) t.marks[name] = performance.now();
+    };
+    const check = () => {
+        mark('page', () => document.querySelector('.run-page'));
+        mark('cards', () => document.querySelector('.panels .card'));
+        mark('panels', () => {
+            const gs = [...document.querySelectorAll('.panels .js-plotly-plot')];
+            return gs.length > 0 && gs.every(drawn);
+        });
+        requestAnimationFrame(check);
+    };
+    requestAnimationFrame(check);
+})()"""
+
+
+def _breakdown(bench: dict[str, Any], done_ms: float) -> dict[str, Any]:
+    calls = sorted(bench["calls"], key=lambda c: c["end"])
+    series = [c for c in calls if "figure" in c["output"]]
+    marks = bench["marks"]
+    return {
+        "layout_s": marks.get("cards", 0) / 1000,
+        "first_series_response_s": (series[0]["end"] if series else 0) / 1000,
+        "panels_drawn_s": marks.get("panels", 0) / 1000,
+        "all_drawn_s": done_ms / 1000,
+        "callbacks_before_done": sum(1 for c in calls if c["end"] <= done_ms),
+        "biggest_responses": sorted(
+            ({"output": c["output"][:60], "bytes": c["bytes"]} for c in calls),
+            key=lambda c: -c["bytes"],
+        )[:4],
+    }
+
+
 def first_render(browser: Any, base: str, run_id: str) -> dict[str, Any]:
-    times, dash_bytes = [], []
+    times, dash_bytes, breakdowns = [], [], []
+    minis = len(KEYS[len(CANONICAL_KEYS) :])
     for _ in range(RENDER_SAMPLES):
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        received: list[int] = []
-
-        def on_response(response: Any, received: list[int] = received) -> None:
-            if "_dash-update-component" in response.url:
-                with contextlib.suppress(Exception):
-                    received.append(len(response.body()))
-
-        page.on("response", on_response)
+        context = browser.new_context(viewport={"width": 1600, "height": 1000})
+        context.add_init_script(BREAKDOWN_JS)
+        page = context.new_page()
         started = time.perf_counter()
         page.goto(f"{base}/runs/{run_id}")
-        page.wait_for_function(ALL_DRAWN_JS % len(KEYS[len(CANONICAL_KEYS) :]), timeout=60_000)
+        page.wait_for_function(ALL_DRAWN_JS % minis, timeout=60_000, polling="raf")
+        done_ms = page.evaluate("performance.now()")
         times.append(time.perf_counter() - started)
-        dash_bytes.append(sum(received))
-        page.close()
+        page.wait_for_timeout(3000)  # a few live ticks: what the page keeps receiving
+        bench = page.evaluate("window.__bench")
+        dash_bytes.append(sum(c["bytes"] for c in bench["calls"] if c["end"] <= done_ms))
+        breakdowns.append(_breakdown(bench, done_ms))
+        breakdowns[-1]["bytes_per_idle_tick"] = (
+            sum(c["bytes"] for c in bench["calls"] if c["end"] > done_ms) // 3
+        )
+        context.close()
+    median = sorted(range(len(times)), key=lambda i: times[i])[len(times) // 2]
+    breakdown = {
+        k: round(v, 3) if isinstance(v, float) else v for k, v in breakdowns[median].items()
+    }
     return {
         "first_render_s": round(statistics.median(times), 3),
         "first_render_samples_s": [round(t, 3) for t in times],
         "first_render_goal_s": 2.0,
+        "first_render_breakdown_of_median": breakdown,
         "dash_responses_bytes": max(dash_bytes),
     }
 
@@ -185,18 +245,34 @@ def live_latency(browser: Any, base: str, spool: str) -> dict[str, Any]:
     }
 
 
+def _has_long_run(base: str) -> bool:
+    with httpx.Client(base_url=base, timeout=30) as http:
+        answer = http.get("/api/v1/runs/bench-long")
+        return answer.status_code == 200 and answer.json().get("last_step") == STEPS - 1
+
+
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, help="SQLite file to use (default: a throwaway one)")
+    parser.add_argument("--reuse", action="store_true", help="keep a long run already in --db")
+    parser.add_argument("--only", choices=("render", "live"), help="run one half")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        url = f"sqlite:///{Path(folder) / 'bench.db'}"
-        with rlguard_up(url) as base, sync_playwright() as playwright:
+        path = args.db.resolve() if args.db else Path(folder) / "bench.db"
+        if args.db and not args.reuse:
+            path.unlink(missing_ok=True)
+        with rlguard_up(f"sqlite:///{path}") as base, sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             result: dict[str, Any] = {"benchmark": "dashboard", "steps": STEPS, "keys": len(KEYS)}
-            result.update(live_latency(browser, base, folder))
-            result.update(fill_run(base, "bench-long"))
-            result.update(series_sizes(base, "bench-long"))
-            result.update(first_render(browser, base, "bench-long"))
+            if args.only != "render":
+                result.update(live_latency(browser, base, folder))
+            if args.only != "live":
+                if not (args.reuse and _has_long_run(base)):
+                    result.update(fill_run(base, "bench-long"))
+                result.update(series_sizes(base, "bench-long"))
+                result.update(first_render(browser, base, "bench-long"))
             browser.close()
     print(json.dumps(result))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import sqlite3
 import tempfile
 import threading
@@ -33,15 +34,57 @@ POINTS_DDL = (
 )
 
 
+# What a verl GRPO step logs (the detectors read the first eleven), plus system metrics.
+KEY_NAMES = (
+    "actor/entropy",
+    "actor/ppo_kl",
+    "actor/pg_clipfrac",
+    "actor/pg_clipfrac_lower",
+    "actor/kl_loss",
+    "actor/kl_coef",
+    "actor/grad_norm",
+    "actor/pg_loss",
+    "critic/score/mean",
+    "response_length/mean",
+    "response_length/clip_ratio",
+    "actor/lr",
+    "timing_s/step",
+    "system/gpu0/util",
+    "system/gpu0/memory_used_gb",
+    "system/gpu0/power_w",
+    "system/gpu0/temperature_c",
+    "system/gpu0/sm_clock_mhz",
+    "system/cpu_percent",
+    "system/memory_used_gb",
+)
+
+
+def step_values(step: int) -> dict[str, float]:
+    """A healthy-looking step: slow entropy decline, small KL, rising reward, some noise."""
+    wobble = math.sin(step * 0.37)
+    values = {name: 50.0 + 5.0 * math.sin(step * 0.11 + i) for i, name in enumerate(KEY_NAMES)}
+    values.update(
+        {
+            "actor/entropy": 1.2 * math.exp(-step / 20000) + 0.02 * wobble,
+            "actor/ppo_kl": 0.002 + 0.001 * wobble,
+            "actor/pg_clipfrac": 0.02 + 0.005 * wobble,
+            "actor/pg_clipfrac_lower": 0.0,
+            "actor/kl_loss": 0.01 + 0.002 * wobble,
+            "actor/kl_coef": 0.001,
+            "actor/grad_norm": 0.5 + 0.1 * wobble,
+            "critic/score/mean": 0.3 + 0.4 * (1 - math.exp(-step / 5000)) + 0.02 * wobble,
+            "response_length/mean": 300 + 20 * wobble,
+            "response_length/clip_ratio": 0.01,
+        }
+    )
+    return values
+
+
 def make_batches(count: int) -> list[list[dict]]:
     now = time.time()
     return [
         [
-            {
-                "step": s,
-                "time": now + s,
-                "values": {f"actor/k{j}": (s * 31 + j) % 997 / 7.0 for j in range(KEYS)},
-            }
+            {"step": s, "time": now + s, "values": step_values(s)}
             for s in range(b * STEPS_PER_BATCH, (b + 1) * STEPS_PER_BATCH)
         ]
         for b in range(count)
@@ -157,12 +200,18 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as folder:
         baseline = sqlite_baseline(Path(folder) / "raw.db", rows)
+        detectors_off = ("RLGUARD_DETECTORS_ENABLED", "false")
+        with service(sqlite_url(Path(folder), "off.db"), detectors_off) as url:
+            api_off = http_ingest(url, batches)
         with service(sqlite_url(Path(folder), "svc.db")) as url:
             api = http_ingest(url, batches)
         result["sqlite"] = {
             "api_points_per_s": round(api),
+            "api_points_per_s_detectors_off": round(api_off),
+            "detector_cost": round(1 - api / api_off, 3),
             "raw_executemany_points_per_s": round(baseline),
             "ratio_to_raw": round(api / baseline, 3),
+            "ratio_to_raw_detectors_off": round(api_off / baseline, 3),
         }
     if not args.no_postgres:
         with postgres_database() as raw_url:

@@ -1,0 +1,45 @@
+"""The benchmarks still run and print their JSON (tiny sizes; no timing is asserted here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(module: str, *args: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "keys"),
+    [
+        ("benchmarks.ingest", ("--batches", "8"), ("sqlite", "postgres")),
+        ("benchmarks.query", ("--points", "40000", "--repeats", "3"), ("sqlite", "postgres")),
+    ],
+)
+def test_benchmark_prints_json_with_baselines(
+    module: str, args: tuple[str, ...], keys: tuple
+) -> None:
+    result = _run(module, *args)
+    for key in keys:
+        figures = result[key]
+        assert all(isinstance(v, (int, float, bool)) for v in figures.values())
+        assert any("raw" in name for name in figures), figures
+    if module == "benchmarks.query":
+        assert result["sqlite"]["spike_kept"] is True
+        assert result["sqlite"]["api_points_returned"] <= 2000
