@@ -7,7 +7,14 @@ from typing import Any
 
 import httpx
 
-from rlguard_backend.schemas import AlertList, MetricKeyList, RunList, RunPublic, SeriesResponse
+from rlguard_backend.schemas import (
+    AlertList,
+    AlertPublic,
+    MetricKeyList,
+    RunList,
+    RunPublic,
+    SeriesResponse,
+)
 
 TIMEOUT_S = 10.0
 MAX_POINTS = 2000
@@ -33,8 +40,11 @@ class ApiClient:
 
     def _get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         clean = {k: v for k, v in (params or {}).items() if v not in (None, "")}
+        return self._send("GET", path, params=clean)
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
-            response = self._http.get(path, params=clean)
+            response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise ApiError(f"cannot reach the rlguard API at {self.api_url}: {exc}") from exc
         if response.status_code >= 400:
@@ -95,3 +105,9 @@ class ApiClient:
             if exc.status_code in (404, 405):
                 return AlertList(data=[], count=0)
             raise
+
+    def update_alert(self, alert_id: int, change: dict[str, Any]) -> AlertPublic:
+        """``{"acknowledged": true}`` or ``{"status": "resolved"}``."""
+        return AlertPublic.model_validate(
+            self._send("PATCH", f"/v1/alerts/{alert_id}", json=change)
+        )

@@ -41,14 +41,17 @@ def create_dash_app(api_url: str, *, requests_pathname_prefix: str = "/") -> Das
     )
 
     @app.callback(
-        Output(ids.PAGE, "children"), Input(ids.URL, "pathname"), State(ids.URL, "search")
+        Output(ids.PAGE, "children"),
+        Input(ids.URL, "pathname"),
+        State(ids.URL, "search"),
+        State(ids.THEME, "data"),
     )
-    def show_page(pathname: str | None, search: str | None) -> html.Div:
+    def show_page(pathname: str | None, search: str | None, theme: str | None) -> html.Div:
         path = (pathname or "/").removeprefix(requests_pathname_prefix.rstrip("/")) or "/"
         if path == "/":
             return runs.layout()
         if path.startswith("/runs/") and len(path) > len("/runs/"):
-            return run_detail.layout(unquote(path.removeprefix("/runs/")))
+            return run_detail.layout(unquote(path.removeprefix("/runs/")), client, theme)
         if path.rstrip("/") == "/compare":
             wanted = parse_qs((search or "").lstrip("?")).get("runs", [""])[0]
             return compare.layout([r for r in wanted.split(",") if r])

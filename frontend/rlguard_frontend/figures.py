@@ -25,6 +25,7 @@ THEMES = {
 RAW_OPACITY_SMOOTHED = 0.25
 ALERT_AXIS = "y3"
 GUIDE_COLOUR = "#7f8790"
+MERGE_BUCKETS = 500  # alert ranges closer than 1/500 of the drawn steps are shaded as one
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class PanelContent:
     alerts: Sequence[AlertPublic] = field(default_factory=tuple)
     height: int = 280
     show_legend: bool = True
+    alert_slot: bool = False  # always end with the (maybe empty) alert trace: patchable in place
 
 
 def text(value: str) -> str:
@@ -91,7 +93,7 @@ def panel_figure(content: PanelContent, view: View) -> dict[str, Any]:
         data += _line_traces(line, colours[index % len(colours)], view)
     shapes: list[dict[str, Any]] = []
     annotations = [_guide(guide, shapes) for guide in content.guides]
-    if content.alerts and content.lines:
+    if (content.alerts or content.alert_slot) and content.lines:
         data.append(_alert_markers(content.alerts, content.lines[0].series, view, shapes))
     layout = _layout(view, content, has_right=any(line.right for line in content.lines))
     if not any(line.series.steps for line in content.lines):
@@ -161,37 +163,31 @@ def _guide(guide: Guide, shapes: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def alert_overlay(
+    guides: Sequence[Guide], alerts: Sequence[AlertPublic], anchor: SeriesData, view: View
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The shapes (guides, then alert ranges) and the alert trace ``panel_figure`` would draw."""
+    shapes: list[dict[str, Any]] = []
+    for guide in guides:
+        _guide(guide, shapes)
+    return shapes, _alert_markers(alerts, anchor, view, shapes)
+
+
 def _alert_markers(
     alerts: Sequence[AlertPublic], anchor: SeriesData, view: View, shapes: list[dict[str, Any]]
 ) -> dict[str, Any]:
     xs, colours, ids, hovers = [], [], [], []
     for alert in alerts:
         x0 = traces.step_to_x(alert.first_step, anchor.steps, anchor.times, view.xmode, view.t0)
-        x1 = traces.step_to_x(alert.last_step, anchor.steps, anchor.times, view.xmode, view.t0)
         if x0 is None:
             continue
-        colour = SEVERITY_COLOURS.get(alert.severity, "#999999")
-        ranged = x1 is not None and alert.last_step > alert.first_step
-        shapes.append(
-            {
-                "type": "rect" if ranged else "line",
-                "xref": "x",
-                "x0": x0,
-                "x1": x1 if ranged else x0,
-                "yref": "paper",
-                "y0": 0,
-                "y1": 1,
-                "layer": "below",
-                "fillcolor": colour,
-                "opacity": 0.16 if ranged else 0.9,
-                "line": {"width": 0 if ranged else 1.5, "color": colour, "dash": "dot"},
-            }
-        )
+        colours.append(SEVERITY_COLOURS.get(alert.severity, "#999999"))
         xs.append(x0)
-        colours.append(colour)
         ids.append(alert.id)
         steps = f"steps {alert.first_step}–{alert.last_step}"
         hovers.append(text(f"{alert.severity}: {alert.detector} ({steps}) — click for details"))
+    if xs:
+        shapes += [_alert_shape(r, anchor, view) for r in merged_ranges(alerts, anchor.steps)]
     return {
         "type": "scatter",
         "x": xs,
@@ -210,6 +206,48 @@ def _alert_markers(
         "name": "alerts",
         "showlegend": False,
         "meta": {"key": None, "role": "alerts"},
+    }
+
+
+def merged_ranges(
+    alerts: Sequence[AlertPublic], steps: Sequence[int]
+) -> list[tuple[str, int, int]]:
+    """(colour, first, last) step ranges, merged per colour where closer than ~a pixel apart.
+
+    Plotly draws each shape as its own element: thousands of short alerts would cost seconds.
+    """
+    gap = (steps[-1] - steps[0]) / MERGE_BUCKETS if len(steps) > 1 else 0
+    ranges: list[tuple[str, int, int]] = []
+    ordered = sorted(alerts, key=lambda a: (a.severity, a.first_step))
+    for alert in ordered:
+        colour = SEVERITY_COLOURS.get(alert.severity, "#999999")
+        last = ranges[-1] if ranges else None
+        if last is not None and last[0] == colour and alert.first_step <= last[2] + gap:
+            ranges[-1] = (colour, last[1], max(last[2], alert.last_step))
+        else:
+            ranges.append((colour, alert.first_step, alert.last_step))
+    return ranges
+
+
+def _alert_shape(
+    step_range: tuple[str, int, int], anchor: SeriesData, view: View
+) -> dict[str, Any]:
+    colour, first, last = step_range
+    x0 = traces.step_to_x(first, anchor.steps, anchor.times, view.xmode, view.t0)
+    x1 = traces.step_to_x(last, anchor.steps, anchor.times, view.xmode, view.t0)
+    ranged = x1 is not None and last > first
+    return {
+        "type": "rect" if ranged else "line",
+        "xref": "x",
+        "x0": x0,
+        "x1": x1 if ranged else x0,
+        "yref": "paper",
+        "y0": 0,
+        "y1": 1,
+        "layer": "below",
+        "fillcolor": colour,
+        "opacity": 0.16 if ranged else 0.9,
+        "line": {"width": 0 if ranged else 1.5, "color": colour, "dash": "dot"},
     }
 
 

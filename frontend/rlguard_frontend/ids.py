@@ -38,8 +38,11 @@ RUN_ZOOM_LABEL = "run-zoom-label"
 PANEL_GRAPH = "run-panel-graph"
 PANEL_CARD = "run-panel-card"
 ALERT_ITEM = "run-alert-item"
+ALERT_ACTION = "run-alert-action"
 
 MINI_CARD = "run-mini-card"
+MINI_BODY = "run-mini-body"
+RUN_MINIS_ALL = "run-minis-all"
 RUN_REDRAW = "run-redraw"
 
 # controls bar: ids are f"{page prefix}-{name}" (controls.control_id)

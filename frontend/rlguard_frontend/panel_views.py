@@ -68,6 +68,7 @@ def build_figures(
                 right_unit=panel.right_unit,
                 guides=guides(panel_id, plan),
                 alerts=concerned.get(panel_id, []),
+                alert_slot=True,
             )
         else:
             key = plan["minis"].get(panel_id, "")
@@ -76,9 +77,40 @@ def build_figures(
                 alerts=concerned.get(panel_id, []),
                 height=MINI_HEIGHT,
                 show_legend=False,
+                alert_slot=True,
             )
         result.append(figures.panel_figure(content, view))
     return result
+
+
+def alert_overlays(
+    panel_ids: Sequence[str],
+    plan: Mapping[str, Any],
+    alerts: Sequence[AlertPublic],
+    anchors: Mapping[str, SeriesData],
+    view: figures.View,
+) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """Per panel: its shapes and alert trace, to patch into a drawn figure in place.
+
+    ``anchors`` maps a panel's first key to its series (only read off the step axis).
+    """
+    concerned = alerts_by_panel(alerts, plan)
+    empty = SeriesData.model_construct(steps=[], values=[], times=[], last_step=None)
+    out = []
+    for panel_id in panel_ids:
+        first = first_key(panel_id, plan)
+        marks = concerned.get(panel_id, [])
+        panel_guides = guides(panel_id, plan) if panel_id in PANELS_BY_ID else []
+        out.append(figures.alert_overlay(panel_guides, marks, anchors.get(first, empty), view))
+    return out
+
+
+def first_key(panel_id: str, plan: Mapping[str, Any]) -> str:
+    """The key whose points place a panel's alert ranges (its first line)."""
+    if panel_id in PANELS_BY_ID:
+        entry = plan["panels"].get(panel_id, {"keys": [], "right": []})
+        return next(iter(entry["keys"] + entry["right"]), "")
+    return str(plan["minis"].get(panel_id, ""))
 
 
 def entropy_start(series: SeriesData | None) -> float | None:

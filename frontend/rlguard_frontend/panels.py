@@ -47,7 +47,7 @@ PANELS: tuple[Panel, ...] = (
         "KL",
         "nats/token",
         signals=("ppo_kl", "kl_loss", "reward_kl_penalty"),
-        detectors=("kl_runaway", "kl_spike", "kl_penalty_strong"),
+        detectors=("kl_runaway", "kl_spike", "kl_penalty"),
         guides=("kl_target",),
         hint="ppo_kl: policy vs behaviour per update; kl_loss / reward_kl_penalty: vs reference",
     ),
@@ -58,7 +58,7 @@ PANELS: tuple[Panel, ...] = (
         signals=("reward_kl_coef", "kl_coef"),
         right=("kl_ref_seq",),
         right_unit="KL vs target",
-        detectors=("kl_controller_runaway",),
+        detectors=("kl_controller",),
         guides=("kl_target_right",),
         hint="β of the in-reward KL beside the KL it controls and the controller's target",
     ),
@@ -67,7 +67,7 @@ PANELS: tuple[Panel, ...] = (
         "Clip fraction",
         "fraction of tokens",
         signals=("clipfrac", "clipfrac_low", "clipfrac_high", "clipfrac_dual"),
-        detectors=("clipfrac_saturation",),
+        detectors=("clipfrac",),
         hint="clipfrac_dual is the dual-clip side (A<0, ratio > c), not the lower ε side",
     ),
     Panel(
@@ -77,7 +77,7 @@ PANELS: tuple[Panel, ...] = (
         signals=("entropy",),
         right=("cov_logp_adv",),
         right_unit="cov(log p, A)",
-        detectors=("entropy_collapse", "entropy_blowup", "entropy_cov_leading"),
+        detectors=("entropy_collapse", "entropy_cov_leading"),
         guides=("entropy_start", "entropy_half"),
         hint="dotted: the run's starting level and 50 % of it",
     ),
@@ -88,14 +88,14 @@ PANELS: tuple[Panel, ...] = (
         signals=("reward_mean", "reward_std"),
         right=("response_length",),
         right_unit="tokens",
-        detectors=("length_hacking",),
+        detectors=("length",),
     ),
     Panel(
         "groups",
         "Truncation & zero-std groups",
         "fraction",
         signals=("response_clip_ratio", "frac_zero_std"),
-        detectors=("length_hacking",),
+        detectors=("length",),
         hint="responses cut at max length; GRPO groups with no reward spread (no signal)",
     ),
     Panel("grad_norm", "Gradient norm", "norm (pre-clip)", signals=("grad_norm",)),
@@ -168,12 +168,15 @@ def panels_for_alert(
 ) -> list[str]:
     """Panel ids (or mini ids) an alert concerns; NaN alerts follow the key they name."""
     concerned = [panel.id for panel in PANELS if detector in panel.detectors]
-    key = evidence.get("key")
-    if detector == "nonfinite" and isinstance(key, str):
-        for panel_id, entry in plan.get("panels", {}).items():
-            if key in entry["keys"] or key in entry["right"]:
-                concerned.append(panel_id)
-        concerned += [mini for mini, name in plan.get("minis", {}).items() if name == key]
+    if detector != "nonfinite":
+        return concerned
+    # D1 names the offending keys in evidence["fields"] ({key: value}); older alerts used "key".
+    fields = evidence.get("fields")
+    keys = set(fields) if isinstance(fields, Mapping) else {evidence.get("key")}
+    for panel_id, entry in plan.get("panels", {}).items():
+        if keys & {*entry["keys"], *entry["right"]}:
+            concerned.append(panel_id)
+    concerned += [mini for mini, name in plan.get("minis", {}).items() if name in keys]
     return concerned
 
 

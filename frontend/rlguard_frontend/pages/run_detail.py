@@ -4,30 +4,36 @@ from __future__ import annotations
 
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash import ALL, Dash, Input, Output, Patch, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from rlguard_backend.schemas import AlertPublic, RunPublic
-from rlguard_frontend import figures, ids, panel_views, run_state, traces
+from rlguard_backend.schemas import AlertPublic, RunPublic, SeriesData
+from rlguard_frontend import alert_views, figures, ids, panel_views, run_data, run_state, traces
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.controls import control_id, controls_bar
-from rlguard_frontend.panels import PANELS, all_keys, kl_target, plan_panels
+from rlguard_frontend.panels import PANELS
 
 PREFIX = "run"
-PANEL_MAX_POINTS = 2000
-MINI_MAX_POINTS = 400
+PANEL_MAX_POINTS = run_data.PANEL_MAX_POINTS
 LIVE_REDRAW_AFTER_POINTS = 1500  # then refetch downsampled history: traces stay ~2,000 points
 GRAPH_CONFIG: Any = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
-SEVERITY_ORDER = {"critical": 0, "warn": 1, "info": 2}
 
 
 def _graph_id(panel_id: str) -> dict[str, str]:
     return {"type": ids.PANEL_GRAPH, "panel": panel_id}
 
 
-def layout(run_id: str) -> html.Div:
+def layout(run_id: str, client: ApiClient, theme: str | None = None) -> html.Div:
+    """The page with its first draw in it: opening a run costs one round trip."""
+    try:
+        first = initial_draw(client, run_id, theme)
+    except ApiError as exc:  # the tick retries: refresh_run builds the panels once it can
+        first = {"error": str(exc), "header": [], "plan": None, "cursor": None, "alerts": []}
+        first["digest"] = alert_views.digest([])
+        first["cards"], first["minis"] = [], []
     zoom_reset = html.Div(
         [
             html.Span("all steps", id=ids.RUN_ZOOM_LABEL, className="zoom-label"),
@@ -35,24 +41,29 @@ def layout(run_id: str) -> html.Div:
         ],
         className="control",
     )
+    alerts = first["alerts"]
     return html.Div(
         [
             dcc.Store(id=ids.RUN_ID, data=run_id),
-            dcc.Store(id=ids.RUN_PLAN),
-            dcc.Store(id=ids.RUN_CURSOR),
+            dcc.Store(id=ids.RUN_PLAN, data=first["plan"]),
+            dcc.Store(id=ids.RUN_CURSOR, data=first["cursor"]),
             dcc.Store(id=ids.RUN_ZOOM),
-            dcc.Store(id=ids.RUN_ALERTS, data=[]),
+            dcc.Store(id=ids.RUN_ALERTS, data=first["digest"]),
             dcc.Store(id=ids.RUN_REDRAW, data=0),
-            html.Div(id=ids.RUN_HEADER, className="run-header"),
-            html.Div(id=ids.RUN_ERROR, className="error"),
+            html.Div(first["header"], id=ids.RUN_HEADER, className="run-header"),
+            html.Div(first["error"], id=ids.RUN_ERROR, className="error"),
             controls_bar(PREFIX, live=True, extra=[zoom_reset]),
             html.Div(
                 [
-                    html.Div(id=ids.RUN_PANELS, className="panels"),
+                    html.Div(first["cards"], id=ids.RUN_PANELS, className="panels"),
                     html.Aside(
                         [
                             html.H3("Alerts"),
-                            html.Div(timeline([]), id=ids.RUN_TIMELINE, className="timeline"),
+                            html.Div(
+                                alert_views.timeline(alerts),
+                                id=ids.RUN_TIMELINE,
+                                className="timeline",
+                            ),
                             html.Div(id=ids.RUN_ALERT_DETAIL, className="alert-detail"),
                         ],
                         className="sidebar",
@@ -71,16 +82,41 @@ def layout(run_id: str) -> html.Div:
                                 type="search",
                                 className="search",
                             ),
+                            html.Button("draw all", id=ids.RUN_MINIS_ALL, className="button-small"),
                         ],
                         className="section-head",
                     ),
-                    html.Div(id=ids.RUN_KEYS_GRID, className="mini-grid"),
+                    html.Div(first["minis"], id=ids.RUN_KEYS_GRID, className="mini-grid"),
                 ],
                 className="other-keys",
             ),
         ],
         className="run-page",
     )
+
+
+def initial_draw(client: ApiClient, run_id: str, theme: str | None) -> dict[str, Any]:
+    """Header, plan, drawn cards, live cursor and alerts of a run, as the controls start."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlguard-alerts") as pool:
+        listed = pool.submit(client.list_alerts, run_id)
+        run = client.get_run(run_id)
+        plan = run_data.make_plan(client, run, None)
+        drawn_ids = run_data.panel_ids(plan)
+        series = run_data.read_drawn_series(client, run_id, plan, 0.0, None, drawn_ids)
+        alerts = listed.result().data
+    view = view_from(0, [], "step", theme, None, traces.start_time(series))
+    drawn, cursor = run_data.draw(drawn_ids, plan, series, alerts, view)
+    cards, minis = panel_cards(plan, dict(zip(drawn_ids, drawn, strict=True)))
+    return {
+        "error": "",
+        "header": header(run),
+        "plan": plan,
+        "cursor": cursor,
+        "alerts": alerts,
+        "digest": alert_views.digest(alerts),
+        "cards": cards,
+        "minis": minis,
+    }
 
 
 def header(run: RunPublic) -> list[Any]:
@@ -113,15 +149,26 @@ def _step(step: int | None) -> str:
     return "—" if step is None else str(step)
 
 
-def panel_cards(plan: dict[str, Any]) -> tuple[list[Any], list[Any]]:
-    """Cards for the registry panels (or why one is empty) and the mini charts."""
+def panel_cards(
+    plan: dict[str, Any], drawn: dict[str, dict[str, Any]] | None = None
+) -> tuple[list[Any], list[Any]]:
+    """Cards for the registry panels (or why one is empty) and the mini charts.
+
+    ``drawn`` holds figures by panel id when the cards come already drawn.
+    """
+    drawn = drawn or {}
     cards, empty = [], []
     for panel in PANELS:
         head = html.Div(
             [html.H4(panel.title), html.Span(panel.hint, className="hint")], className="card-head"
         )
         if panel.id in plan["panels"]:
-            graph = dcc.Graph(id=_graph_id(panel.id), config=GRAPH_CONFIG, className="graph")
+            graph = dcc.Graph(
+                id=_graph_id(panel.id),
+                **_figure(drawn, panel.id),
+                config=GRAPH_CONFIG,
+                className="graph",
+            )
             cards.append(html.Div([head, graph], className="card"))
         else:
             wanted = ", ".join(panel.signals + panel.right) or "system metrics"
@@ -129,11 +176,15 @@ def panel_cards(plan: dict[str, Any]) -> tuple[list[Any], list[Any]]:
             empty.append(
                 html.Div([head, html.P(message, className="empty")], className="card card-empty")
             )
+    first = set(run_data.panel_ids(plan))
     minis: list[Any] = [
         html.Div(
             [
                 html.Div(name, className="mini-title", title=name),
-                dcc.Graph(id=_graph_id(mini), config={"displayModeBar": False}, className="graph"),
+                html.Div(
+                    mini_graph(mini, drawn) if mini in first else undrawn_note(),
+                    id={"type": ids.MINI_BODY, "panel": mini},
+                ),
             ],
             id={"type": ids.MINI_CARD, "panel": mini},
             className="card mini",
@@ -145,24 +196,17 @@ def panel_cards(plan: dict[str, Any]) -> tuple[list[Any], list[Any]]:
     return cards + empty, minis
 
 
-def make_plan(client: ApiClient, run: RunPublic, previous: dict[str, Any] | None) -> dict[str, Any]:
-    keys = client.list_keys(run.id).data
-    plan = plan_panels([k.model_dump() for k in keys])
-    plan["kl_target"] = kl_target(run.config)
-    entropy = plan["panels"].get("entropy", {}).get("keys", [])
-    plan["entropy_start"] = (previous or {}).get("entropy_start")
-    described = next((k for k in keys if entropy and k.name == entropy[0]), None)
-    recent = described is not None and described.count <= panel_views.ENTROPY_START_POINTS
-    if described is not None and (plan["entropy_start"] is None or recent):
-        first = described.first_step or 0
-        head = client.read_series(
-            run.id,
-            entropy[:1],
-            from_step=first,
-            to_step=first + 4 * panel_views.ENTROPY_START_POINTS,
-        )
-        plan["entropy_start"] = panel_views.entropy_start(head.series[entropy[0]])
-    return plan
+def mini_graph(mini: str, drawn: dict[str, dict[str, Any]]) -> dcc.Graph:
+    config: Any = {"displayModeBar": False}
+    return dcc.Graph(id=_graph_id(mini), **_figure(drawn, mini), config=config, className="graph")
+
+
+def undrawn_note() -> html.P:
+    return html.P("not drawn yet: search for it, or draw all", className="hint mini-undrawn")
+
+
+def _figure(drawn: dict[str, dict[str, Any]], panel_id: str) -> dict[str, Any]:
+    return {"figure": drawn[panel_id]} if panel_id in drawn else {}
 
 
 def view_from(
@@ -186,53 +230,35 @@ def view_from(
     )
 
 
-def timeline(alerts: list[AlertPublic]) -> list[Any]:
-    if not alerts:
-        return [html.P("No alerts. The limiters look healthy.", className="empty")]
-    ordered = sorted(
-        alerts, key=lambda a: (a.status != "open", SEVERITY_ORDER[a.severity], a.first_step)
-    )
-    return [
-        html.Button(
-            [
-                html.Span(alert.severity, className=f"sev sev-{alert.severity}"),
-                html.Span(alert.detector, className="detector"),
-                html.Span(f"steps {alert.first_step}–{alert.last_step}", className="steps"),
-                html.Span(
-                    alert.status + (" · ack" if alert.acknowledged else ""), className="astatus"
-                ),
-            ],
-            id={"type": ids.ALERT_ITEM, "alert": alert.id},
-            className=f"alert-item alert-{alert.status}",
-        )
-        for alert in ordered
-    ]
-
-
-def alert_detail(alert: AlertPublic) -> list[Any]:
-    evidence = [
-        html.Tr([html.Th(str(k)), html.Td(json.dumps(v) if not isinstance(v, str) else v)])
-        for k, v in alert.evidence.items()
-    ]
-    return [
-        html.H4(
-            [html.Span(alert.severity, className=f"sev sev-{alert.severity}"), " ", alert.detector]
-        ),
-        html.P(f"steps {alert.first_step}–{alert.last_step} · {alert.status}", className="hint"),
-        html.P(alert.message, className="alert-message"),
-        html.H5("Evidence"),
-        html.Table(evidence, className="evidence") if evidence else html.P("—"),
-        html.H5("What to try"),
-        html.Ul([html.Li(str(item)) for item in alert.advice]) if alert.advice else html.P("—"),
-    ]
-
-
-def _alerts(data: list[dict[str, Any]] | None) -> list[AlertPublic]:
-    return [AlertPublic.model_validate(a) for a in data or []]
-
-
-def _alert_signature(alerts: list[AlertPublic]) -> list[tuple[Any, ...]]:
-    return sorted((a.id, a.status, a.severity, a.acknowledged, a.first_step) for a in alerts)
+def alert_patches(
+    client: ApiClient,
+    run_id: str,
+    panel_ids: list[str],
+    plan: dict[str, Any] | None,
+    state: dict[str, Any] | None,
+    alerts: list[AlertPublic],
+    xmode: str | None,
+) -> list[Any]:
+    """New alert shapes and markers patched into each drawn figure (lines are not resent)."""
+    if not plan or not state:
+        return [no_update] * len(panel_ids)
+    view = view_from(0, None, xmode, None, None, state["t0"])
+    anchors: dict[str, SeriesData] = {}
+    if view.xmode != "step":  # ranges are placed by the drawn points' wall times
+        keys = sorted({panel_views.first_key(p, plan) for p in panel_ids} - {""})
+        anchors = client.read_series(run_id, keys, max_points=PANEL_MAX_POINTS).series
+    overlays = panel_views.alert_overlays(panel_ids, plan, alerts, anchors, view)
+    patches: list[Any] = []
+    for panel_id, (shapes, marker_trace) in zip(panel_ids, overlays, strict=True):
+        lines = state["traces"].get(panel_id)
+        if not lines:  # not drawn yet, or drawn without lines: the next redraw shows them
+            patches.append(no_update)
+            continue
+        patch = Patch()
+        patch["layout"]["shapes"] = shapes
+        patch["data"][sum(len(roles) for roles in lines.values())] = marker_trace
+        patches.append(patch)
+    return patches
 
 
 def register(app: Dash, client: ApiClient) -> None:
@@ -247,18 +273,19 @@ def register(app: Dash, client: ApiClient) -> None:
         Output(ids.RUN_PANELS, "children"),
         Output(ids.RUN_KEYS_GRID, "children"),
         Input(ids.TICK, "n_intervals"),
-        Input(ids.RUN_ID, "data"),
+        State(ids.RUN_ID, "data"),
         State(ids.RUN_PLAN, "data"),
+        prevent_initial_call=True,  # the layout came with all of it
     )
     def refresh_run(_tick: int | None, run_id: str, previous: dict[str, Any] | None) -> tuple:
         try:
             run = client.get_run(run_id)
-            plan = make_plan(client, run, previous)
+            plan = run_data.make_plan(client, run, previous)
         except ApiError as exc:
             return no_update, str(exc), no_update, no_update, no_update
         if plan == previous:
             return header(run), "", no_update, no_update, no_update
-        cards, minis = panel_cards(plan)
+        cards, minis = panel_cards(plan)  # drawn by draw_panels, which the new plan triggers
         return header(run), "", plan, cards, minis
 
     @app.callback(
@@ -269,39 +296,24 @@ def register(app: Dash, client: ApiClient) -> None:
         Input(log, "value"),
         Input(xaxis, "value"),
         Input(ids.RUN_ZOOM, "data"),
-        Input(ids.RUN_ALERTS, "data"),
         Input(ids.THEME, "data"),
         Input(ids.RUN_REDRAW, "data"),
         State(ids.RUN_ID, "data"),
+        prevent_initial_call=True,  # the layout came drawn
     )
-    def draw_panels(plan, smooth, log_on, xmode, zoom, alerts, theme, _redraw, run_id) -> tuple:
+    def draw_panels(plan, smooth, log_on, xmode, zoom, theme, _redraw, run_id) -> tuple:
         panel_ids = [o["id"]["panel"] for o in ctx.outputs_list[0]]
         if not plan or not panel_ids:
             raise PreventUpdate
-        span = {"from_step": zoom["from"], "to_step": zoom["to"]} if zoom else {}
-        minis = set(plan["minis"].values())
-        main_keys = [k for k in all_keys(plan) if k not in minis]
-        series = {}
         try:
-            for keys, points in ((main_keys, PANEL_MAX_POINTS), (sorted(minis), MINI_MAX_POINTS)):
-                if keys:
-                    answer = client.read_series(
-                        run_id, keys, max_points=points, smoothing=smooth or 0, **span
-                    )
-                    series.update(answer.series)
+            series = run_data.read_drawn_series(
+                client, run_id, plan, float(smooth or 0), zoom, panel_ids
+            )
+            alerts = client.list_alerts(run_id).data
         except ApiError:
             raise PreventUpdate from None
         view = view_from(smooth, log_on, xmode, theme, zoom, traces.start_time(series))
-        built = panel_views.build_figures(panel_ids, plan, series, _alerts(alerts), view)
-        cursor = {
-            "cursor": {k: (s.steps[-1] if s.steps else -1) for k, s in series.items()},
-            "traces": {p: figures.trace_index(f) for p, f in zip(panel_ids, built, strict=True)},
-            "tails": panel_views.smoothed_tails(series),
-            "t0": view.t0,
-            "frozen": bool(zoom),
-            "appended": 0,
-        }
-        return built, cursor
+        return run_data.draw(panel_ids, plan, series, alerts, view, frozen=bool(zoom))
 
     @app.callback(
         Output({"type": ids.PANEL_GRAPH, "panel": ALL}, "extendData"),
@@ -349,29 +361,38 @@ def register(app: Dash, client: ApiClient) -> None:
     @app.callback(
         Output(ids.RUN_ALERTS, "data"),
         Output(ids.RUN_TIMELINE, "children"),
+        Output({"type": ids.PANEL_GRAPH, "panel": ALL}, "figure", allow_duplicate=True),
         Input(ids.TICK, "n_intervals"),
-        Input(ids.RUN_ID, "data"),
+        State(ids.RUN_ID, "data"),
         State(ids.RUN_ALERTS, "data"),
+        State(ids.RUN_PLAN, "data"),
+        State(ids.RUN_CURSOR, "data"),
+        State(xaxis, "value"),
+        prevent_initial_call=True,  # the layout came with the alerts drawn
     )
-    def refresh_alerts(
-        _tick: int | None, run_id: str, previous: list[dict[str, Any]] | None
-    ) -> tuple:
+    def refresh_alerts(_tick, run_id, previous, plan, state, xmode) -> tuple:
         try:
             alerts = client.list_alerts(run_id).data
         except ApiError:
             raise PreventUpdate from None
-        if _alert_signature(alerts) == _alert_signature(_alerts(previous)):
+        digest = alert_views.digest(alerts)
+        if digest == previous:
             raise PreventUpdate
-        return [a.model_dump(mode="json") for a in alerts], timeline(alerts)
+        panel_ids = [o["id"]["panel"] for o in ctx.outputs_list[2]]
+        try:
+            patches = alert_patches(client, run_id, panel_ids, plan, state, alerts, xmode)
+        except ApiError:
+            raise PreventUpdate from None
+        return digest, alert_views.timeline(alerts), patches
 
     @app.callback(
         Output(ids.RUN_ALERT_DETAIL, "children"),
         Input({"type": ids.ALERT_ITEM, "alert": ALL}, "n_clicks"),
         Input({"type": ids.PANEL_GRAPH, "panel": ALL}, "clickData"),
-        State(ids.RUN_ALERTS, "data"),
+        State(ids.RUN_ID, "data"),
         prevent_initial_call=True,
     )
-    def show_alert(_clicks, _graph_clicks, alerts) -> Any:
+    def show_alert(_clicks, _graph_clicks, run_id) -> Any:
         trigger = ctx.triggered_id
         if not isinstance(trigger, dict) or not ctx.triggered[0]["value"]:
             raise PreventUpdate
@@ -380,10 +401,31 @@ def register(app: Dash, client: ApiClient) -> None:
         else:
             point = ctx.triggered[0]["value"]["points"][0]
             wanted = point.get("customdata")
-        chosen = next((a for a in _alerts(alerts) if a.id == wanted), None)
+        try:
+            alerts = client.list_alerts(run_id).data
+        except ApiError:
+            raise PreventUpdate from None
+        chosen = next((a for a in alerts if a.id == wanted), None)
         if chosen is None:
             raise PreventUpdate
-        return alert_detail(chosen)
+        return alert_views.alert_detail(chosen)
+
+    @app.callback(
+        Output(ids.RUN_ALERT_DETAIL, "children", allow_duplicate=True),
+        Output(ids.RUN_ERROR, "children", allow_duplicate=True),
+        Input({"type": ids.ALERT_ACTION, "alert": ALL, "action": ALL}, "n_clicks"),
+        prevent_initial_call=True,
+    )
+    def act_on_alert(_clicks: list[int | None]) -> tuple:
+        trigger = ctx.triggered_id
+        if not isinstance(trigger, dict) or not ctx.triggered[0]["value"]:
+            raise PreventUpdate
+        try:
+            change = alert_views.ACTIONS[trigger["action"]]
+            changed = client.update_alert(int(trigger["alert"]), change)
+        except ApiError as exc:
+            return no_update, str(exc)
+        return alert_views.alert_detail(changed), ""  # the next tick redraws the timeline
 
     @app.callback(
         Output(ids.RUN_ZOOM, "data"),
@@ -410,9 +452,54 @@ def register(app: Dash, client: ApiClient) -> None:
         return (no_update, no_update) if zoom == current else (zoom, f"steps {lo}–{hi}")
 
     @app.callback(
+        Output({"type": ids.MINI_BODY, "panel": ALL}, "children"),
+        Output(ids.RUN_CURSOR, "data", allow_duplicate=True),
+        Input(ids.RUN_KEY_SEARCH, "value"),
+        Input(ids.RUN_MINIS_ALL, "n_clicks"),
+        State(ids.RUN_PLAN, "data"),
+        State(ids.RUN_CURSOR, "data"),
+        State(ids.RUN_ID, "data"),
+        State(smoothing, "value"),
+        State(log, "value"),
+        State(xaxis, "value"),
+        State(ids.THEME, "data"),
+        State(ids.RUN_ZOOM, "data"),
+        prevent_initial_call=True,
+    )
+    def draw_minis(query, _all, plan, state, run_id, smooth, log_on, xmode, theme, zoom) -> tuple:
+        """Mini charts the page did not draw up front, once searched for or asked for."""
+        bodies = [o["id"]["panel"] for o in ctx.outputs_list[0]]
+        wanted = (query or "").strip().lower()
+        everything = ctx.triggered_id == ids.RUN_MINIS_ALL
+        if not plan or not state or not (wanted or everything):
+            raise PreventUpdate
+        names = plan["minis"]
+        needed = [
+            p
+            for p in bodies
+            if p not in state["traces"] and (everything or wanted in names.get(p, "").lower())
+        ]
+        if not needed:
+            raise PreventUpdate
+        try:
+            series = run_data.read_drawn_series(
+                client, run_id, plan, float(smooth or 0), zoom, needed
+            )
+            alerts = client.list_alerts(run_id).data
+        except ApiError:
+            raise PreventUpdate from None
+        view = view_from(smooth, log_on, xmode, theme, zoom, state["t0"])
+        built, part = run_data.draw(needed, plan, series, alerts, view, frozen=bool(zoom))
+        for field in ("cursor", "traces", "tails"):
+            state[field] = {**state[field], **part[field]}
+        drawn = dict(zip(needed, built, strict=True))
+        return [mini_graph(p, drawn) if p in drawn else no_update for p in bodies], state
+
+    @app.callback(
         Output({"type": ids.MINI_CARD, "panel": ALL}, "style"),
         Input(ids.RUN_KEY_SEARCH, "value"),
         State(ids.RUN_PLAN, "data"),
+        prevent_initial_call=True,
     )
     def filter_keys(query: str | None, plan: dict[str, Any] | None) -> list[dict[str, str]]:
         names = [(plan or {}).get("minis", {}).get(o["id"]["panel"], "") for o in ctx.outputs_list]

@@ -1,0 +1,83 @@
+"""The run page's alert views: the timeline, an alert's detail with its buttons (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from dash import html
+
+from rlguard_backend.schemas import AlertPublic
+from rlguard_frontend import ids
+
+SEVERITY_ORDER = {"critical": 0, "warn": 1, "info": 2}
+TIMELINE_MAX = 100  # a long run may hold thousands of (mostly resolved) alerts
+ACTIONS: dict[str, dict[str, Any]] = {
+    "acknowledge": {"acknowledged": True},
+    "resolve": {"status": "resolved"},
+}
+
+
+def timeline(alerts: list[AlertPublic]) -> list[Any]:
+    if not alerts:
+        return [html.P("No alerts. The limiters look healthy.", className="empty")]
+    ordered = sorted(
+        alerts, key=lambda a: (a.status != "open", SEVERITY_ORDER[a.severity], a.first_step)
+    )
+    more = len(ordered) - TIMELINE_MAX
+    tail = [html.P(f"… and {more} more alerts", className="hint")] if more > 0 else []
+    return [
+        html.Button(
+            [
+                html.Span(alert.severity, className=f"sev sev-{alert.severity}"),
+                html.Span(alert.detector, className="detector"),
+                html.Span(f"steps {alert.first_step}–{alert.last_step}", className="steps"),
+                html.Span(
+                    alert.status + (" · ack" if alert.acknowledged else ""), className="astatus"
+                ),
+            ],
+            id={"type": ids.ALERT_ITEM, "alert": alert.id},
+            className=f"alert-item alert-{alert.status}",
+        )
+        for alert in ordered[:TIMELINE_MAX]
+    ] + tail
+
+
+def alert_detail(alert: AlertPublic) -> list[Any]:
+    evidence = [
+        html.Tr([html.Th(str(k)), html.Td(json.dumps(v) if not isinstance(v, str) else v)])
+        for k, v in alert.evidence.items()
+    ]
+    return [
+        html.H4(
+            [html.Span(alert.severity, className=f"sev sev-{alert.severity}"), " ", alert.detector]
+        ),
+        html.P(f"steps {alert.first_step}–{alert.last_step} · {alert.status}", className="hint"),
+        html.P(alert.message, className="alert-message"),
+        html.H5("Evidence"),
+        html.Table(evidence, className="evidence") if evidence else html.P("—"),
+        html.H5("What to try"),
+        html.Ul([html.Li(str(item)) for item in alert.advice]) if alert.advice else html.P("—"),
+        html.Div(_buttons(alert), className="alert-actions"),
+    ]
+
+
+def _buttons(alert: AlertPublic) -> list[Any]:
+    """Acknowledge (it stays open) and resolve, for the alerts where they still apply."""
+    wanted = {"acknowledge": not alert.acknowledged, "resolve": alert.status != "resolved"}
+    return [
+        html.Button(
+            action,
+            id={"type": ids.ALERT_ACTION, "alert": alert.id, "action": action},
+            className="button-small",
+        )
+        for action, shown in wanted.items()
+        if shown
+    ]
+
+
+def digest(alerts: list[AlertPublic]) -> str:
+    """A short fingerprint of what the page shows of the alerts: the store the tick uploads."""
+    shown = sorted((a.id, a.status, a.severity, a.acknowledged, a.first_step) for a in alerts)
+    return hashlib.sha1(json.dumps(shown).encode(), usedforsecurity=False).hexdigest()[:16]
