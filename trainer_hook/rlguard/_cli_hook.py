@@ -47,6 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--logging-steps", type=int, default=1, help="TRL console logs only")
     elif command in ("export", "detect"):
         parser.add_argument("run_id")
+    if command == "detect":
+        parser.add_argument(
+            "--threshold",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="override a threshold, e.g. entropy_collapse.spent_ratio=0.4 (repeatable)",
+        )
+        parser.add_argument("--apply", action="store_true", help="replace the live alerts")
     if command == "export":
         parser.add_argument("-o", "--output", type=Path, default=None, help="default: stdout")
         parser.add_argument("--keys", default=None, help="comma-separated keys (default: all)")
@@ -202,9 +211,20 @@ def export(args: argparse.Namespace) -> int:
 
 def detect(args: argparse.Namespace) -> int:
     """Re-run the detectors over a stored run and list the alerts."""
+    thresholds = {}
+    for item in args.threshold:
+        name, sep, value = item.partition("=")
+        try:
+            thresholds[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            _say(f"--threshold {item!r}: expected NAME=NUMBER, e.g. kl_runaway.level_warn=0.6")
+            return 2
+    body = json.dumps({"thresholds": thresholds, "apply": args.apply}).encode()
     transport = Transport(_url(args), _token(args))
     try:
-        answer: Any = transport.request("POST", f"/runs/{args.run_id}/detect", b"{}")
+        answer: Any = transport.request("POST", f"/runs/{args.run_id}/detect", body)
     except (RetryableError, RejectedError) as exc:
         _say(f"detect failed: {exc}")
         return 1
