@@ -8,6 +8,9 @@ is fed once a later step has arrived, or when the run ends.
 from __future__ import annotations
 
 import logging
+import threading
+import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -28,7 +31,40 @@ from rlguard_backend.stability import AlertEvent, DetectorSuite
 log = logging.getLogger("rlguard_backend.detection")
 SUITE_ROW = "suite"
 BACKTEST_CHUNK_STEPS = 5000
+CACHED_SUITES = 256
 Values = dict[str, float]
+
+
+class SuiteCache:
+    """Live suites of recently fed runs, so a process skips rebuilding one from JSON per batch.
+
+    An entry is used only when the stored state's ``generation`` is the one this process wrote
+    last: another process feeding the run, a rollback or a backtest all change (or fail to
+    advance) it, and the suite is then rebuilt from the database.
+    """
+
+    def __init__(self, size: int = CACHED_SUITES) -> None:
+        self._size = size
+        self._entries: OrderedDict[str, tuple[str, DetectorSuite]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, run_id: str, generation: str | None) -> DetectorSuite | None:
+        with self._lock:
+            entry = self._entries.get(run_id)
+            if entry is None or generation is None or entry[0] != generation:
+                return None
+            self._entries.move_to_end(run_id)
+            return entry[1]
+
+    def put(self, run_id: str, generation: str, suite: DetectorSuite) -> None:
+        with self._lock:
+            self._entries[run_id] = (generation, suite)
+            self._entries.move_to_end(run_id)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+
+_SUITES = SuiteCache()
 
 
 def _load_state(session: Session, run_id: str) -> DetectorState | None:
@@ -70,7 +106,9 @@ def detect_steps(
     row = _load_state(session, run.id)
     state = row.state if row is not None else {}
     try:
-        suite = make_suite(run, settings, state.get("suite"))
+        suite = _SUITES.get(run.id, state.get("generation")) or make_suite(
+            run, settings, state.get("suite")
+        )
     except ValueError as exc:
         # A state from another release of the detectors: rebuild it from the stored points
         # (which already hold this batch) rather than running blind.
@@ -107,7 +145,9 @@ def _save_state(
     suite: DetectorSuite,
     pending: tuple[int, Values] | None,
 ) -> None:
-    state = {"suite": suite.dump_state(), "pending": _encode(pending)}
+    generation = uuid.uuid4().hex
+    state = {"suite": suite.dump_state(), "pending": _encode(pending), "generation": generation}
+    _SUITES.put(run_id, generation, suite)
     if row is None:
         row = DetectorState(run_id=run_id, detector=SUITE_ROW)
         session.add(row)

@@ -2,8 +2,8 @@
 
 A query over a long series reads the coarsest level that still resolves the requested number of
 buckets, plus finer levels and raw points only at the unaligned edges, so downsampling a million
-points touches at most a few thousand rows. Values follow the storage convention: ``None`` is NaN, and
-NaN ranks above everything as the bucket maximum, so a NaN is never hidden by downsampling.
+points touches at most a few thousand rows. Values follow the storage convention: ``None`` is
+NaN, and NaN ranks above everything as the bucket maximum, so downsampling never hides a NaN.
 """
 
 from __future__ import annotations
