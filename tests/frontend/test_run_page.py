@@ -24,7 +24,7 @@ def test_run_page_draws_registry_panels_without_console_errors(
         f"document.querySelector(`{graph_selector('entropy')}`).data.length > 0", timeout=WAIT_MS
     )
     entropy = plot_state(page, "entropy")
-    assert entropy["lengths"] == [300]
+    assert entropy["lengths"] == [300, 0]  # the line, the empty alert slot
     assert any(text.startswith("start 1.1") for text in entropy["annotations"]), entropy[
         "annotations"
     ]
@@ -33,6 +33,13 @@ def test_run_page_draws_registry_panels_without_console_errors(
     assert page.get_by_text("No data: this run logs none of grad_norm.").is_visible()
     assert page.get_by_text("custom/my_metric").is_visible()
     page.screenshot(path=str(artifacts_dir / "run-page.png"), full_page=True)
+    page.click("#app-theme-toggle")
+    page.wait_for_function(
+        f"document.querySelector(`{graph_selector('k0')}`).layout.paper_bgcolor === '#161b22'",
+        timeout=WAIT_MS,
+    )
+    assert plot_state(page, "entropy")["lengths"] == [300, 0]  # the line, the empty alert slot
+    page.screenshot(path=str(artifacts_dir / "run-page-dark.png"), full_page=True)
     assert page.console_errors == []
 
 
@@ -140,4 +147,48 @@ def test_run_page_shows_html_in_names_and_keys_as_text(dashboard: Any, page: Any
     page.locator(".mini-title", has_text=hostile).wait_for(timeout=WAIT_MS)
     assert page.locator("b", has_text="bold").count() == 0
     assert dialogs == []
+    assert page.console_errors == []
+
+
+def test_run_page_patches_in_alert_raised_after_load_and_acts_on_it(
+    dashboard: Any, page: Any
+) -> None:
+    run_id = new_run_id("late")
+    seed_run(dashboard.url, run_id)
+    page.goto(f"{dashboard.url}/runs/{run_id}")
+    entropy = f"document.querySelector(`{graph_selector('entropy')}`)"
+    page.wait_for_function(f"({entropy}?.data?.[0]?.x?.length ?? 0) > 0", timeout=WAIT_MS)
+    assert plot_state(page, "entropy")["shapes"] == 2  # the start and 50 % guides
+    alert_id = _insert_alert(dashboard, run_id)
+    page.wait_for_function(f"{entropy}.layout.shapes.length === 3", timeout=WAIT_MS)
+    state = plot_state(page, "entropy")
+    assert state["customdata"] == [alert_id]
+    assert state["lengths"] == [300, 1], "the patch adds the marker, the line is not resent"
+    page.locator(".alert-item", has_text="entropy_collapse").click()
+    page.get_by_role("button", name="acknowledge", exact=True).click()
+    page.locator(".alert-item", has_text="open · ack").wait_for(timeout=WAIT_MS)
+    page.get_by_role("button", name="resolve", exact=True).click()
+    page.locator(".alert-item", has_text="resolved · ack").wait_for(timeout=WAIT_MS)
+    assert page.get_by_role("button", name="resolve", exact=True).count() == 0
+    assert page.console_errors == []
+
+
+def test_run_page_draws_later_mini_charts_on_search_and_on_draw_all(
+    dashboard: Any, page: Any
+) -> None:
+    run_id = new_run_id("minis")
+    extra = {f"custom/metric_{i:02d}": float(i) for i in range(10)}
+    seed_run(dashboard.url, run_id, steps=50, extra_keys=extra)
+    page.goto(f"{dashboard.url}/runs/{run_id}")
+    page.wait_for_selector(graph_selector("k7"), timeout=WAIT_MS)
+    assert page.locator(".mini-grid .js-plotly-plot").count() == 8  # run_data.MINIS_FIRST
+    assert page.locator(".mini-undrawn").count() == 2
+    page.fill("#run-key-search", "metric_09")
+    page.wait_for_selector(graph_selector("k9"), timeout=WAIT_MS)
+    assert plot_state(page, "k9")["lengths"] == [50, 0]
+    assert page.locator(".mini-undrawn").count() == 1  # metric_08 did not match
+    page.fill("#run-key-search", "")
+    page.click("#run-minis-all")
+    page.wait_for_selector(graph_selector("k8"), timeout=WAIT_MS)
+    assert page.locator(".mini-grid .js-plotly-plot").count() == 10
     assert page.console_errors == []

@@ -285,6 +285,8 @@ def register(app: Dash, client: ApiClient) -> None:
             return no_update, str(exc), no_update, no_update, no_update
         if plan == previous:
             return header(run), "", no_update, no_update, no_update
+        if previous and all(plan[k] == previous[k] for k in ("panels", "minis")):
+            return header(run), "", plan, no_update, no_update  # a guide moved: redraw in place
         cards, minis = panel_cards(plan)  # drawn by draw_panels, which the new plan triggers
         return header(run), "", plan, cards, minis
 
