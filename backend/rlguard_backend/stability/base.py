@@ -53,7 +53,7 @@ def _dump(value: Any) -> Any:
         return value.dump()
     if isinstance(value, dict):
         return {key: _dump(item) for key, item in value.items()}
-    return copy.deepcopy(value)
+    return value  # copied by json_safe in DetectorSuite.dump_state
 
 
 def _load(current: Any, state: Any) -> Any:

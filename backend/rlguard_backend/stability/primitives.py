@@ -36,7 +36,9 @@ class Persistent:
     """
 
     def dump(self) -> dict[str, Any]:
-        return copy.deepcopy({k: v for k, v in vars(self).items() if not k.startswith("_")})
+        # No copy here: DetectorSuite.dump_state passes everything through json_safe, which
+        # rebuilds every dict and list (the state holds no other containers).
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
     def load(self, state: dict[str, Any]) -> None:
         vars(self).update(copy.deepcopy(state))
