@@ -117,7 +117,7 @@ def _line_traces(line: Line, colour: str, view: View) -> list[dict[str, Any]]:
     dash = "dot" if line.right else "solid"
     raw = {
         **common,
-        "y": traces.decode(series.values),
+        "y": traces.drawn(series.values),
         "showlegend": not smoothed,
         "opacity": RAW_OPACITY_SMOOTHED if smoothed else 1.0,
         "line": {"color": colour, "width": 1.2, "dash": dash},
@@ -128,7 +128,7 @@ def _line_traces(line: Line, colour: str, view: View) -> list[dict[str, Any]]:
         return [raw]
     smooth = {
         **common,
-        "y": traces.decode(series.smoothed),
+        "y": traces.drawn(series.smoothed),
         "line": {"color": colour, "width": 2, "dash": dash},
         "meta": {"key": line.key, "role": "smooth"},
         "hovertemplate": "%{y:.4g} (smoothed)",

@@ -24,6 +24,11 @@ def decode(values: Sequence[Any] | None) -> list[float | None]:
     return out
 
 
+def drawn(values: Sequence[Any] | None) -> list[float | None]:
+    """``decode``, rounded to 6 significant digits: what a chart shows, in ~half the bytes."""
+    return [None if v is None else float(f"{v:.6g}") for v in decode(values)]
+
+
 def start_time(series: dict[str, SeriesData]) -> float | None:
     """The earliest wall time among the series: zero of the relative-time axis."""
     firsts = [s.times[0] for s in series.values() if s.times and s.times[0] is not None]

@@ -17,7 +17,7 @@ SUMMARY_KEYS = frozenset({"train_runtime", "train_samples_per_second", "total_fl
 
 
 def trl_run_config(args: Any, state: Any) -> dict[str, Any]:
-    """The trainer's arguments plus the keys rlguard's detectors read (README, "The trainer hook")."""
+    """The trainer's arguments plus the run-config keys rlguard's detectors read (README)."""
     config = {k: v for k, v in args.to_dict().items() if isinstance(v, (int, float, str, bool))}
     beta = getattr(args, "beta", None)
     epsilon = getattr(args, "epsilon", None)

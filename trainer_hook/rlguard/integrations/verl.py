@@ -74,7 +74,7 @@ class JsonlFollower:
 
 
 def run_config(config: Any) -> dict[str, Any]:
-    """The verl config as plain data, plus the keys rlguard's detectors read (README, "The trainer hook")."""
+    """The verl config as plain data, plus the run-config keys the detectors read (README)."""
     data = _to_container(config)
     actor = _get(data, "actor_rollout_ref", "actor") or {}
     algorithm = data.get("algorithm") or {}
