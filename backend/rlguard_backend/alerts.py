@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import func, select
@@ -11,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from rlguard_backend.config import Webhook
 from rlguard_backend.errors import NotFound
-from rlguard_backend.models import Alert, Run, WebhookDelivery, utcnow
+from rlguard_backend.models import Alert, Run, WebhookDelivery, as_utc, utcnow
 from rlguard_backend.schemas import AlertPublic
 from rlguard_backend.stability import AlertEvent
 
@@ -37,13 +36,9 @@ def to_public(alert: Alert) -> AlertPublic:
         message=alert.message,
         evidence=alert.evidence or {},
         advice=alert.advice or [],
-        created_at=_aware(alert.created_at),
-        updated_at=_aware(alert.updated_at),
+        created_at=as_utc(alert.created_at),
+        updated_at=as_utc(alert.updated_at),
     )
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def apply_events(

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rlguard_backend import points, sql
 from rlguard_backend.errors import Conflict, run_not_found
-from rlguard_backend.models import MetricKey, Run, RunTag, utcnow
+from rlguard_backend.models import MetricKey, Run, RunTag, as_utc, utcnow
 from rlguard_backend.rollups import BUCKET_WIDTHS
 from rlguard_backend.schemas import MetricKeyPublic, RunCreate, RunPublic, RunUpdate
 from rlguard_backend.signals import canonical_signal
@@ -43,15 +42,10 @@ def to_public(run: Run, tags: list[str]) -> RunPublic:
         tags=tags,
         last_step=run.last_step,
         resume_from_step=run.resume_from_step,
-        created_at=_aware(run.created_at),
-        updated_at=_aware(run.updated_at),
-        last_heartbeat_at=_aware(run.last_heartbeat_at) if run.last_heartbeat_at else None,
+        created_at=as_utc(run.created_at),
+        updated_at=as_utc(run.updated_at),
+        last_heartbeat_at=as_utc(run.last_heartbeat_at) if run.last_heartbeat_at else None,
     )
-
-
-def _aware(moment: datetime) -> datetime:
-    """SQLite returns naive datetimes; every stored time is UTC."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def create_or_resume_run(session: Session, data: RunCreate) -> tuple[Run, bool]:

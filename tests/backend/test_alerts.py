@@ -5,9 +5,6 @@ from __future__ import annotations
 import http.server
 import json
 import math
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from benchmarks._support import service
 from rlguard_backend.config import Settings
 from rlguard_backend.main import create_app
 from rlguard_backend.models import WebhookDelivery
@@ -99,27 +97,8 @@ def test_alerts_healthy_run_stays_silent(client: TestClient) -> None:
 @pytest.fixture
 def second_process(db_url: str) -> Iterator[str]:
     """Another service process on the same database, as a load balancer would run it."""
-    env = {**os.environ, "RLGUARD_DATABASE_URL": db_url}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "rlguard", "server", "--port", "0"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    deadline = time.monotonic() + 60
-    url = ""
-    while time.monotonic() < deadline and not url:
-        line = process.stdout.readline()
-        if "listening on" in line:
-            url = line.split("listening on ", 1)[1].split()[0]
-        elif not line and process.poll() is not None:
-            break
-    assert url, "second service process did not start"
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
+    with service(db_url) as url:
+        yield url
 
 
 def test_alerts_same_for_any_batching_and_two_processes(
