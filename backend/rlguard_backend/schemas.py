@@ -10,7 +10,7 @@ import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 RunStatus = Literal["running", "finished", "crashed", "failed"]
 RUN_STATUSES: tuple[str, ...] = ("running", "finished", "crashed", "failed")
@@ -38,6 +38,24 @@ def float_to_wire(value: float | None) -> WireFloat:
     return NONFINITE_TO_WIRE[repr(value)]
 
 
+def nonfinite_as_wire(value: Any) -> Any:
+    """Non-finite floats inside free-form JSON (config, summary) as their wire strings.
+
+    Python's JSON parser accepts NaN and Infinity literals, but PostgreSQL's JSON does not, and
+    SQLite would turn them into null: keep them as the strings the wire format uses instead.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return float_to_wire(value)
+    if isinstance(value, dict):
+        return {key: nonfinite_as_wire(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [nonfinite_as_wire(item) for item in value]
+    return value
+
+
+FreeJson = Annotated[dict[str, Any], AfterValidator(nonfinite_as_wire)]
+
+
 class RunCreate(BaseModel):
     """Create a run, or resume the run with this ``id``."""
 
@@ -46,7 +64,7 @@ class RunCreate(BaseModel):
     id: RunId
     project: Project
     name: Annotated[str, StringConstraints(max_length=256)] | None = None
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: FreeJson = Field(default_factory=dict)
     tags: list[Tag] = Field(default_factory=list, max_length=64)
     resume_from_step: Step | None = None
 
@@ -56,7 +74,7 @@ class RunUpdate(BaseModel):
 
     status: RunStatus | None = None
     name: Annotated[str, StringConstraints(max_length=256)] | None = None
-    summary: dict[str, Any] | None = None
+    summary: FreeJson | None = None
 
 
 class RunRewind(BaseModel):

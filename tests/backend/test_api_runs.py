@@ -151,3 +151,20 @@ def test_silent_running_run_is_marked_crashed(client: TestClient) -> None:
     assert statuses == {silent: "crashed", alive: "running", done: "finished"}
     client.post(f"/api/v1/runs/{silent}/heartbeat")
     assert client.get(f"/api/v1/runs/{silent}").json()["status"] == "running"
+
+
+def test_nonfinite_numbers_in_config_and_summary_are_kept_as_strings(client: TestClient) -> None:
+    run_id = new_run_id()
+    body = f'{{"id": "{run_id}", "project": "p", "config": {{"lr": NaN, "clip": [Infinity]}}}}'
+    created = client.post(
+        "/api/v1/runs", content=body.encode(), headers={"content-type": "application/json"}
+    )
+    assert created.status_code == 201, created.text
+    assert created.json()["config"] == {"lr": "NaN", "clip": ["Infinity"]}
+    patched = client.patch(
+        f"/api/v1/runs/{run_id}",
+        content=b'{"summary": {"best": -Infinity}}',
+        headers={"content-type": "application/json"},
+    )
+    assert patched.json()["summary"] == {"best": "-Infinity"}
+    assert client.get(f"/api/v1/runs/{run_id}").json()["config"]["lr"] == "NaN"

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from rlguard_backend import alerts, detection, ingest, points, repository, series
@@ -74,9 +74,12 @@ async def ingest_batch(run_id: str, request: Request, settings: SettingsDep) -> 
     return Response(ack.model_dump_json(), media_type="application/json")
 
 
-def _store_batch(factory: object, settings: Settings, run_id: str, batch: BatchIn) -> BatchAck:
+def _store_batch(
+    factory: sessionmaker[Session], settings: Settings, run_id: str, batch: BatchIn
+) -> BatchAck:
+    """The unit of work of one batch: points, rollups, detectors and alerts, one commit."""
     try:
-        with write_session(factory) as session:  # type: ignore[arg-type]
+        with write_session(factory) as session:
             run = detection.run_for_update(session, run_id)
             ack = ingest.ingest_batch(session, run_id, batch)
             if not ack.duplicate and settings.detectors_enabled:
@@ -86,7 +89,7 @@ def _store_batch(factory: object, settings: Settings, run_id: str, batch: BatchI
             return ack
     except IntegrityError:
         # A concurrent request stored the same batch id first: this one is a replay.
-        with write_session(factory) as session:  # type: ignore[arg-type]
+        with write_session(factory) as session:
             if not ingest.batch_seen(session, run_id, batch.batch_id):
                 raise
         count = sum(len(s.values) for s in batch.steps)
