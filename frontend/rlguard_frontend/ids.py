@@ -44,6 +44,7 @@ MINI_CARD = "run-mini-card"
 MINI_BODY = "run-mini-body"
 RUN_MINIS_ALL = "run-minis-all"
 RUN_REDRAW = "run-redraw"
+RUN_LIVE = "run-live"
 
 # controls bar: ids are f"{page prefix}-{name}" (controls.control_id)
 SMOOTHING = "smoothing"

@@ -5,6 +5,7 @@ Pure functions over wire models; the run page's callbacks fetch, call these and 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -173,3 +174,25 @@ def smoothed_tails(series: Mapping[str, SeriesData]) -> dict[str, float | None]:
         values = traces.decode(data.smoothed) if data.smoothed else []
         tails[key] = next((v for v in reversed(values) if v is not None and math.isfinite(v)), None)
     return tails
+
+
+def view_from(
+    smoothing: float | None,
+    log: list[str] | None,
+    xmode: str | None,
+    theme: str | None,
+    zoom: dict[str, int] | None,
+    t0: float | None = None,
+) -> figures.View:
+    """The figure view the controls ask for (uirevision keeps zoom across redraws)."""
+    xmode = xmode or "step"
+    x_range = (zoom["from"], zoom["to"]) if zoom and xmode == "step" else None
+    return figures.View(
+        xmode=xmode,
+        log=bool(log),
+        smoothing=float(smoothing or 0),
+        theme=theme or "light",
+        t0=t0,
+        x_range=x_range,
+        uirevision=f"{xmode}:{json.dumps(zoom)}:{bool(log)}",
+    )

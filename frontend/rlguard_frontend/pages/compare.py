@@ -11,7 +11,8 @@ from rlguard_backend.schemas import SeriesData
 from rlguard_frontend import figures, ids
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.controls import control_id, controls_bar
-from rlguard_frontend.pages.run_detail import GRAPH_CONFIG, view_from
+from rlguard_frontend.pages.run_detail import GRAPH_CONFIG
+from rlguard_frontend.panel_views import view_from
 from rlguard_frontend.panels import PANELS
 from rlguard_frontend.traces import start_time
 

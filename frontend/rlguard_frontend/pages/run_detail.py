@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dash import ALL, Dash, Input, Output, Patch, State, ctx, dcc, html, no_update
+from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from rlguard_backend.schemas import AlertPublic, RunPublic, SeriesData
-from rlguard_frontend import alert_views, figures, ids, panel_views, run_data, run_state, traces
+from rlguard_backend.schemas import RunPublic
+from rlguard_frontend import alert_views, ids, panel_views, run_data, run_state, traces
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.controls import control_id, controls_bar
+from rlguard_frontend.pages import run_alerts
+from rlguard_frontend.panel_views import view_from
 from rlguard_frontend.panels import PANELS
 
 PREFIX = "run"
@@ -24,6 +25,33 @@ GRAPH_CONFIG: Any = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d",
 
 def _graph_id(panel_id: str) -> dict[str, str]:
     return {"type": ids.PANEL_GRAPH, "panel": panel_id}
+
+
+APPEND_NEW_POINTS_JS = """
+function (live) {
+    const outputs = dash_clientside.callback_context.outputs_list;
+    return outputs.map((output, i) => {
+        const payload = live && live.payloads ? live.payloads[i] : null;
+        const node = document.getElementById(JSON.stringify(output.id));
+        const plot = node && (node.classList.contains("js-plotly-plot")
+            ? node : node.querySelector(".js-plotly-plot"));
+        if (!payload || !plot || !plot.data) { return dash_clientside.no_update; }
+        const [update, traces] = payload;
+        const xs = [], ys = [];
+        let kept = 0;
+        traces.forEach((trace, j) => {
+            const have = plot.data[trace] ? plot.data[trace].x : null;
+            const last = have && have.length ? have[have.length - 1] : null;
+            const fresh = update.x[j].map((x, k) => k).filter(
+                (k) => last === null || update.x[j][k] > last);
+            xs.push(fresh.map((k) => update.x[j][k]));
+            ys.push(fresh.map((k) => update.y[j][k]));
+            kept += fresh.length;
+        });
+        return kept ? [{x: xs, y: ys}, traces] : dash_clientside.no_update;
+    });
+}
+"""
 
 
 def layout(run_id: str, client: ApiClient, theme: str | None = None) -> html.Div:
@@ -50,6 +78,7 @@ def layout(run_id: str, client: ApiClient, theme: str | None = None) -> html.Div
             dcc.Store(id=ids.RUN_ZOOM),
             dcc.Store(id=ids.RUN_ALERTS, data=first["digest"]),
             dcc.Store(id=ids.RUN_REDRAW, data=0),
+            dcc.Store(id=ids.RUN_LIVE),
             html.Div(first["header"], id=ids.RUN_HEADER, className="run-header"),
             html.Div(first["error"], id=ids.RUN_ERROR, className="error"),
             controls_bar(PREFIX, live=True, extra=[zoom_reset]),
@@ -209,58 +238,6 @@ def _figure(drawn: dict[str, dict[str, Any]], panel_id: str) -> dict[str, Any]:
     return {"figure": drawn[panel_id]} if panel_id in drawn else {}
 
 
-def view_from(
-    smoothing: float | None,
-    log: list[str] | None,
-    xmode: str | None,
-    theme: str | None,
-    zoom: dict[str, int] | None,
-    t0: float | None = None,
-) -> figures.View:
-    xmode = xmode or "step"
-    x_range = (zoom["from"], zoom["to"]) if zoom and xmode == "step" else None
-    return figures.View(
-        xmode=xmode,
-        log=bool(log),
-        smoothing=float(smoothing or 0),
-        theme=theme or "light",
-        t0=t0,
-        x_range=x_range,
-        uirevision=f"{xmode}:{json.dumps(zoom)}:{bool(log)}",
-    )
-
-
-def alert_patches(
-    client: ApiClient,
-    run_id: str,
-    panel_ids: list[str],
-    plan: dict[str, Any] | None,
-    state: dict[str, Any] | None,
-    alerts: list[AlertPublic],
-    xmode: str | None,
-) -> list[Any]:
-    """New alert shapes and markers patched into each drawn figure (lines are not resent)."""
-    if not plan or not state:
-        return [no_update] * len(panel_ids)
-    view = view_from(0, None, xmode, None, None, state["t0"])
-    anchors: dict[str, SeriesData] = {}
-    if view.xmode != "step":  # ranges are placed by the drawn points' wall times
-        keys = sorted({panel_views.first_key(p, plan) for p in panel_ids} - {""})
-        anchors = client.read_series(run_id, keys, max_points=PANEL_MAX_POINTS).series
-    overlays = panel_views.alert_overlays(panel_ids, plan, alerts, anchors, view)
-    patches: list[Any] = []
-    for panel_id, (shapes, marker_trace) in zip(panel_ids, overlays, strict=True):
-        lines = state["traces"].get(panel_id)
-        if not lines:  # not drawn yet, or drawn without lines: the next redraw shows them
-            patches.append(no_update)
-            continue
-        patch = Patch()
-        patch["layout"]["shapes"] = shapes
-        patch["data"][sum(len(roles) for roles in lines.values())] = marker_trace
-        patches.append(patch)
-    return patches
-
-
 def register(app: Dash, client: ApiClient) -> None:
     smoothing, log, xaxis, live = (
         control_id(PREFIX, n) for n in (ids.SMOOTHING, ids.LOG, ids.XAXIS, ids.LIVE)
@@ -317,8 +294,18 @@ def register(app: Dash, client: ApiClient) -> None:
         view = view_from(smooth, log_on, xmode, theme, zoom, traces.start_time(series))
         return run_data.draw(panel_ids, plan, series, alerts, view, frozen=bool(zoom))
 
-    @app.callback(
+    # Live points reach the graphs through a store and a browser-side step: it drops every point
+    # at or before a trace's last x, so a tick answered after a redraw (or two ticks in flight
+    # at once) can never draw a point twice.
+    app.clientside_callback(
+        APPEND_NEW_POINTS_JS,
         Output({"type": ids.PANEL_GRAPH, "panel": ALL}, "extendData"),
+        Input(ids.RUN_LIVE, "data"),
+        prevent_initial_call=True,
+    )
+
+    @app.callback(
+        Output(ids.RUN_LIVE, "data"),
         Output(ids.RUN_CURSOR, "data", allow_duplicate=True),
         Output(ids.RUN_REDRAW, "data"),
         Input(ids.TICK, "n_intervals"),
@@ -328,9 +315,10 @@ def register(app: Dash, client: ApiClient) -> None:
         State(xaxis, "value"),
         State(ids.RUN_ID, "data"),
         State(ids.RUN_REDRAW, "data"),
+        State({"type": ids.PANEL_GRAPH, "panel": ALL}, "id"),
         prevent_initial_call=True,
     )
-    def extend_panels(_tick, state, live_on, smooth, xmode, run_id, redraw) -> tuple:
+    def extend_panels(_tick, state, live_on, smooth, xmode, run_id, redraw, graphs) -> tuple:
         if not state or not live_on or state["frozen"]:
             raise PreventUpdate
         cursor: dict[str, int] = state["cursor"]
@@ -344,90 +332,22 @@ def register(app: Dash, client: ApiClient) -> None:
             raise PreventUpdate from None
         view = view_from(smooth, None, xmode, None, None, state["t0"])
         payloads, appended = [], 0
-        for output in ctx.outputs_list[0]:
-            trace_map = state["traces"].get(output["id"]["panel"], {})
+        for graph in graphs:  # the order the browser-side step receives them in
+            trace_map = state["traces"].get(graph["panel"], {})
             payload, moved, tails, count = panel_views.extension(
                 trace_map, cursor, state["tails"], answer.series, view
             )
             cursor = {**cursor, **moved}
             state["tails"].update(tails)
             appended = max(appended, count)
-            payloads.append(no_update if payload is None else payload)
+            payloads.append(payload)
         if appended == 0:
             raise PreventUpdate
         state = {**state, "cursor": cursor, "appended": state["appended"] + appended}
+        live = {"tick": _tick, "payloads": payloads}
         if state["appended"] > LIVE_REDRAW_AFTER_POINTS:
-            return payloads, state, (redraw or 0) + 1
-        return payloads, state, no_update
-
-    @app.callback(
-        Output(ids.RUN_ALERTS, "data"),
-        Output(ids.RUN_TIMELINE, "children"),
-        Output({"type": ids.PANEL_GRAPH, "panel": ALL}, "figure", allow_duplicate=True),
-        Input(ids.TICK, "n_intervals"),
-        State(ids.RUN_ID, "data"),
-        State(ids.RUN_ALERTS, "data"),
-        State(ids.RUN_PLAN, "data"),
-        State(ids.RUN_CURSOR, "data"),
-        State(xaxis, "value"),
-        prevent_initial_call=True,  # the layout came with the alerts drawn
-    )
-    def refresh_alerts(_tick, run_id, previous, plan, state, xmode) -> tuple:
-        try:
-            alerts = client.list_alerts(run_id).data
-        except ApiError:
-            raise PreventUpdate from None
-        digest = alert_views.digest(alerts)
-        if digest == previous:
-            raise PreventUpdate
-        panel_ids = [o["id"]["panel"] for o in ctx.outputs_list[2]]
-        try:
-            patches = alert_patches(client, run_id, panel_ids, plan, state, alerts, xmode)
-        except ApiError:
-            raise PreventUpdate from None
-        return digest, alert_views.timeline(alerts), patches
-
-    @app.callback(
-        Output(ids.RUN_ALERT_DETAIL, "children"),
-        Input({"type": ids.ALERT_ITEM, "alert": ALL}, "n_clicks"),
-        Input({"type": ids.PANEL_GRAPH, "panel": ALL}, "clickData"),
-        State(ids.RUN_ID, "data"),
-        prevent_initial_call=True,
-    )
-    def show_alert(_clicks, _graph_clicks, run_id) -> Any:
-        trigger = ctx.triggered_id
-        if not isinstance(trigger, dict) or not ctx.triggered[0]["value"]:
-            raise PreventUpdate
-        if trigger["type"] == ids.ALERT_ITEM:
-            wanted = trigger["alert"]
-        else:
-            point = ctx.triggered[0]["value"]["points"][0]
-            wanted = point.get("customdata")
-        try:
-            alerts = client.list_alerts(run_id).data
-        except ApiError:
-            raise PreventUpdate from None
-        chosen = next((a for a in alerts if a.id == wanted), None)
-        if chosen is None:
-            raise PreventUpdate
-        return alert_views.alert_detail(chosen)
-
-    @app.callback(
-        Output(ids.RUN_ALERT_DETAIL, "children", allow_duplicate=True),
-        Output(ids.RUN_ERROR, "children", allow_duplicate=True),
-        Input({"type": ids.ALERT_ACTION, "alert": ALL, "action": ALL}, "n_clicks"),
-        prevent_initial_call=True,
-    )
-    def act_on_alert(_clicks: list[int | None]) -> tuple:
-        trigger = ctx.triggered_id
-        if not isinstance(trigger, dict) or not ctx.triggered[0]["value"]:
-            raise PreventUpdate
-        try:
-            change = alert_views.ACTIONS[trigger["action"]]
-            changed = client.update_alert(int(trigger["alert"]), change)
-        except ApiError as exc:
-            return no_update, str(exc)
-        return alert_views.alert_detail(changed), ""  # the next tick redraws the timeline
+            return live, state, (redraw or 0) + 1
+        return live, state, no_update
 
     @app.callback(
         Output(ids.RUN_ZOOM, "data"),
@@ -507,3 +427,5 @@ def register(app: Dash, client: ApiClient) -> None:
         names = [(plan or {}).get("minis", {}).get(o["id"]["panel"], "") for o in ctx.outputs_list]
         wanted = (query or "").strip().lower()
         return [{} if wanted in name.lower() else {"display": "none"} for name in names]
+
+    run_alerts.register(app, client, xaxis)
