@@ -6,7 +6,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash import ALL, ClientsideFunction, Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import RunPublic
@@ -25,33 +25,6 @@ GRAPH_CONFIG: Any = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d",
 
 def _graph_id(panel_id: str) -> dict[str, str]:
     return {"type": ids.PANEL_GRAPH, "panel": panel_id}
-
-
-APPEND_NEW_POINTS_JS = """
-function (live) {
-    const outputs = dash_clientside.callback_context.outputs_list;
-    return outputs.map((output, i) => {
-        const payload = live && live.payloads ? live.payloads[i] : null;
-        const node = document.getElementById(JSON.stringify(output.id));
-        const plot = node && (node.classList.contains("js-plotly-plot")
-            ? node : node.querySelector(".js-plotly-plot"));
-        if (!payload || !plot || !plot.data) { return dash_clientside.no_update; }
-        const [update, traces] = payload;
-        const xs = [], ys = [];
-        let kept = 0;
-        traces.forEach((trace, j) => {
-            const have = plot.data[trace] ? plot.data[trace].x : null;
-            const last = have && have.length ? have[have.length - 1] : null;
-            const fresh = update.x[j].map((x, k) => k).filter(
-                (k) => last === null || update.x[j][k] > last);
-            xs.push(fresh.map((k) => update.x[j][k]));
-            ys.push(fresh.map((k) => update.y[j][k]));
-            kept += fresh.length;
-        });
-        return kept ? [{x: xs, y: ys}, traces] : dash_clientside.no_update;
-    });
-}
-"""
 
 
 def layout(run_id: str, client: ApiClient, theme: str | None = None) -> html.Div:
@@ -298,7 +271,7 @@ def register(app: Dash, client: ApiClient) -> None:
     # at or before a trace's last x, so a tick answered after a redraw (or two ticks in flight
     # at once) can never draw a point twice.
     app.clientside_callback(
-        APPEND_NEW_POINTS_JS,
+        ClientsideFunction(namespace="rlguard", function_name="appendNewPoints"),
         Output({"type": ids.PANEL_GRAPH, "panel": ALL}, "extendData"),
         Input(ids.RUN_LIVE, "data"),
         prevent_initial_call=True,
