@@ -36,8 +36,10 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-bench: setup
-	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+BENCHMARKS := ingest query hook_overhead demo_overhead detectors dashboard
+
+bench: setup services
+	for b in $(BENCHMARKS); do echo "== $$b"; $(PY) -m benchmarks.$$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .rlguard test-artifacts

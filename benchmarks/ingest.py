@@ -5,7 +5,7 @@ client threads. The baseline writes the same rows into the same table and primar
 plain ``executemany`` (SQLite) or ``executemany`` and ``COPY`` (PostgreSQL) in the same run.
 Prints one JSON object.
 
-    python benchmarks/ingest.py [--batches 300] [--no-postgres]
+    python -m benchmarks.ingest [--batches 300] [--no-postgres]
 """
 
 from __future__ import annotations

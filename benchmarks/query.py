@@ -4,7 +4,7 @@ Baselines measured in the same run on the same database: fetching the full serie
 (the data a client would need without server-side downsampling), and a naive SQL ``GROUP BY``
 min/max over fixed buckets (what downsampling costs without rollups). Prints one JSON object.
 
-    python benchmarks/query.py [--points 1000000] [--repeats 30] [--no-postgres]
+    python -m benchmarks.query [--points 1000000] [--repeats 30] [--no-postgres]
 """
 
 from __future__ import annotations
