@@ -113,8 +113,8 @@ def detect_steps(
         # A state from another release of the detectors: rebuild it from the stored points
         # (which already hold this batch) rather than running blind.
         log.warning("rebuilding detector state of run %s: %s", run.id, exc)
-        result = backtest(session, run, settings, {}, apply=True)
-        return [a for a in _open_alerts(session, run.id)] if result.alerts else []
+        backtest(session, run, settings, {}, apply=True)
+        return _open_alerts(session, run.id)
     pending = _decode(state.get("pending"))
     ready, pending = _ready_steps(suite.last_step, pending, steps)
     events = [event for step, values in ready for event in suite.feed(step, values)]
@@ -170,11 +170,6 @@ def flush_pending(session: Session, run: Run, settings: Settings) -> list[Alert]
     events = suite.feed(*pending)
     _save_state(session, run.id, row, suite, None)
     return alerts.apply_events(session, run, events, settings.webhooks)
-
-
-def reset(session: Session, run_id: str) -> None:
-    """Forget the detectors' state (after a rewind, the restarted trainer re-logs the steps)."""
-    session.execute(delete(DetectorState).where(DetectorState.run_id == run_id))
 
 
 def stored_steps(session: Session, run_id: str) -> Iterator[tuple[int, Values]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy.orm import Session
@@ -52,11 +51,6 @@ ROLLUPS_ON_CONFLICT_APPEND = (
 )
 
 KeyPoints = Mapping[int, Sequence[tuple[int, float | None, float | None]]]
-
-
-def stored_value(value: float) -> float | None:
-    """The storage form of a value: NaN becomes NULL (SQLite cannot hold NaN); ±inf stay."""
-    return None if math.isnan(value) else value
 
 
 def upsert_points(session: Session, points: KeyPoints) -> None:
