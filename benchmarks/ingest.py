@@ -1,11 +1,19 @@
-"""Ingest throughput through real HTTP (one uvicorn worker) vs raw inserts of the same rows.
+"""Ingest throughput through real HTTP (one uvicorn worker) vs raw inserts of the same points.
 
 Batches of 100 steps x 20 keys, gzip-encoded before the clock starts, sent by two keep-alive
-client threads. The baseline writes the same rows into the same table and primary key with a
-plain ``executemany`` (SQLite) or ``executemany`` and ``COPY`` (PostgreSQL) in the same run.
+client threads, one run each (each run's batches in step order, as a hook sends them). The
+service runs with detectors off and on; the two alternate over ROUNDS rounds and each figure is
+the median round, so load from elsewhere on a shared machine hits both alike.
+
+Baselines in the same run, with plain sqlite3 / psycopg and no service around them:
+- ``raw_executemany``: the same points as one row each, (key_id, step, value, wall_time) with
+  primary key (key_id, step), inserted with ``executemany`` (and ``COPY`` on PostgreSQL), one
+  transaction per batch: what the plain one-row-per-point design costs;
+- ``raw_chunks``: the same points packed as rlguard stores them (one row per key per batch,
+  three arrays), inserted with ``executemany``: the floor of rlguard's own layout.
 Prints one JSON object.
 
-    python -m benchmarks.ingest [--batches 300] [--no-postgres]
+    python -m benchmarks.ingest [--batches 300] [--rounds 3] [--no-postgres]
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ import http.client
 import json
 import math
 import sqlite3
+import statistics
 import tempfile
 import threading
 import time
 import urllib.parse
 import uuid
+from array import array
 from pathlib import Path
 
 import httpx
@@ -30,6 +40,12 @@ from benchmarks._support import postgres_database, service, sqlite_url
 STEPS_PER_BATCH = 100
 KEYS = 20
 CLIENT_THREADS = 2
+ROUNDS = 3
+CHUNKS_DDL = (
+    "CREATE TABLE chunks (key_id INTEGER NOT NULL, first_step BIGINT NOT NULL, "
+    "last_step BIGINT NOT NULL, count INTEGER NOT NULL, step_data {blob} NOT NULL, "
+    "value_data {blob} NOT NULL, time_data {blob} NOT NULL, PRIMARY KEY (key_id, first_step))"
+)
 POINTS_DDL = (
     "CREATE TABLE points (key_id INTEGER NOT NULL, step BIGINT NOT NULL, value DOUBLE PRECISION, "
     "wall_time DOUBLE PRECISION, PRIMARY KEY (key_id, step))"
@@ -105,45 +121,56 @@ def raw_rows(batches: list[list[dict]]) -> list[list[tuple]]:
 
 
 def http_ingest(url: str, batches: list[list[dict]]) -> float:
-    """Points per second through the API."""
-    run_id = f"bench-{uuid.uuid4().hex[:8]}"
-    httpx.post(
-        f"{url}/api/v1/runs", json={"id": run_id, "project": "bench"}, timeout=30
-    ).raise_for_status()
+    """Points per second through the API: one run per client thread, as concurrent trainers.
+
+    Each run's batches go in step order from one connection, as the hook's sender posts them;
+    the two runs' requests interleave at the service.
+    """
     bodies = [
         gzip.compress(json.dumps({"batch_id": f"b{i}", "steps": b}).encode(), 1)
         for i, b in enumerate(batches)
     ]
     warmup, timed = bodies[:5], bodies[5:]
+    share = -(-len(timed) // CLIENT_THREADS)
+    shares = [warmup + timed[i * share : (i + 1) * share] for i in range(CLIENT_THREADS)]
     headers = {"content-encoding": "gzip", "content-type": "application/json"}
-    with httpx.Client(base_url=url, timeout=60) as client:
-        for body in warmup:
-            client.post(
-                f"/api/v1/runs/{run_id}/batches", content=body, headers=headers
-            ).raise_for_status()
+    run_ids = [f"bench-{uuid.uuid4().hex[:8]}" for _ in shares]
+    for run_id in run_ids:
+        httpx.post(
+            f"{url}/api/v1/runs", json={"id": run_id, "project": "bench"}, timeout=30
+        ).raise_for_status()
     errors: list[str] = []
+    ready = threading.Barrier(CLIENT_THREADS + 1)
 
-    def send(share: list[bytes]) -> None:
+    def send(run_id: str, share: list[bytes]) -> None:
         # http.client, as the hook itself posts: the client's own CPU is not what is measured.
         parsed = urllib.parse.urlsplit(url)
         connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
+
+        def post(body: bytes) -> None:
+            connection.request("POST", f"/api/v1/runs/{run_id}/batches", body, headers)
+            response = connection.getresponse()
+            answer = response.read()
+            if response.status != 200:
+                errors.append(answer.decode())
+
         try:
-            for body in share:
-                connection.request("POST", f"/api/v1/runs/{run_id}/batches", body, headers)
-                response = connection.getresponse()
-                answer = response.read()
-                if response.status != 200:
-                    errors.append(answer.decode())
+            for body in share[: len(warmup)]:
+                post(body)
+            ready.wait()
+            for body in share[len(warmup) :]:
+                post(body)
         finally:
             connection.close()
 
     threads = [
-        threading.Thread(target=send, args=(timed[i::CLIENT_THREADS],))
-        for i in range(CLIENT_THREADS)
+        threading.Thread(target=send, args=(run_id, share))
+        for run_id, share in zip(run_ids, shares, strict=True)
     ]
-    started = time.perf_counter()
     for thread in threads:
         thread.start()
+    ready.wait()
+    started = time.perf_counter()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
@@ -152,27 +179,64 @@ def http_ingest(url: str, batches: list[list[dict]]) -> float:
     return len(timed) * STEPS_PER_BATCH * KEYS / elapsed
 
 
-def sqlite_baseline(path: Path, rows: list[list[tuple]]) -> float:
-    connection = sqlite3.connect(path, isolation_level=None)
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("PRAGMA synchronous=NORMAL")
-    connection.execute(POINTS_DDL + " WITHOUT ROWID")
-    started = time.perf_counter()
-    for batch in rows[5:]:
-        connection.execute("BEGIN")
-        connection.executemany("INSERT INTO points VALUES (?, ?, ?, ?)", batch)
-        connection.execute("COMMIT")
-    elapsed = time.perf_counter() - started
-    connection.close()
-    return sum(len(b) for b in rows[5:]) / elapsed
+def chunk_rows(rows: list[list[tuple]]) -> list[list[tuple]]:
+    """The same points packed per key and batch: (key, first, last, count, 3 arrays)."""
+    packed = []
+    for batch in rows:
+        by_key: dict[int, list[tuple]] = {}
+        for row in batch:
+            by_key.setdefault(row[0], []).append(row)
+        packed.append(
+            [
+                (
+                    key_id,
+                    points[0][1],
+                    points[-1][1],
+                    len(points),
+                    array("q", [p[1] for p in points]).tobytes(),
+                    array("d", [p[2] for p in points]).tobytes(),
+                    array("d", [p[3] for p in points]).tobytes(),
+                )
+                for key_id, points in by_key.items()
+            ]
+        )
+    return packed
+
+
+def sqlite_baselines(folder: Path, rows: list[list[tuple]]) -> dict[str, float]:
+    results = {}
+    for label, ddl, insert, data in (
+        ("executemany", POINTS_DDL + " WITHOUT ROWID", "INSERT INTO points VALUES (?,?,?,?)", rows),
+        (
+            "chunks",
+            CHUNKS_DDL.format(blob="BLOB"),
+            "INSERT INTO chunks VALUES (?,?,?,?,?,?,?)",
+            chunk_rows(rows),
+        ),
+    ):
+        connection = sqlite3.connect(folder / f"raw-{label}.db", isolation_level=None)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.execute(ddl)
+        started = time.perf_counter()
+        for batch in data[5:]:
+            connection.execute("BEGIN")
+            connection.executemany(insert, batch)
+            connection.execute("COMMIT")
+        elapsed = time.perf_counter() - started
+        connection.close()
+        results[label] = sum(len(b) for b in rows[5:]) / elapsed
+    return results
 
 
 def postgres_baselines(url: str, rows: list[list[tuple]]) -> dict[str, float]:
     import psycopg
 
     results = {}
+    points = sum(len(b) for b in rows[5:])
     with psycopg.connect(url) as connection:
         connection.execute(POINTS_DDL)
+        connection.execute(CHUNKS_DDL.format(blob="BYTEA"))
         connection.commit()
         for label in ("executemany", "copy"):
             connection.execute("TRUNCATE points")
@@ -187,13 +251,44 @@ def postgres_baselines(url: str, rows: list[list[tuple]]) -> dict[str, float]:
                             for row in batch:
                                 copy.write_row(row)
                     connection.commit()
-            results[label] = sum(len(b) for b in rows[5:]) / (time.perf_counter() - started)
+            results[label] = points / (time.perf_counter() - started)
+        packed = chunk_rows(rows)
+        started = time.perf_counter()
+        with connection.cursor() as cursor:
+            for batch in packed[5:]:
+                cursor.executemany("INSERT INTO chunks VALUES (%s,%s,%s,%s,%s,%s,%s)", batch)
+                connection.commit()
+        results["chunks"] = points / (time.perf_counter() - started)
     return results
+
+
+def service_rates(urls: dict[str, str], batches: list[list[dict]], rounds: int) -> dict[str, float]:
+    """Median points/s per service over ``rounds`` alternating rounds."""
+    samples: dict[str, list[float]] = {name: [] for name in urls}
+    for _ in range(rounds):
+        for name, url in urls.items():
+            samples[name].append(http_ingest(url, batches))
+    return {name: statistics.median(rates) for name, rates in samples.items()}
+
+
+def figures(api: float, api_off: float, base: dict[str, float]) -> dict[str, float]:
+    result = {
+        "api_points_per_s": round(api),
+        "api_points_per_s_detectors_off": round(api_off),
+        "detector_cost": round(1 - api / api_off, 3),
+    }
+    for label, rate in base.items():
+        result[f"raw_{label}_points_per_s"] = round(rate)
+    for label, rate in base.items():
+        result[f"ratio_to_raw_{label}"] = round(api / rate, 3)
+        result[f"ratio_to_raw_{label}_detectors_off"] = round(api_off / rate, 3)
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args()
     batches = make_batches(args.batches + 5)
@@ -202,36 +297,30 @@ def main() -> None:
         "benchmark": "ingest",
         "steps_per_batch": STEPS_PER_BATCH,
         "keys": KEYS,
-        "timed_points": args.batches * STEPS_PER_BATCH * KEYS,
+        "timed_points_per_round": args.batches * STEPS_PER_BATCH * KEYS,
+        "rounds": args.rounds,
         "client_threads": CLIENT_THREADS,
     }
+    detectors_off = ("RLGUARD_DETECTORS_ENABLED", "false")
     with tempfile.TemporaryDirectory() as folder:
-        baseline = sqlite_baseline(Path(folder) / "raw.db", rows)
-        detectors_off = ("RLGUARD_DETECTORS_ENABLED", "false")
-        with service(sqlite_url(Path(folder), "off.db"), detectors_off) as url:
-            api_off = http_ingest(url, batches)
-        with service(sqlite_url(Path(folder), "svc.db")) as url:
-            api = http_ingest(url, batches)
-        result["sqlite"] = {
-            "api_points_per_s": round(api),
-            "api_points_per_s_detectors_off": round(api_off),
-            "detector_cost": round(1 - api / api_off, 3),
-            "raw_executemany_points_per_s": round(baseline),
-            "ratio_to_raw": round(api / baseline, 3),
-            "ratio_to_raw_detectors_off": round(api_off / baseline, 3),
-        }
+        base = sqlite_baselines(Path(folder), rows)
+        with (
+            service(sqlite_url(Path(folder), "off.db"), detectors_off) as off_url,
+            service(sqlite_url(Path(folder), "on.db")) as on_url,
+        ):
+            rates = service_rates({"off": off_url, "on": on_url}, batches, args.rounds)
+        result["sqlite"] = figures(rates["on"], rates["off"], base)
     if not args.no_postgres:
         with postgres_database() as raw_url:
             pg_base = postgres_baselines(raw_url, rows)
-        with postgres_database() as svc_url, service(svc_url) as url:
-            api = http_ingest(url, batches)
-        result["postgres"] = {
-            "api_points_per_s": round(api),
-            "raw_executemany_points_per_s": round(pg_base["executemany"]),
-            "raw_copy_points_per_s": round(pg_base["copy"]),
-            "ratio_to_raw_executemany": round(api / pg_base["executemany"], 3),
-            "ratio_to_raw_copy": round(api / pg_base["copy"], 3),
-        }
+        with (
+            postgres_database() as off_db,
+            postgres_database() as on_db,
+            service(off_db, detectors_off) as off_url,
+            service(on_db) as on_url,
+        ):
+            rates = service_rates({"off": off_url, "on": on_url}, batches, args.rounds)
+        result["postgres"] = figures(rates["on"], rates["off"], pg_base)
     print(json.dumps(result))
 
 

@@ -1,8 +1,10 @@
 """Series query latency: a 1,000,000-point series downsampled to 2,000 points over real HTTP.
 
-Baselines measured in the same run on the same database: fetching the full series raw with SQL
-(the data a client would need without server-side downsampling), and a naive SQL ``GROUP BY``
-min/max over fixed buckets (what downsampling costs without rollups). Prints one JSON object.
+Baselines measured in the same run on the same database, on a plain one-row-per-point copy of
+the series (``bench_points``, primary key (key_id, step)): fetching the full series raw with
+SQL (the data a client would need without server-side downsampling), and a naive SQL
+``GROUP BY`` min/max over fixed buckets (what downsampling costs without rollups). Also the full
+series decoded from rlguard's own chunks. Prints one JSON object.
 
     python -m benchmarks.query [--points 1000000] [--repeats 30] [--no-postgres]
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks._support import postgres_database, sqlite_url
-from rlguard_backend import ingest, migrate, repository, sql
+from rlguard_backend import ingest, migrate, points, repository, sql
 from rlguard_backend.config import Settings
 from rlguard_backend.db import make_engine, make_session_factory, write_session
 from rlguard_backend.main import create_app
@@ -33,6 +35,11 @@ from rlguard_backend.serve import ServerThread
 RUN_ID = "bench-query"
 KEY = "actor/entropy"
 CHUNK = 20_000
+PLAIN_DDL = (
+    "CREATE TABLE bench_points (key_id INTEGER NOT NULL, step BIGINT NOT NULL, "
+    "value DOUBLE PRECISION, PRIMARY KEY (key_id, step))"
+)
+PLAIN_COLUMNS = (("key_id", "int4"), ("step", "int8"), ("value", "float8"))
 
 
 def fill(url: str, count: int) -> None:
@@ -80,12 +87,21 @@ def measure(url: str, count: int, repeats: int) -> dict[str, object]:
     fill(url, count)
     engine = make_engine(url)
     factory = make_session_factory(engine)
-    with factory() as session:
+    with write_session(factory) as session:
         (key_id,) = sql.fetchall(session, "SELECT id FROM metric_keys WHERE name = ?", (KEY,))[0]
+        stored = points.read_points(session, key_id, 0, count)
+        assert len(stored) == count
+        sql.execute(session, PLAIN_DDL)
+        rows = [(key_id, step, value) for step, value, _ in stored]
+        sql.bulk_insert(session, "bench_points", PLAIN_COLUMNS, rows)
+        session.commit()
+    with factory() as session:
 
         def raw() -> None:
             rows = sql.fetchall(
-                session, "SELECT step, value FROM points WHERE key_id = ? ORDER BY step", (key_id,)
+                session,
+                "SELECT step, value FROM bench_points WHERE key_id = ? ORDER BY step",
+                (key_id,),
             )
             assert len(rows) == count
 
@@ -93,13 +109,17 @@ def measure(url: str, count: int, repeats: int) -> dict[str, object]:
             width = int(max(1, count // 500))  # an int literal: PostgreSQL groups by expression
             sql.fetchall(
                 session,
-                f"SELECT step / {width}, min(value), max(value), count(*) FROM points "
+                f"SELECT step / {width}, min(value), max(value), count(*) FROM bench_points "
                 f"WHERE key_id = ? GROUP BY step / {width}",
                 (key_id,),
             )
 
+        def chunks() -> None:
+            assert len(points.read_points(session, key_id, 0, count)) == count
+
         raw_s = timed(raw, max(3, repeats // 10))
         group_s = timed(group_by, max(3, repeats // 10))
+        chunks_s = timed(chunks, max(3, repeats // 10))
     engine.dispose()
     with served(url) as base, httpx.Client(base_url=base, timeout=60) as http:
         params = {"keys": KEY, "max_points": 2000}
@@ -118,6 +138,7 @@ def measure(url: str, count: int, repeats: int) -> dict[str, object]:
         "spike_kept": True,
         "raw_sql_full_fetch_median_ms": round(statistics.median(raw_s) * 1000, 2),
         "sql_group_by_minmax_median_ms": round(statistics.median(group_s) * 1000, 2),
+        "chunks_full_read_median_ms": round(statistics.median(chunks_s) * 1000, 2),
         "speedup_vs_raw_fetch": round(statistics.median(raw_s) * 1000 / api_ms, 1),
     }
 

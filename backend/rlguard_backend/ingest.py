@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from collections import defaultdict
+from itertools import pairwise
 
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
@@ -12,6 +14,7 @@ from sqlalchemy.orm import Session
 from rlguard_backend import points, repository, sql
 from rlguard_backend.errors import MalformedRequest, PayloadTooLarge, run_not_found
 from rlguard_backend.models import utcnow
+from rlguard_backend.points import Columns
 from rlguard_backend.schemas import BatchAck, BatchIn
 
 GZIP_WBITS = 16 + zlib.MAX_WBITS
@@ -66,25 +69,33 @@ def parse_batch(raw: bytes, max_points: int) -> BatchIn:
     return batch
 
 
-KeyRows = dict[str, list[tuple[int, float | None, float | None]]]
-
-
-def _by_key(batch: BatchIn) -> KeyRows:
-    """``{key: [(step, stored value, wall_time), ...]}`` by step; a later duplicate wins."""
-    grouped: KeyRows = defaultdict(list)
-    ordered = True
-    previous = -1
-    for entry in batch.steps:
-        step, moment = entry.step, entry.time
-        ordered = ordered and step > previous
-        previous = step
+def _by_key(batch: BatchIn) -> dict[str, Columns]:
+    """Each key's points as columns in step order; a later duplicate of a step wins."""
+    entries = batch.steps
+    if not entries:
+        return {}
+    steps = [entry.step for entry in entries]
+    times = [math.nan if entry.time is None else entry.time for entry in entries]
+    names = tuple(entries[0].values)
+    if all(a < b for a, b in pairwise(steps)) and all(
+        tuple(entry.values) == names for entry in entries
+    ):
+        # The usual batch: every step logs the same keys in the same order; zip transposes
+        # the steps' values into the keys' columns in one C-level pass.
+        columns = zip(*[tuple(entry.values.values()) for entry in entries], strict=True)
+        return {
+            name: Columns(steps, values, times) for name, values in zip(names, columns, strict=True)
+        }
+    latest: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
+    for entry, moment in zip(entries, times, strict=True):
         for key, value in entry.values.items():
-            # NaN is the only value unequal to itself; it is stored as NULL.
-            grouped[key].append((step, None if value != value else value, moment))
-    if not ordered:
-        for key, rows in grouped.items():
-            latest = {step: (step, value, moment) for step, value, moment in rows}
-            grouped[key] = [latest[step] for step in sorted(latest)]
+            latest[key][entry.step] = (value, moment)
+    grouped = {}
+    for key, by_step in latest.items():
+        ordered = sorted(by_step)
+        grouped[key] = Columns(
+            ordered, [by_step[s][0] for s in ordered], [by_step[s][1] for s in ordered]
+        )
     return grouped
 
 
@@ -136,17 +147,18 @@ def batch_seen(session: Session, run_id: str, batch_id: str) -> bool:
     return bool(found)
 
 
-def _store(session: Session, run_id: str, aliases: dict[str, str] | None, grouped: KeyRows) -> int:
+def _store(
+    session: Session, run_id: str, aliases: dict[str, str] | None, grouped: dict[str, Columns]
+) -> int:
     """Write the points and rollups; returns the newest step in the batch."""
     keys = repository.ensure_key_ids(session, run_id, grouped, aliases)
-    by_id = {keys[name][0]: rows for name, rows in grouped.items()}
-    previous = {keys[name][0]: keys[name][1] for name in grouped}
-    points.upsert_points(session, by_id)
-    points.update_rollups(session, by_id, previous)
-    advanced = [
-        (rows[-1][0], key_id)
-        for key_id, rows in by_id.items()
-        if previous[key_id] is None or rows[-1][0] > previous[key_id]  # type: ignore[operator]
-    ]
-    sql.executemany(session, "UPDATE metric_keys SET last_step = ? WHERE id = ?", advanced)
-    return max(rows[-1][0] for rows in grouped.values())
+    by_id = {keys[name][0]: columns for name, columns in grouped.items()}
+    before = {keys[name][0]: keys[name][1] for name in grouped}
+    after = points.store_points(session, by_id, before)
+    points.update_rollups(session, by_id, {key_id: t.last_step for key_id, t in before.items()})
+    sql.executemany(
+        session,
+        "UPDATE metric_keys SET last_step = ?, tail_step = ?, tail_count = ? WHERE id = ?",
+        [(t.last_step, t.tail_step, t.tail_count, key_id) for key_id, t in after.items()],
+    )
+    return max(columns.steps[-1] for columns in grouped.values())

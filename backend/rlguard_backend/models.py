@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -77,22 +78,33 @@ class MetricKey(Base):
     name: Mapped[str] = mapped_column(String(256))
     signal: Mapped[str | None] = mapped_column(String(64))
     last_step: Mapped[int | None] = mapped_column(BigInteger)
+    # The key's newest chunk (the one small appends grow): its first step and point count.
+    tail_step: Mapped[int | None] = mapped_column(BigInteger)
+    tail_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
-class Point(Base):
-    """One value of one key at one step. ``value`` NULL encodes NaN (SQLite stores NaN as NULL).
+class PointChunk(Base):
+    """A run of one key's points, packed: steps (int64), values and wall times (float64).
 
-    No foreign key on ``key_id``: PostgreSQL checks one per row (a third of ingest throughput),
-    and the table is meant to be partitioned by time at scale. Deleting keys deletes points.
+    The three blobs hold ``count`` little-endian numbers each, in strictly increasing step
+    order; NaN is NaN in ``value_data`` and a missing wall time is NaN in ``time_data``. Chunks
+    of a key never overlap: each step lives in exactly one chunk, found by ``first_step``.
+    One row per key per batch (instead of one per point) is what makes ingest fast; see
+    ``points.py`` for how chunks grow, split and are rewritten.
+
+    No foreign key on ``key_id``: PostgreSQL checks one per row, and the table is meant to be
+    partitioned by time at scale.
     """
 
-    __tablename__ = "points"
-    __table_args__ = {"sqlite_with_rowid": False}
+    __tablename__ = "point_chunks"
 
     key_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    value: Mapped[float | None] = mapped_column(Double)
-    wall_time: Mapped[float | None] = mapped_column(Double)
+    first_step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    count: Mapped[int] = mapped_column(Integer)
+    step_data: Mapped[bytes] = mapped_column(LargeBinary)
+    value_data: Mapped[bytes] = mapped_column(LargeBinary)
+    time_data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class Rollup(Base):

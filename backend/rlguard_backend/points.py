@@ -1,19 +1,57 @@
-"""Storage verbs for points and their rollups. No commits here: the caller owns the transaction."""
+"""Storage verbs for points and their rollups. No commits here: the caller owns the transaction.
+
+Points live in chunks (``point_chunks``): per key, runs of steps packed into three arrays. A
+batch adds one chunk per key, so ingest writes ~20 rows where it would write ~2,000, and a
+key's chunks never overlap, so a range read is one index seek and a few decodes.
+
+How chunks grow: new points past a key's last step get a chunk of their own when there are
+OWN_CHUNK_POINTS or more of them; fewer are appended to the key's newest chunk (its "tail",
+whose first step and size ``metric_keys`` remembers, so the append reads nothing) while that
+holds fewer than TAIL_CHUNK_POINTS. A trainer logging one step per batch thus fills chunks of
+~128 points. Points at or before a key's last step (replays, rewinds, out-of-order batches)
+rewrite only the chunks that hold their steps; points falling between chunks get new chunks
+there. Writes larger than MAX_CHUNK_POINTS are split.
+"""
 
 from __future__ import annotations
 
+import math
+import sys
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from sqlalchemy.orm import Session
 
 from rlguard_backend import sql
-from rlguard_backend.rollups import BUCKET_WIDTHS, Summary, bucket_points, group_by_bucket
-
-POINT_COLUMNS = (("key_id", "int4"), ("step", "int8"), ("value", "float8"), ("wall_time", "float8"))
-POINTS_ON_CONFLICT = (
-    "ON CONFLICT (key_id, step) DO UPDATE SET "
-    "value = excluded.value, wall_time = excluded.wall_time"
+from rlguard_backend.rollups import (
+    BUCKET_WIDTHS,
+    Summary,
+    bucket_rows,
+    group_by_bucket,
 )
+
+OWN_CHUNK_POINTS = 64
+TAIL_CHUNK_POINTS = 128
+MAX_CHUNK_POINTS = 1024
+CHUNK_COLUMNS = (
+    ("key_id", "int4"),
+    ("first_step", "int8"),
+    ("last_step", "int8"),
+    ("count", "int4"),
+    ("step_data", "bytea"),
+    ("value_data", "bytea"),
+    ("time_data", "bytea"),
+)
+# The chunks of key ? that can hold steps ? (lo) .. ? (hi): the one holding lo, if any, and
+# every one starting inside the range. Parameters: key, hi, key, lo, lo.
+_CHUNKS_IN_RANGE = (
+    "WHERE key_id = ? AND first_step <= ? AND first_step >= coalesce("
+    "(SELECT max(first_step) FROM point_chunks WHERE key_id = ? AND first_step <= ?), ?)"
+)
+_SWAP = sys.byteorder != "little"  # chunks are little-endian on every machine
 SUMMARY_COLUMNS = (
     ("count", "int4"),
     ("first_step", "int8"),
@@ -50,13 +88,222 @@ ROLLUPS_ON_CONFLICT_APPEND = (
     f"max_value = CASE WHEN {_MAX_WINS} THEN excluded.max_value ELSE rollups.max_value END"
 )
 
-KeyPoints = Mapping[int, Sequence[tuple[int, float | None, float | None]]]
+Row = tuple[int, float | None, float | None]
 
 
-def upsert_points(session: Session, points: KeyPoints) -> None:
-    """Write ``{key_id: [(step, value, wall_time), ...]}``; a later write of a step wins."""
-    rows = [(key_id, s, v, t) for key_id, items in points.items() for s, v, t in items]
-    sql.bulk_insert(session, "points", POINT_COLUMNS, rows, POINTS_ON_CONFLICT)
+class Columns(NamedTuple):
+    """One key's new points in step order, each step once; NaN values and missing wall times
+    are float NaN. Ingest writes columns: they pack into a chunk without a per-point loop."""
+
+    steps: Sequence[int]
+    values: Sequence[float]
+    times: Sequence[float]
+
+    def rows(self) -> list[Row]:
+        """As ``(step, value, wall_time)`` rows, None for NaN (the read side's convention)."""
+        return list(
+            zip(self.steps, _none_for_nan(self.values), _none_for_nan(self.times), strict=True)
+        )
+
+
+KeyColumns = Mapping[int, Columns]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyTail:
+    """What ingest knows of a key before writing: its last step and its newest chunk."""
+
+    last_step: int | None
+    tail_step: int | None = None
+    tail_count: int = 0
+
+
+def _pack(code: str, numbers: Iterable[float] | Iterable[int]) -> bytes:
+    packed = array(code, numbers)
+    if _SWAP:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _unpack(code: str, blob: bytes) -> array:
+    unpacked = array(code)
+    unpacked.frombytes(blob)
+    if _SWAP:
+        unpacked.byteswap()
+    return unpacked
+
+
+def _nan_for_none(values: Iterable[float | None]) -> list[float]:
+    return [math.nan if v is None else v for v in values]
+
+
+def _none_for_nan(values: Iterable[float]) -> list[float | None]:
+    # NaN is the only value unequal to itself; the storage convention reads it as None.
+    return [None if v != v else v for v in values]
+
+
+def encode(rows: Sequence[Row]) -> tuple[bytes, bytes, bytes]:
+    """``(step_data, value_data, time_data)`` of step-sorted rows."""
+    return (
+        _pack("q", [r[0] for r in rows]),
+        _pack("d", _nan_for_none([r[1] for r in rows])),
+        _pack("d", _nan_for_none([r[2] for r in rows])),
+    )
+
+
+def decode(step_data: bytes, value_data: bytes, time_data: bytes) -> list[Row]:
+    steps = _unpack("q", step_data).tolist()
+    values = _none_for_nan(_unpack("d", value_data))
+    times = _none_for_nan(_unpack("d", time_data))
+    return list(zip(steps, values, times, strict=True))
+
+
+def _chunk_row(key_id: int, rows: Sequence[Row]) -> tuple[object, ...]:
+    return (key_id, rows[0][0], rows[-1][0], len(rows), *encode(rows))
+
+
+def _pieces(rows: Sequence[Row]) -> list[Sequence[Row]]:
+    return [rows[i : i + MAX_CHUNK_POINTS] for i in range(0, len(rows), MAX_CHUNK_POINTS)]
+
+
+def store_points(
+    session: Session, points: KeyColumns, tails: Mapping[int, KeyTail]
+) -> dict[int, KeyTail]:
+    """Write each key's new points; a later write of a step wins.
+
+    ``tails`` is each key's state before the write, as ``metric_keys`` holds it; the answer
+    is its state after, for the caller to store there.
+    """
+    fresh: list[tuple[object, ...]] = []
+    appends: list[tuple[object, ...]] = []
+    after: dict[int, KeyTail] = {}
+    for key_id, new in points.items():
+        tail, first, last, count = tails[key_id], new.steps[0], new.steps[-1], len(new.steps)
+        if tail.last_step is not None and first <= tail.last_step:
+            after[key_id] = _rewrite(session, key_id, new.rows(), tail, fresh)
+        elif (
+            tail.tail_step is not None
+            and count < OWN_CHUNK_POINTS
+            and tail.tail_count < TAIL_CHUNK_POINTS
+        ):
+            appends.append((last, count, *_pack_columns(new), key_id, tail.tail_step))
+            after[key_id] = KeyTail(last, tail.tail_step, tail.tail_count + count)
+        elif count <= MAX_CHUNK_POINTS:
+            fresh.append((key_id, first, last, count, *_pack_columns(new)))
+            after[key_id] = KeyTail(last, first, count)
+        else:
+            pieces = _pieces(new.rows())
+            fresh.extend(_chunk_row(key_id, piece) for piece in pieces)
+            after[key_id] = KeyTail(last, pieces[-1][0][0], len(pieces[-1]))
+    sql.bulk_insert(session, "point_chunks", CHUNK_COLUMNS, fresh)
+    _append_to_tails(session, appends)
+    return after
+
+
+def _pack_columns(new: Columns) -> tuple[bytes, bytes, bytes]:
+    return _pack("q", new.steps), _pack("d", new.values), _pack("d", new.times)
+
+
+def _append_to_tails(session: Session, rows: Sequence[tuple[object, ...]]) -> None:
+    """Append packed points in SQL; rows are ``(last_step, count, 3 blobs, key_id, first_step)``."""
+    if not rows:
+        return
+    if sql.dialect(session) == "postgresql":
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        sql.execute(
+            session,
+            "UPDATE point_chunks AS c SET last_step = u.last_step, count = c.count + u.count, "
+            "step_data = c.step_data || u.step_data, value_data = c.value_data || u.value_data, "
+            "time_data = c.time_data || u.time_data FROM unnest(?::int8[], ?::int4[], "
+            "?::bytea[], ?::bytea[], ?::bytea[], ?::int4[], ?::int8[]) AS u(last_step, count, "
+            "step_data, value_data, time_data, key_id, first_step) "
+            "WHERE c.key_id = u.key_id AND c.first_step = u.first_step",
+            columns,
+        )
+        return
+    # SQLite's || joins the bytes of two blobs as text; CAST turns the result back into a
+    # blob, byte for byte (the database encoding is UTF-8, so nothing is transcoded).
+    sql.executemany(
+        session,
+        "UPDATE point_chunks SET last_step = ?, count = count + ?, "
+        "step_data = CAST(step_data || ? AS BLOB), value_data = CAST(value_data || ? AS BLOB), "
+        "time_data = CAST(time_data || ? AS BLOB) WHERE key_id = ? AND first_step = ?",
+        rows,
+    )
+
+
+def _rewrite(
+    session: Session,
+    key_id: int,
+    rows: Sequence[Row],
+    tail: KeyTail,
+    fresh: list[tuple[object, ...]],
+) -> KeyTail:
+    """Merge rows reaching back into stored steps; new chunks for the gaps go to ``fresh``."""
+    lo, hi = rows[0][0], rows[-1][0]
+    stored = sql.fetchall(
+        session,
+        f"SELECT first_step, last_step FROM point_chunks {_CHUNKS_IN_RANGE} ORDER BY first_step",
+        (key_id, hi, key_id, lo, lo),
+    )
+    firsts = [first for first, _ in stored]
+    inside: dict[int, list[Row]] = {}  # chunk index -> rows within its steps
+    gaps: dict[int, list[Row]] = {}  # index of the chunk after the gap -> rows in the gap
+    for row in rows:
+        index = bisect_right(firsts, row[0]) - 1
+        if index >= 0 and row[0] <= stored[index][1]:
+            inside.setdefault(index, []).append(row)
+        else:
+            gaps.setdefault(index + 1, []).append(row)
+    tail_step, tail_count = tail.tail_step, tail.tail_count
+    for index, new_rows in inside.items():
+        first = firsts[index]
+        ((step_data, value_data, time_data),) = sql.fetchall(
+            session,
+            "SELECT step_data, value_data, time_data FROM point_chunks "
+            "WHERE key_id = ? AND first_step = ?",
+            (key_id, first),
+        )
+        merged = {row[0]: row for row in decode(step_data, value_data, time_data)}
+        merged.update((row[0], row) for row in new_rows)
+        content = [merged[step] for step in sorted(merged)]
+        pieces = _pieces(content)
+        _replace_chunk(session, key_id, first, pieces[0])
+        fresh.extend(_chunk_row(key_id, piece) for piece in pieces[1:])
+        for piece in pieces:
+            if tail_step is None or piece[0][0] >= tail_step:
+                tail_step, tail_count = piece[0][0], len(piece)
+    for gap_rows in gaps.values():
+        for piece in _pieces(gap_rows):
+            fresh.append(_chunk_row(key_id, piece))
+            if tail_step is None or piece[0][0] > tail_step:
+                tail_step, tail_count = piece[0][0], len(piece)
+    last = hi if tail.last_step is None else max(hi, tail.last_step)
+    return KeyTail(last, tail_step, tail_count)
+
+
+def _replace_chunk(session: Session, key_id: int, first: int, rows: Sequence[Row]) -> None:
+    """Store ``rows`` (starting at ``first``) as the content of the chunk at ``first``."""
+    sql.execute(
+        session,
+        "UPDATE point_chunks SET last_step = ?, count = ?, step_data = ?, value_data = ?, "
+        "time_data = ? WHERE key_id = ? AND first_step = ?",
+        (rows[-1][0], len(rows), *encode(rows), key_id, first),
+    )
+
+
+def key_tail(session: Session, key_id: int) -> KeyTail:
+    """A key's state read from its chunks (after a rewind, say)."""
+    found = sql.fetchall(
+        session,
+        "SELECT first_step, last_step, count FROM point_chunks WHERE key_id = ? "
+        "ORDER BY first_step DESC LIMIT 1",
+        (key_id,),
+    )
+    if not found:
+        return KeyTail(None)
+    first, last, count = found[0]
+    return KeyTail(last, first, count)
 
 
 def _upsert_rollups(session: Session, rows: list[tuple[object, ...]]) -> None:
@@ -65,38 +312,18 @@ def _upsert_rollups(session: Session, rows: list[tuple[object, ...]]) -> None:
 
 
 def update_rollups(
-    session: Session, points: KeyPoints, previous_last_step: Mapping[int, int | None]
+    session: Session, points: KeyColumns, previous_last_step: Mapping[int, int | None]
 ) -> None:
-    """Bring every level's buckets up to date after ``points`` were upserted."""
-    appended: dict[int, list[tuple[int, float | None]]] = {}
-    rewritten: dict[int, set[int]] = {}
-    for key_id, items in points.items():
-        last = previous_last_step.get(key_id)
-        if last is None or items[0][0] > last:
-            appended[key_id] = [(s, v) for s, v, _ in items]
-        else:
-            rewritten[key_id] = {s for s, _, _ in items}
-    _append_rollups(session, appended)
-    for key_id, steps in rewritten.items():
-        recompute_rollups(session, key_id, steps)
-
-
-def _append_rollups(
-    session: Session, appended: Mapping[int, Sequence[tuple[int, float | None]]]
-) -> None:
-    """Fast path for steps past a key's last step: summarize them, merge in SQL, read nothing."""
+    """Bring every level's buckets up to date after ``points`` were stored."""
     rows: list[tuple[object, ...]] = []
-    for key_id, items in appended.items():
-        finest = bucket_points(items, BUCKET_WIDTHS[0])
+    for key_id, new in points.items():
+        last = previous_last_step.get(key_id)
+        if last is not None and new.steps[0] <= last:
+            recompute_rollups(session, key_id, new.steps)
+            continue
+        # Past the key's last step: summarize the new points, merge in SQL, read nothing.
         for level, width in enumerate(BUCKET_WIDTHS):
-            if level == 0:
-                level_buckets = finest
-            else:
-                level_buckets = group_by_bucket(((s.first_step, s) for s in finest.values()), width)
-            rows.extend(
-                (key_id, level, bucket, *summary.as_row())
-                for bucket, summary in level_buckets.items()
-            )
+            rows.extend((key_id, level, *row) for row in bucket_rows(new.steps, new.values, width))
     columns = ROLLUP_KEY_COLUMNS + SUMMARY_COLUMNS
     sql.bulk_insert(session, "rollups", columns, rows, ROLLUPS_ON_CONFLICT_APPEND)
 
@@ -125,30 +352,52 @@ def recompute_rollups(session: Session, key_id: int, steps: Iterable[int]) -> No
         _upsert_rollups(session, [(key_id, level, b, *s.as_row()) for b, s in fresh.items()])
 
 
-def read_points(
-    session: Session, key_id: int, lo: int, hi: int
-) -> list[tuple[int, float | None, float | None]]:
+def read_points(session: Session, key_id: int, lo: int, hi: int) -> list[Row]:
     """Raw ``(step, value, wall_time)`` with ``lo <= step <= hi``, in step order."""
-    return sql.fetchall(
+    found = sql.fetchall(
         session,
-        "SELECT step, value, wall_time FROM points WHERE key_id = ? AND step >= ? AND step <= ? "
-        "ORDER BY step",
-        (key_id, lo, hi),
+        "SELECT first_step, last_step, step_data, value_data, time_data FROM point_chunks "
+        f"{_CHUNKS_IN_RANGE} ORDER BY first_step",
+        (key_id, hi, key_id, lo, lo),
     )
+    out: list[Row] = []
+    for first, last, step_data, value_data, time_data in found:
+        rows = decode(step_data, value_data, time_data)
+        if first < lo or last > hi:
+            steps = [row[0] for row in rows]
+            rows = rows[bisect_left(steps, lo) : bisect_right(steps, hi)]
+        out.extend(rows)
+    return out
 
 
 def read_times(session: Session, key_id: int, steps: Sequence[int]) -> list[float | None]:
-    """Wall times of the given steps of one key, in the order given."""
+    """Wall times of the given steps of one key, in the order given.
+
+    Only the chunks holding one of ``steps`` are decoded, so the times of a few thousand
+    downsampled points of a long series cost a few thousand small reads, not the series.
+    """
+    if not steps:
+        return []
+    wanted = sorted(set(steps))
+    stored = sql.fetchall(
+        session,
+        f"SELECT first_step, last_step FROM point_chunks {_CHUNKS_IN_RANGE} ORDER BY first_step",
+        (key_id, wanted[-1], key_id, wanted[0], wanted[0]),
+    )
+    holding = [
+        first for first, last in stored if bisect_right(wanted, last) > bisect_left(wanted, first)
+    ]
     times: dict[int, float | None] = {}
-    for start in range(0, len(steps), 500):
-        chunk = steps[start : start + 500]
-        rows = sql.fetchall(
+    for start in range(0, len(holding), 500):
+        part = holding[start : start + 500]
+        for step_data, time_data in sql.fetchall(
             session,
-            "SELECT step, wall_time FROM points WHERE key_id = ? "
-            f"AND step IN ({sql.placeholders(len(chunk))})",
-            (key_id, *chunk),
-        )
-        times.update(rows)
+            "SELECT step_data, time_data FROM point_chunks WHERE key_id = ? "
+            f"AND first_step IN ({sql.placeholders(len(part))})",
+            (key_id, *part),
+        ):
+            chunk_steps = _unpack("q", step_data).tolist()
+            times.update(zip(chunk_steps, _none_for_nan(_unpack("d", time_data)), strict=True))
     return [times.get(step) for step in steps]
 
 
@@ -186,7 +435,19 @@ def cover(session: Session, key_id: int, lo: int, hi: int, level: int) -> list[S
 def delete_after(session: Session, key_ids: Sequence[int], step: int) -> None:
     """Remove points after ``step`` and rebuild the rollups that held them."""
     for key_id in key_ids:
-        sql.execute(session, "DELETE FROM points WHERE key_id = ? AND step > ?", (key_id, step))
+        sql.execute(
+            session, "DELETE FROM point_chunks WHERE key_id = ? AND first_step > ?", (key_id, step)
+        )
+        holding = sql.fetchall(
+            session,
+            "SELECT first_step, last_step, step_data, value_data, time_data FROM point_chunks "
+            "WHERE key_id = ? AND first_step <= ? ORDER BY first_step DESC LIMIT 1",
+            (key_id, step),
+        )
+        if holding and holding[0][1] > step:
+            first, _, step_data, value_data, time_data = holding[0]
+            kept = [row for row in decode(step_data, value_data, time_data) if row[0] <= step]
+            _replace_chunk(session, key_id, first, kept)
         for level, width in enumerate(BUCKET_WIDTHS):
             sql.execute(
                 session,

@@ -133,9 +133,12 @@ def rewind_run(session: Session, run: Run, step: int) -> Run:
     points.delete_after(session, [k.id for k in keys], step)
     for key in keys:
         if key.last_step is not None and key.last_step > step:
-            key.last_step = sql.fetchall(
-                session, "SELECT max(step) FROM points WHERE key_id = ?", (key.id,)
-            )[0][0]
+            tail = points.key_tail(session, key.id)
+            key.last_step, key.tail_step, key.tail_count = (
+                tail.last_step,
+                tail.tail_step,
+                tail.tail_count,
+            )
     run.resume_from_step = step
     if run.last_step is not None and run.last_step > step:
         run.last_step = max((k.last_step for k in keys if k.last_step is not None), default=None)
@@ -145,8 +148,8 @@ def rewind_run(session: Session, run: Run, step: int) -> Run:
 
 def ensure_key_ids(
     session: Session, run_id: str, names: Iterable[str], aliases: dict[str, str] | None
-) -> dict[str, tuple[int, int | None]]:
-    """``{name: (key id, last step)}`` for the run, creating missing keys (concurrency-safe)."""
+) -> dict[str, tuple[int, points.KeyTail]]:
+    """``{name: (key id, its tail)}`` for the run, creating missing keys (concurrency-safe)."""
     wanted = set(names)
     found = _key_ids(session, run_id)
     missing = wanted - found.keys()
@@ -154,7 +157,7 @@ def ensure_key_ids(
         rows = [(run_id, name, canonical_signal(name, aliases)) for name in sorted(missing)]
         sql.executemany(
             session,
-            "INSERT INTO metric_keys (run_id, name, signal) VALUES (?, ?, ?) "
+            "INSERT INTO metric_keys (run_id, name, signal, tail_count) VALUES (?, ?, ?, 0) "
             "ON CONFLICT (run_id, name) DO NOTHING",
             rows,
         )
@@ -162,11 +165,16 @@ def ensure_key_ids(
     return {name: found[name] for name in wanted}
 
 
-def _key_ids(session: Session, run_id: str) -> dict[str, tuple[int, int | None]]:
+def _key_ids(session: Session, run_id: str) -> dict[str, tuple[int, points.KeyTail]]:
     rows = sql.fetchall(
-        session, "SELECT name, id, last_step FROM metric_keys WHERE run_id = ?", (run_id,)
+        session,
+        "SELECT name, id, last_step, tail_step, tail_count FROM metric_keys WHERE run_id = ?",
+        (run_id,),
     )
-    return {name: (key_id, last_step) for name, key_id, last_step in rows}
+    return {
+        name: (key_id, points.KeyTail(last_step, tail_step, tail_count))
+        for name, key_id, last_step, tail_step, tail_count in rows
+    }
 
 
 def run_keys(session: Session, run_id: str) -> list[MetricKey]:

@@ -77,5 +77,10 @@ def bulk_insert(
         )
 
 
+def dialect(session: Session) -> str:
+    """``"sqlite"`` or ``"postgresql"``."""
+    return str(session.get_bind().dialect.name)
+
+
 def placeholders(count: int) -> str:
     return ", ".join("?" * count)

@@ -33,7 +33,9 @@ def _values(client: TestClient, run_id: str, key: str) -> list[object]:
 
 def _point_count(client: TestClient) -> int:
     with client.app.state.session_factory() as session:  # type: ignore[attr-defined]
-        return int(session.execute(text("SELECT count(*) FROM points")).scalar_one())
+        return int(
+            session.execute(text("SELECT coalesce(sum(count), 0) FROM point_chunks")).scalar_one()
+        )
 
 
 def test_ingest_batch_stores_every_point(client: TestClient, run_id: str) -> None:
@@ -170,7 +172,9 @@ def test_ingest_failure_mid_write_leaves_nothing(sqlite_url: str) -> None:
         client.post("/api/v1/runs", json={"id": run_id, "project": "p"})
         with app.state.engine.begin() as conn:
             conn.exec_driver_sql(
-                "CREATE TRIGGER fail_at_777 BEFORE INSERT ON points WHEN NEW.step = 777 "
+                # Fails on the second key's chunk, after the first one is written.
+                "CREATE TRIGGER fail_second BEFORE INSERT ON point_chunks "
+                "WHEN (SELECT count(*) FROM point_chunks) >= 1 "
                 "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
             )
         steps = [{"step": s, "values": {"a": 1.0, "b": 2.0}} for s in range(1000)]
@@ -180,7 +184,7 @@ def test_ingest_failure_mid_write_leaves_nothing(sqlite_url: str) -> None:
         assert _point_count(client) == 0
         assert client.get(f"/api/v1/runs/{run_id}").json()["last_step"] is None
         with app.state.engine.begin() as conn:
-            conn.exec_driver_sql("DROP TRIGGER fail_at_777")
+            conn.exec_driver_sql("DROP TRIGGER fail_second")
         retried = _post(client, run_id, {"batch_id": "atomic", "steps": steps})
         assert retried.json()["duplicate"] is False
         assert _point_count(client) == 2000
