@@ -101,7 +101,12 @@ def _by_key(batch: BatchIn) -> dict[str, Columns]:
 
 def ingest_batch(session: Session, run_id: str, batch: BatchIn) -> BatchAck:
     """Store ``batch`` for the run completely or not at all; a known batch id writes nothing."""
-    found = sql.fetchall(session, "SELECT last_step, config FROM runs WHERE id = ?", (run_id,))
+    # On PostgreSQL the run's row stays locked until commit: one process at a time writes a
+    # run's batch (its keys' chunk tails) and feeds its detectors.
+    lock = " FOR UPDATE" if sql.dialect(session) == "postgresql" else ""
+    found = sql.fetchall(
+        session, f"SELECT last_step, config FROM runs WHERE id = ?{lock}", (run_id,)
+    )
     if not found:
         raise run_not_found(run_id)
     run_last_step, config = found[0]

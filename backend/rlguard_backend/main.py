@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 from rlguard_backend import __version__, migrate
 from rlguard_backend.api import alerts, health, points, runs
 from rlguard_backend.config import Settings
-from rlguard_backend.db import make_engine, make_session_factory
+from rlguard_backend.db import Checkpointer, make_engine, make_session_factory
 from rlguard_backend.errors import ServiceError
 from rlguard_backend.ingest import InvalidBatch
 from rlguard_backend.liveness import LivenessWatch
@@ -33,10 +33,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         migrate.upgrade(engine)
 
     session_factory = make_session_factory(engine)
+    checkpointer = Checkpointer(engine)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        workers: list[WebhookWorker | LivenessWatch] = [LivenessWatch(session_factory, settings)]
+        workers: list[WebhookWorker | LivenessWatch | Checkpointer] = [
+            LivenessWatch(session_factory, settings),
+            checkpointer,
+        ]
         if settings.webhooks:
             workers.append(WebhookWorker(session_factory, settings))
         for worker in workers:
@@ -55,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.session_factory = session_factory
+    app.state.checkpointer = checkpointer
     for router in (runs.router, points.router, alerts.router, health.router):
         app.include_router(router, prefix=settings.api_prefix)
     _install_error_handlers(app)

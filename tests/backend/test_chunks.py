@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import math
 import random
+import threading
+import time
 from typing import Any
 
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from rlguard_backend.config import Settings
+from rlguard_backend.db import WRITER_CHECKPOINT_PAGES
+from rlguard_backend.main import create_app
 from rlguard_backend.points import (
     MAX_CHUNK_POINTS,
     OWN_CHUNK_POINTS,
@@ -110,9 +115,7 @@ def test_random_writes_read_back_exactly(client: TestClient) -> None:
             steps = sorted(rng.sample(range(top + 40), min(top + 40, 25)))
         elif kind == "rewind" and top > 10 and round_number % 3 == 0:
             back = rng.randrange(1, top - 1)
-            response = client.post(
-                f"/api/v1/runs/{run_id}/rewind", json={"resume_from_step": back}
-            )
+            response = client.post(f"/api/v1/runs/{run_id}/rewind", json={"resume_from_step": back})
             assert response.status_code == 200, response.text
             model = {s: v for s, v in model.items() if s <= back}
             top = max(model) + 1
@@ -137,3 +140,26 @@ def test_one_step_batches_fill_tail_chunks(client: TestClient) -> None:
     with factory() as session:
         counts = session.execute(text("SELECT count FROM point_chunks ORDER BY first_step")).all()
     assert [c[0] for c in counts] == [TAIL_CHUNK_POINTS] * 3 + [5]
+
+
+def test_wal_is_checkpointed_off_the_request_path(sqlite_url: str) -> None:
+    """A thread of the service copies the WAL into the database file; writers only append."""
+    app = create_app(Settings(database_url=sqlite_url))
+    with TestClient(app) as client:
+        checkpointer = app.state.checkpointer
+        assert "rlguard-checkpoint" in {t.name for t in threading.enumerate()}
+        run_id = new_run_id()
+        client.post("/api/v1/runs", json={"id": run_id, "project": "wal"})
+        _post(client, run_id, list(range(500)), random.Random(3), {})
+        started = checkpointer.checkpoints
+        deadline = time.monotonic() + 30
+        while checkpointer.checkpoints < started + 2 and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+        assert checkpointer.checkpoints >= started + 2
+        busy, frames, copied = checkpointer.checkpoint()
+        assert busy == 0 and frames == copied
+        with app.state.engine.connect() as connection:
+            pragma = connection.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one()
+        assert pragma == WRITER_CHECKPOINT_PAGES
+    assert not any(t.name == "rlguard-checkpoint" for t in threading.enumerate())
+    app.state.engine.dispose()

@@ -80,9 +80,9 @@ def _store_batch(
     """The unit of work of one batch: points, rollups, detectors and alerts, one commit."""
     try:
         with write_session(factory) as session:
-            run = detection.run_for_update(session, run_id)
-            ack = ingest.ingest_batch(session, run_id, batch)
+            ack = ingest.ingest_batch(session, run_id, batch)  # locks the run on PostgreSQL
             if not ack.duplicate and settings.detectors_enabled:
+                run = detection.run_for_update(session, run_id)
                 opened = detection.detect_steps(session, run, batch.steps, settings)
                 ack.alerts = [alerts.to_public(alert) for alert in opened]
             session.commit()
