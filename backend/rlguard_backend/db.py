@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -62,10 +63,25 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False, autoflush=False)
 
 
+# One lock per SQLite engine: writers of this process queue on it and wake the moment the
+# previous one is done. Without it they meet at SQLite's lock, whose busy handler sleeps
+# 1, 2, 5, 10... ms between tries, so a second ingest request waits for several batches'
+# worth of time. Other processes still meet at SQLite's lock (the busy timeout).
+_WRITE_LOCKS: WeakKeyDictionary[Engine, threading.Lock] = WeakKeyDictionary()
+
+
+def _write_lock(factory: sessionmaker[Session]) -> threading.Lock | None:
+    engine = factory.kw.get("bind")
+    if not isinstance(engine, Engine) or engine.dialect.name != "sqlite":
+        return None
+    return _WRITE_LOCKS.setdefault(engine, threading.Lock())
+
+
 @contextmanager
 def write_session(factory: sessionmaker[Session]) -> Iterator[Session]:
     """A session that takes the write lock up front (SQLite) and rolls back on error."""
-    with factory() as session:
+    lock = _write_lock(factory)
+    with lock or nullcontext(), factory() as session:
         session.connection(execution_options={WRITE_OPTION: True})
         try:
             yield session
