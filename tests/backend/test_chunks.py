@@ -26,6 +26,7 @@ from rlguard_backend.points import (
     TAIL_CHUNK_POINTS,
     decode,
     read_points,
+    read_times,
 )
 from tests.conftest import new_run_id
 
@@ -75,11 +76,14 @@ def _check(client: TestClient, run_id: str, model: Model) -> None:
         stored = read_points(session, key_id, 0, 10**12)
         lo, hi = sorted(model)[len(model) // 3], sorted(model)[2 * len(model) // 3]
         window = read_points(session, key_id, lo, hi)
+        sample = [*sorted(model)[::7], max(model) + 5]  # the last one was never written
+        times = read_times(session, key_id, sample)
     expected = [(s, *model[s]) for s in sorted(model)]
     assert [(s, None if v is None or math.isnan(v) else v, t) for s, v, t in stored] == [
         (s, None if v is None or math.isnan(v) else v, t) for s, v, t in expected
     ]
     assert [row[0] for row in window] == [s for s in sorted(model) if lo <= s <= hi]
+    assert times == [model[s][1] if s in model else None for s in sample]
     previous_last = -1
     for first, last, count, step_data, value_data, time_data in chunks:
         rows = decode(step_data, value_data, time_data)
