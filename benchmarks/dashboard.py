@@ -109,32 +109,38 @@ def fill_run(base: str, run_id: str) -> dict[str, Any]:
 
 
 def series_sizes(base: str, run_id: str) -> dict[str, int]:
-    """Bytes of the API answers the run page asks for on first render."""
+    """Bytes of the API answers the run page asks for on first render (x axis: steps)."""
+    from rlguard_frontend.run_data import MINI_MAX_POINTS, MINIS_FIRST, PANEL_MAX_POINTS
+
+    minis = KEYS[len(CANONICAL_KEYS) :][:MINIS_FIRST]
     sizes = {}
     with httpx.Client(base_url=base, timeout=60) as http:
         for name, keys, points in (
-            ("series_panels_bytes", CANONICAL_KEYS, 2000),
-            ("series_minis_bytes", KEYS[len(CANONICAL_KEYS) :], 400),
+            ("series_panels_bytes", CANONICAL_KEYS, PANEL_MAX_POINTS),
+            ("series_minis_bytes", minis, MINI_MAX_POINTS),
         ):
-            params = {"keys": ",".join(keys), "max_points": points, "include_times": "true"}
+            params = {"keys": ",".join(keys), "max_points": points, "include_times": "false"}
             answer = http.get(f"/api/v1/runs/{run_id}/series", params=params)
             sizes[name] = len(answer.content)
     return sizes
 
 
-# Recorded in the page from navigation start (ms): every Dash callback (output, start, end,
-# bytes) and when the run page, its panel cards, all panels and everything were first drawn.
+# Recorded in the page from navigation start (ms): the layout and every Dash callback (output,
+# start, end, decoded bytes, whether figures came with it) and when plotly.js was ready and the
+# run page, its panel cards, all panels and everything were first drawn.
 BREAKDOWN_JS = """(() => {
     const t = window.__bench = {calls: [], marks: {}};
     const realFetch = window.fetch;
     window.fetch = async (url, opts) => {
         const start = performance.now();
         const response = await realFetch(url, opts);
-        if (String(url).includes('_dash-update-component')) {
+        const layout = String(url).includes('_dash-layout');
+        if (layout || String(url).includes('_dash-update-component')) {
             const body = await response.clone().text();
-            let output = '';
-            try { output = JSON.parse(opts.body).output; } catch (e) {}
-            t.calls.push({output, start, end: performance.now(), bytes: body.length});
+            let output = '(layout)';
+            try { output = layout ? output : JSON.parse(opts.body).output; } catch (e) {}
+            t.calls.push({output, start, end: performance.now(), bytes: body.length,
+                          figures: body.includes('"figure"')});
         }
         return response;
     };
@@ -144,6 +150,7 @@ BREAKDOWN_JS = """(() => {
     };
     const check = () => {
         mark('page', () => document.querySelector('.run-page'));
+        mark('plotly', () => window.Plotly);
         mark('cards', () => document.querySelector('.panels .card'));
         mark('panels', () => {
             const gs = [...document.querySelectorAll('.panels .js-plotly-plot')];
@@ -155,20 +162,31 @@ BREAKDOWN_JS = """(() => {
 })()"""
 
 
+RESOURCES_JS = """performance.getEntriesByType('resource').map(r => ({
+    name: r.name, end: r.responseEnd, bytes: r.transferSize}))"""
+
+
 def _breakdown(bench: dict[str, Any], done_ms: float) -> dict[str, Any]:
-    calls = sorted(bench["calls"], key=lambda c: c["end"])
-    # the series come with the page layout (or, before, with a figure callback)
-    series = [c for c in calls if "figure" in c["output"] or c["output"] == "app-page.children"]
+    answers = sorted(bench["calls"], key=lambda c: c["end"])
+    layouts = [c for c in answers if c["output"] == "(layout)"]
+    calls = [c for c in answers if c["output"] != "(layout)"]
+    series = [c for c in answers if c["figures"]]  # with the layout, or a page/figure callback
     marks = bench["marks"]
+    before = [r for r in bench["resources"] if r["end"] <= done_ms]
     return {
+        "dash_layout_s": (layouts[0]["end"] if layouts else 0) / 1000,
         "first_callback_sent_s": (calls[0]["start"] if calls else 0) / 1000,
         "first_series_response_s": (series[0]["end"] if series else 0) / 1000,
+        "plotly_loaded_s": marks.get("plotly", 0) / 1000,
         "layout_s": marks.get("cards", 0) / 1000,
         "panels_drawn_s": marks.get("panels", 0) / 1000,
         "all_drawn_s": done_ms / 1000,
         "callbacks_before_done": sum(1 for c in calls if c["end"] <= done_ms),
+        # on the wire (gzip, headers included): everything fetched before done, and plotly.js
+        "transferred_bytes": sum(r["bytes"] for r in before),
+        "plotly_bytes": sum(r["bytes"] for r in before if "plotly" in r["name"]),
         "biggest_responses": sorted(
-            ({"output": c["output"][:60], "bytes": c["bytes"]} for c in calls),
+            ({"output": c["output"][:60], "bytes": c["bytes"]} for c in answers),
             key=lambda c: -c["bytes"],
         )[:4],
     }
@@ -191,11 +209,12 @@ def first_render(browser: Any, base: str, run_id: str) -> dict[str, Any]:
         done_ms = page.evaluate("performance.now()")
         times.append(time.perf_counter() - started)
         page.wait_for_timeout(3000)  # a few live ticks: what the page keeps receiving
-        bench = page.evaluate("window.__bench")
+        bench = page.evaluate(f"({{...window.__bench, resources: {RESOURCES_JS}}})")
         started = time.perf_counter()
         page.click("#run-minis-all")
         page.wait_for_function(ALL_DRAWN_JS % minis, timeout=60_000, polling="raf")
         draw_all.append(time.perf_counter() - started)
+        # the layout and the callback answers (decoded) that arrived before the page was complete
         dash_bytes.append(sum(c["bytes"] for c in bench["calls"] if c["end"] <= done_ms))
         breakdowns.append(_breakdown(bench, done_ms))
         breakdowns[-1]["bytes_per_idle_tick"] = (

@@ -1,61 +1,120 @@
-"""The Dash application factory: navigation, one app-wide tick, and the pages' callbacks."""
+"""The Dash application factory: navigation, one app-wide tick, and the pages' callbacks.
+
+The first layout comes with the page the browser opened (found from the layout request's
+``Referer``, built while the browser starts Dash); later navigation goes through ``show_page``.
+"""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, unquote
+import logging
+from typing import Any
+from urllib.parse import unquote
 
 from dash import Dash, Input, Output, State, clientside_callback, dcc, html
+from dash.exceptions import PreventUpdate
 
-from rlguard_frontend import ids
+from rlguard_frontend import ids, routing
 from rlguard_frontend.api_client import ApiClient
-from rlguard_frontend.pages import compare, not_found_404, run_detail, runs
+from rlguard_frontend.page_prefetch import Key, PagePrefetch
+from rlguard_frontend.pages import compare, run_detail, runs
 
 REFRESH_MS = 1000
+THEME_COOKIE_MAX_AGE_S = 365 * 24 * 3600
+LAYOUT_ROUTE = "_dash-layout"
+
+logger = logging.getLogger(__name__)
+
+
+class Dashboard(Dash):
+    """Dash that starts building the opened page as soon as its HTML is asked for."""
+
+    prefetch: PagePrefetch | None = None  # set by create_dash_app, which knows how to build
+
+    def index(self, *args: Any, **kwargs: Any) -> Any:
+        if self.prefetch is not None:
+            request = self.backend.request_adapter()
+            query = request.full_path[len(request.path) + 1 :]
+            where = routing.location(request.path, query, self.config.requests_pathname_prefix)
+            self.prefetch.start((where, routing.theme_from(request.cookies)))
+        return super().index(*args, **kwargs)
 
 
 def create_dash_app(api_url: str, *, requests_pathname_prefix: str = "/") -> Dash:
     """A dashboard reading the REST API at ``api_url`` (e.g. ``http://host:8000/api``)."""
     client = ApiClient(api_url)
-    app = Dash(
+    prefix = requests_pathname_prefix
+    app = Dashboard(
         __name__,
         title="rlguard",
-        requests_pathname_prefix=requests_pathname_prefix,
+        requests_pathname_prefix=prefix,
         suppress_callback_exceptions=True,
         update_title=None,  # type: ignore[arg-type]
     )
-    app.layout = html.Div(
-        [
-            dcc.Location(id=ids.URL),
-            dcc.Interval(id=ids.TICK, interval=REFRESH_MS),
-            dcc.Store(id=ids.THEME, storage_type="local", data="light"),
-            html.Header(
-                [
-                    dcc.Link("rlguard", href="/", className="brand"),
-                    html.Nav([dcc.Link("Runs", href="/"), dcc.Link("Compare", href="/compare")]),
-                    html.Button("◐ theme", id=ids.THEME_TOGGLE, className="button-small"),
-                ],
-                className="nav",
-            ),
-            html.Main(id=ids.PAGE),
-        ]
-    )
+
+    def build(key: Key) -> html.Div:
+        return routing.page_for(client, *key)
+
+    prefetch = app.prefetch = PagePrefetch(build)
+
+    def first_page() -> tuple[Any, str | None, str]:
+        """The page the browser opened, its location and the theme, when this is its layout."""
+        request = app.backend.request_adapter()
+        theme = routing.theme_from(request.cookies)
+        if not request.path.endswith(LAYOUT_ROUTE):  # Dash validating the layout at start-up
+            return None, None, theme
+        opened = routing.referring_location(request.headers, prefix)
+        if opened is None:
+            return None, None, theme
+        try:
+            page = prefetch.take((opened, theme))
+            if page is None:  # no build started for it (or it expired): build it now
+                page = build((opened, theme))
+        except Exception:  # the layout must load: show_page builds the page, and shows the error
+            logger.exception("could not build the page for %s", opened)
+            return None, None, theme
+        return page, opened, theme
+
+    def shell() -> html.Div:
+        page, opened, theme = first_page()
+        return html.Div(
+            [
+                dcc.Location(id=ids.URL),
+                dcc.Interval(id=ids.TICK, interval=REFRESH_MS),
+                dcc.Store(id=ids.THEME, storage_type="local", data=theme),
+                dcc.Store(id=ids.PAGE_SHOWN, data=opened),
+                html.Header(
+                    [
+                        dcc.Link("rlguard", href="/", className="brand"),
+                        html.Nav(
+                            [dcc.Link("Runs", href="/"), dcc.Link("Compare", href="/compare")]
+                        ),
+                        html.Button("◐ theme", id=ids.THEME_TOGGLE, className="button-small"),
+                    ],
+                    className="nav",
+                ),
+                html.Main(page, id=ids.PAGE),
+            ]
+        )
+
+    app.layout = shell
 
     @app.callback(
         Output(ids.PAGE, "children"),
+        Output(ids.PAGE_SHOWN, "data"),
         Input(ids.URL, "pathname"),
         State(ids.URL, "search"),
         State(ids.THEME, "data"),
+        State(ids.PAGE_SHOWN, "data"),
     )
-    def show_page(pathname: str | None, search: str | None, theme: str | None) -> html.Div:
-        path = (pathname or "/").removeprefix(requests_pathname_prefix.rstrip("/")) or "/"
-        if path == "/":
-            return runs.layout()
-        if path.startswith("/runs/") and len(path) > len("/runs/"):
-            return run_detail.layout(unquote(path.removeprefix("/runs/")), client, theme)
-        if path.rstrip("/") == "/compare":
-            wanted = parse_qs((search or "").lstrip("?")).get("runs", [""])[0]
-            return compare.layout([r for r in wanted.split(",") if r])
-        return not_found_404.layout(path)
+    def show_page(
+        pathname: str | None, search: str | None, theme: str | None, shown: str | None
+    ) -> tuple:
+        if pathname is None and shown is not None:
+            raise PreventUpdate  # the URL component has not reported yet; the layout has a page
+        wanted = routing.location(unquote(pathname or "/"), search, prefix)
+        if wanted == shown:
+            raise PreventUpdate  # the layout came with this page
+        return routing.page_for(client, wanted, theme), wanted
 
     @app.callback(
         Output(ids.THEME, "data"),
@@ -67,7 +126,13 @@ def create_dash_app(api_url: str, *, requests_pathname_prefix: str = "/") -> Das
         return "light" if theme == "dark" else "dark"
 
     clientside_callback(
-        "function(theme) { document.documentElement.dataset.theme = theme || 'light'; return ''; }",
+        f"""function(theme) {{
+            theme = theme || 'light';
+            document.documentElement.dataset.theme = theme;
+            document.cookie = '{routing.THEME_COOKIE}=' + theme
+                + '; path={prefix}; max-age={THEME_COOKIE_MAX_AGE_S}; SameSite=Lax';
+            return '';
+        }}""",
         Output(ids.THEME_TOGGLE, "title"),
         Input(ids.THEME, "data"),
     )

@@ -2,6 +2,8 @@
 
 Every trace carries ``meta = {"key": ..., "role": "raw" | "smooth"}`` so the live callback can
 find the trace a new point belongs to; alert markers come last so those indices stay stable.
+The browser draws with plotly.js "basic" (``assets/plotly-basic.min.js``): scatter, bar and pie
+traces only.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ Pattern-matching ids are dicts ``{"type": <TYPE>, "panel": <panel id>}``.
 
 URL = "app-url"
 PAGE = "app-page"
+PAGE_SHOWN = "app-page-shown"
 TICK = "app-tick"
 THEME = "app-theme"
 THEME_TOGGLE = "app-theme-toggle"

@@ -34,6 +34,7 @@ def make_plan(client: ApiClient, run: RunPublic, previous: dict[str, Any] | None
             entropy[:1],
             from_step=first,
             to_step=first + 4 * panel_views.ENTROPY_START_POINTS,
+            times=False,
         )
         plan["entropy_start"] = panel_views.entropy_start(head.series[entropy[0]])
     return plan
@@ -47,6 +48,11 @@ def panel_ids(plan: dict[str, Any]) -> list[str]:
     return [*plan["panels"], *list(plan["minis"])[:MINIS_FIRST]]
 
 
+def needs_times(xmode: str | None) -> bool:
+    """Whether the x axis is drawn from wall times: asking for them costs the API ~10×."""
+    return (xmode or "step") != "step"
+
+
 def read_drawn_series(
     client: ApiClient,
     run_id: str,
@@ -54,6 +60,7 @@ def read_drawn_series(
     smoothing: float,
     zoom: dict[str, int] | None,
     drawn: list[str],
+    xmode: str | None,
 ) -> dict[str, SeriesData]:
     """The keys of the ``drawn`` graphs: panels' at full width, minis' small, concurrently."""
     span = {"from_step": zoom["from"], "to_step": zoom["to"]} if zoom else {}
@@ -65,11 +72,12 @@ def read_drawn_series(
     jobs = [job for job in jobs if job[0]]
     if not jobs:
         return {}
+    times = needs_times(xmode)
 
     def read(job: tuple[list[str], int]) -> dict[str, SeriesData]:
         keys, points = job
         return client.read_series(
-            run_id, keys, max_points=points, smoothing=smoothing, **span
+            run_id, keys, max_points=points, smoothing=smoothing, times=times, **span
         ).series
 
     with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="rlguard-series") as pool:

@@ -8,7 +8,7 @@ from dash import Dash, Input, Output, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import SeriesData
-from rlguard_frontend import figures, ids
+from rlguard_frontend import figures, ids, run_data
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.controls import control_id, controls_bar
 from rlguard_frontend.pages.run_detail import GRAPH_CONFIG
@@ -57,7 +57,9 @@ def run_labels(names: dict[str, str | None]) -> dict[str, str]:
     }
 
 
-def signal_series(client: ApiClient, run_id: str, smoothing: float) -> dict[str, SeriesData]:
+def signal_series(
+    client: ApiClient, run_id: str, smoothing: float, times: bool = True
+) -> dict[str, SeriesData]:
     """Per canonical signal, the run's first key of that signal."""
     chosen: dict[str, str] = {}
     for key in client.list_keys(run_id).data:
@@ -65,7 +67,7 @@ def signal_series(client: ApiClient, run_id: str, smoothing: float) -> dict[str,
             chosen[key.signal] = key.name
     if not chosen:
         return {}
-    answer = client.read_series(run_id, list(chosen.values()), smoothing=smoothing)
+    answer = client.read_series(run_id, list(chosen.values()), smoothing=smoothing, times=times)
     return {signal: answer.series[name] for signal, name in chosen.items()}
 
 
@@ -97,7 +99,8 @@ def register(app: Dash, client: ApiClient) -> None:
             return [html.P("Pick two or more runs.", className="empty")], ""
         try:
             labels = run_labels({r: client.get_run(r).name for r in run_ids})
-            data = {r: signal_series(client, r, smooth or 0) for r in run_ids}
+            times = run_data.needs_times(xmode)
+            data = {r: signal_series(client, r, smooth or 0, times) for r in run_ids}
         except ApiError as exc:
             return [], str(exc)
         starts = {r: start_time(series) for r, series in data.items()}

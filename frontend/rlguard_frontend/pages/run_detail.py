@@ -104,7 +104,7 @@ def initial_draw(client: ApiClient, run_id: str, theme: str | None) -> dict[str,
         run = client.get_run(run_id)
         plan = run_data.make_plan(client, run, None)
         drawn_ids = run_data.panel_ids(plan)
-        series = run_data.read_drawn_series(client, run_id, plan, 0.0, None, drawn_ids)
+        series = run_data.read_drawn_series(client, run_id, plan, 0.0, None, drawn_ids, "step")
         alerts = listed.result().data
     view = view_from(0, [], "step", theme, None, traces.start_time(series))
     drawn, cursor = run_data.draw(drawn_ids, plan, series, alerts, view)
@@ -259,7 +259,7 @@ def register(app: Dash, client: ApiClient) -> None:
             raise PreventUpdate
         try:
             series = run_data.read_drawn_series(
-                client, run_id, plan, float(smooth or 0), zoom, panel_ids
+                client, run_id, plan, float(smooth or 0), zoom, panel_ids, xmode
             )
             alerts = client.list_alerts(run_id).data
         except ApiError:
@@ -299,7 +299,11 @@ def register(app: Dash, client: ApiClient) -> None:
             raise PreventUpdate
         try:
             answer = client.read_series(
-                run_id, list(cursor), after_step=min(cursor.values()), max_points=PANEL_MAX_POINTS
+                run_id,
+                list(cursor),
+                after_step=min(cursor.values()),
+                max_points=PANEL_MAX_POINTS,
+                times=run_data.needs_times(xmode),
             )
         except ApiError:
             raise PreventUpdate from None
@@ -378,7 +382,7 @@ def register(app: Dash, client: ApiClient) -> None:
             raise PreventUpdate
         try:
             series = run_data.read_drawn_series(
-                client, run_id, plan, float(smooth or 0), zoom, needed
+                client, run_id, plan, float(smooth or 0), zoom, needed, xmode
             )
             alerts = client.list_alerts(run_id).data
         except ApiError:

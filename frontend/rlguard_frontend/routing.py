@@ -1,0 +1,58 @@
+"""Which page a location shows, and which page a request for the app's layout comes from.
+
+A location here is the decoded path below the app's prefix plus the raw query, e.g.
+``"/runs/my run"`` or ``"/compare?runs=a,b"``: the browser's URL, the page's HTML request and
+the layout request's ``Referer`` all reduce to the same string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from dash import html
+
+from rlguard_frontend.api_client import ApiClient
+from rlguard_frontend.pages import compare, not_found_404, run_detail, runs
+
+THEMES = ("light", "dark")
+THEME_COOKIE = "rlguard_theme"  # mirrors the theme store: the server draws a first page in it
+
+
+def location(path: str | None, query: str | None, prefix: str = "/") -> str:
+    """``path`` (decoded) below ``prefix``, with ``?query`` when there is one."""
+    below = (path or "/").removeprefix(prefix.rstrip("/")) or "/"
+    query = (query or "").lstrip("?")
+    return f"{below}?{query}" if query else below
+
+
+def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
+    """The page at a ``location``."""
+    path, _, query = where.partition("?")
+    if path == "/":
+        return runs.layout()
+    if path.startswith("/runs/") and len(path) > len("/runs/"):
+        return run_detail.layout(path.removeprefix("/runs/"), client, theme)
+    if path.rstrip("/") == "/compare":
+        wanted = parse_qs(query).get("runs", [""])[0]
+        return compare.layout([r for r in wanted.split(",") if r])
+    return not_found_404.layout(path)
+
+
+def referring_location(headers: Mapping[str, str], prefix: str = "/") -> str | None:
+    """The location of the page that asked, from the ``Referer`` a same-origin fetch carries.
+
+    ``None`` without one, or when it names no page of this app.
+    """
+    referrer = headers.get("Referer")
+    if not referrer:
+        return None
+    parts = urlsplit(referrer)
+    if not parts.path.startswith(prefix):
+        return None
+    return location(unquote(parts.path), parts.query, prefix)
+
+
+def theme_from(cookies: Mapping[str, str]) -> str:
+    theme = cookies.get(THEME_COOKIE, "light")
+    return theme if theme in THEMES else "light"

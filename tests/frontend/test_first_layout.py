@@ -1,0 +1,93 @@
+"""Opening a page: it comes with the first layout, drawn in the reader's theme, with the small
+plotly.js bundle, compressed; links and history still go through the page callback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import new_run_id
+from tests.frontend.helpers import WAIT_MS, graph_selector, seed_run
+
+ASSETS = Path(__file__).resolve().parents[2] / "frontend" / "rlguard_frontend" / "assets"
+DARK_PAPER = "#161b22"
+
+
+def _entropy_drawn(page: Any) -> None:
+    entropy = f"document.querySelector(`{graph_selector('entropy')}`)"
+    page.wait_for_function(f"({entropy}?.data?.[0]?.x?.length ?? 0) > 0", timeout=WAIT_MS)
+
+
+def _record_answers(page: Any, route: str) -> list[Any]:
+    """The responses to ``route`` (``_dash-layout``, ``_dash-update-component``) from now on."""
+    answers: list[Any] = []
+
+    def keep(response: Any) -> None:
+        if response.url.split("?")[0].endswith(route):
+            answers.append(response)
+
+    page.on("response", keep)
+    return answers
+
+
+def test_run_page_comes_drawn_with_the_first_layout(dashboard: Any, page: Any) -> None:
+    run_id = new_run_id("first")
+    seed_run(dashboard.url, run_id)
+    layouts = _record_answers(page, "_dash-layout")
+    callbacks = _record_answers(page, "_dash-update-component")
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(f"{dashboard.url}/runs/{run_id}")
+    _entropy_drawn(page)
+    layout = layouts[0].text()
+    assert run_id in layout and '"figure"' in layout
+    pages_sent = [r for r in callbacks if r.status == 200 and '"app-page"' in r.text()]
+    assert pages_sent == [], "the page callback must not build the page the layout brought"
+    assert not [url for url in requests if "plotly.min.js" in url], "the 4.8 MB bundle loaded"
+    assert page.evaluate("Plotly.version") == "4.1.1"
+    assert page.console_errors == []
+
+
+def test_dashboard_links_and_history_switch_pages(dashboard: Any, page: Any) -> None:
+    run_id = new_run_id("nav")
+    seed_run(dashboard.url, run_id, steps=30)
+    page.goto(f"{dashboard.url}/runs/{run_id}")
+    _entropy_drawn(page)
+    page.click("nav >> text=Runs")
+    page.get_by_text("1 run(s)").wait_for(timeout=WAIT_MS)
+    page.click("nav >> text=Compare")
+    page.get_by_text("Pick two or more runs.").wait_for(timeout=WAIT_MS)
+    page.go_back()
+    page.get_by_text("1 run(s)").wait_for(timeout=WAIT_MS)
+    page.go_back()
+    _entropy_drawn(page)
+    assert page.locator(".run-title").inner_text() == "grpo-demo"
+    assert page.console_errors == []
+
+
+def test_run_page_first_drawn_in_the_theme_last_chosen(dashboard: Any, page: Any) -> None:
+    run_id = new_run_id("theme")
+    seed_run(dashboard.url, run_id, steps=30)
+    page.goto(f"{dashboard.url}/runs/{run_id}")
+    _entropy_drawn(page)
+    page.click("#app-theme-toggle")
+    paper = f"document.querySelector(`{graph_selector('entropy')}`).layout.paper_bgcolor"
+    page.wait_for_function(f"{paper} === '{DARK_PAPER}'", timeout=WAIT_MS)
+    layouts = _record_answers(page, "_dash-layout")
+    page.reload()
+    _entropy_drawn(page)
+    assert DARK_PAPER in layouts[0].text(), "the server drew the first page in the dark theme"
+    assert page.evaluate(paper) == DARK_PAPER
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    assert page.console_errors == []
+
+
+def test_dashboard_sends_scripts_compressed(dashboard: Any) -> None:
+    bundle = (ASSETS / "plotly-basic.min.js").read_bytes()
+    with httpx.Client(base_url=dashboard.url, timeout=10) as http:
+        answer = http.get("/assets/plotly-basic.min.js", headers={"accept-encoding": "gzip"})
+    assert answer.headers["content-encoding"] == "gzip"
+    assert answer.num_bytes_downloaded < len(bundle) // 2
+    assert answer.content == bundle
