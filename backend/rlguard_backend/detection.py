@@ -12,9 +12,9 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, select
+from sqlalchemy import Table, bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from rlguard_backend import alerts, points, repository
@@ -33,32 +33,34 @@ SUITE_ROW = "suite"
 BACKTEST_CHUNK_STEPS = 5000
 CACHED_SUITES = 256
 Values = dict[str, float]
+Pending = tuple[int, Values] | None  # the newest step, fed once a later one arrives
 
 
 class SuiteCache:
     """Live suites of recently fed runs, so a process skips rebuilding one from JSON per batch.
 
-    An entry is used only when the stored state's ``generation`` is the one this process wrote
-    last: another process feeding the run, a rollback or a backtest all change (or fail to
-    advance) it, and the suite is then rebuilt from the database.
+    An entry (the suite and the step still pending) is used only when the stored state's
+    ``generation`` is the one this process wrote last: another process feeding the run, a
+    rollback or a backtest all change (or fail to advance) it, and the suite is then rebuilt
+    from the database.
     """
 
     def __init__(self, size: int = CACHED_SUITES) -> None:
         self._size = size
-        self._entries: OrderedDict[str, tuple[str, DetectorSuite]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[str, DetectorSuite, Pending]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, run_id: str, generation: str | None) -> DetectorSuite | None:
+    def get(self, run_id: str, generation: str | None) -> tuple[DetectorSuite, Pending] | None:
         with self._lock:
             entry = self._entries.get(run_id)
             if entry is None or generation is None or entry[0] != generation:
                 return None
             self._entries.move_to_end(run_id)
-            return entry[1]
+            return entry[1], entry[2]
 
-    def put(self, run_id: str, generation: str, suite: DetectorSuite) -> None:
+    def put(self, run_id: str, generation: str, suite: DetectorSuite, pending: Pending) -> None:
         with self._lock:
-            self._entries[run_id] = (generation, suite)
+            self._entries[run_id] = (generation, suite, pending)
             self._entries.move_to_end(run_id)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
@@ -71,14 +73,27 @@ def _load_state(session: Session, run_id: str) -> DetectorState | None:
     return session.get(DetectorState, (run_id, SUITE_ROW))
 
 
-def _encode(pending: tuple[int, Values] | None) -> dict[str, Any] | None:
+# The per-batch statements on detector_state, built once (Core: no ORM bookkeeping per batch).
+_STATES = cast(Table, DetectorState.__table__)
+_THIS_RUN = (_STATES.c.run_id == bindparam("this_run")) & (_STATES.c.detector == SUITE_ROW)
+_READ_GENERATION = select(_STATES.c.state["generation"].as_string()).where(_THIS_RUN)
+_WRITE_STATE = _STATES.update().where(_THIS_RUN)
+
+
+def _stored_generation(session: Session, run_id: str) -> str | None:
+    """The generation of the run's stored state, read without the state itself."""
+    generation: str | None = session.execute(_READ_GENERATION, {"this_run": run_id}).scalar()
+    return generation
+
+
+def _encode(pending: Pending) -> dict[str, Any] | None:
     if pending is None:
         return None
     step, values = pending
     return {"step": step, "values": {k: float_to_wire(v) for k, v in values.items()}}
 
 
-def _decode(raw: Mapping[str, Any] | None) -> tuple[int, Values] | None:
+def _decode(raw: Mapping[str, Any] | None) -> Pending:
     if not raw:
         return None
     return int(raw["step"]), {k: float(v) for k, v in raw["values"].items()}
@@ -100,58 +115,98 @@ def check_run_config(config: Mapping[str, Any], settings: Settings) -> None:
 
 
 def detect_steps(
-    session: Session, run: Run, steps: Iterable[StepIn], settings: Settings
+    session: Session,
+    run: Run,
+    steps: Iterable[StepIn],
+    settings: Settings,
+    suites: SuiteCache = _SUITES,
 ) -> list[Alert]:
     """Feed a batch's steps; returns the alerts it opened or escalated."""
-    row = _load_state(session, run.id)
-    state = row.state if row is not None else {}
-    try:
-        suite = _SUITES.get(run.id, state.get("generation")) or make_suite(
-            run, settings, state.get("suite")
-        )
-    except ValueError as exc:
-        # A state from another release of the detectors: rebuild it from the stored points
-        # (which already hold this batch) rather than running blind.
-        log.warning("rebuilding detector state of run %s: %s", run.id, exc)
-        backtest(session, run, settings, {}, apply=True)
-        return _open_alerts(session, run.id)
-    pending = _decode(state.get("pending"))
+    # The usual batch finds this process's own suite still current: only the generation is
+    # read, not the state.
+    cached = suites.get(run.id, _stored_generation(session, run.id))
+    if cached is None:
+        row = _load_state(session, run.id)
+        state = row.state if row is not None else {}
+        try:
+            cached = make_suite(run, settings, state.get("suite")), _decode(state.get("pending"))
+        except ValueError as exc:
+            # A state from another release of the detectors: rebuild it from the stored points
+            # (which already hold this batch) rather than running blind.
+            log.warning("rebuilding detector state of run %s: %s", run.id, exc)
+            backtest(session, run, settings, {}, apply=True)
+            return _open_alerts(session, run.id)
+    suite, pending = cached
     ready, pending = _ready_steps(suite.last_step, pending, steps)
     events = [event for step, values in ready for event in suite.feed(step, values)]
-    _save_state(session, run.id, row, suite, pending)
-    return alerts.apply_events(session, run, events, settings.webhooks)
+    _save_state(session, run.id, suite, pending, suites)
+    return alerts.apply_events(session, run, _latest_updates(events), settings.webhooks)
 
 
 def _ready_steps(
-    last_fed: int | None, pending: tuple[int, Values] | None, steps: Iterable[StepIn]
-) -> tuple[list[tuple[int, Values]], tuple[int, Values] | None]:
-    """Steps that can be fed now (all but the newest), and the newest, still pending."""
+    last_fed: int | None, pending: Pending, steps: Iterable[StepIn]
+) -> tuple[list[tuple[int, Values]], Pending]:
+    """Steps that can be fed now (all but the newest), and the newest, still pending.
+
+    A step's values are the batch's own dict unless two entries (or the pending step) merge
+    into it: the suite only reads them.
+    """
     merged: dict[int, Values] = {}
+    copied: set[int] = set()  # steps whose dict is a merged copy
     if pending is not None:
         merged[pending[0]] = dict(pending[1])
+        copied.add(pending[0])
     for entry in steps:
-        if last_fed is None or entry.step > last_fed:
-            merged.setdefault(entry.step, {}).update(entry.values)
+        step = entry.step
+        if last_fed is not None and step <= last_fed:
+            continue
+        values = merged.get(step)
+        if values is None:
+            merged[step] = entry.values
+            continue
+        if step not in copied:
+            merged[step] = values = dict(values)
+            copied.add(step)
+        values.update(entry.values)
     if not merged:
         return [], None
     ordered = sorted(merged.items())
     return ordered[:-1], ordered[-1]
 
 
+def _latest_updates(events: list[AlertEvent]) -> list[AlertEvent]:
+    """The events without the "update"s that a later update or escalation of the same alert
+    in this batch overwrites: the stored alert ends the same, in fewer writes."""
+    later: set[tuple[str, str]] = set()  # alerts whose every field a later event rewrites
+    kept: list[AlertEvent] = []
+    for event in reversed(events):
+        slot = (event.detector, event.key)
+        if event.action == "update" and slot in later:
+            continue
+        kept.append(event)
+        if event.action in ("update", "escalate"):
+            later.add(slot)
+        else:
+            later.discard(slot)
+    kept.reverse()
+    return kept
+
+
 def _save_state(
     session: Session,
     run_id: str,
-    row: DetectorState | None,
     suite: DetectorSuite,
-    pending: tuple[int, Values] | None,
+    pending: Pending,
+    suites: SuiteCache = _SUITES,
 ) -> None:
+    """Store the suite's state as a new generation; this process keeps the live suite."""
     generation = uuid.uuid4().hex
     state = {"suite": suite.dump_state(), "pending": _encode(pending), "generation": generation}
-    _SUITES.put(run_id, generation, suite)
-    if row is None:
-        row = DetectorState(run_id=run_id, detector=SUITE_ROW)
-        session.add(row)
-    row.state, row.last_step, row.updated_at = state, suite.last_step, utcnow()
+    values = {"state": state, "last_step": suite.last_step, "updated_at": utcnow()}
+    stored = session.execute(_WRITE_STATE, {"this_run": run_id, **values})
+    if stored.rowcount == 0:  # type: ignore[attr-defined]
+        session.execute(_STATES.insert(), {"run_id": run_id, "detector": SUITE_ROW, **values})
+    suites.put(run_id, generation, suite, pending)
 
 
 def _open_alerts(session: Session, run_id: str) -> list[Alert]:
@@ -168,7 +223,7 @@ def flush_pending(session: Session, run: Run, settings: Settings) -> list[Alert]
     pending = _decode(row.state["pending"])
     assert pending is not None
     events = suite.feed(*pending)
-    _save_state(session, run.id, row, suite, None)
+    _save_state(session, run.id, suite, None)
     return alerts.apply_events(session, run, events, settings.webhooks)
 
 
@@ -199,8 +254,7 @@ def backtest(
         count += 1
     if apply:
         session.execute(delete(Alert).where(Alert.run_id == run.id))
-        row = _load_state(session, run.id)
-        _save_state(session, run.id, row, suite, None)
+        _save_state(session, run.id, suite, None)
         alerts.apply_events(session, run, events, webhooks=[])
     return DetectResult(
         run_id=run.id,

@@ -123,6 +123,27 @@ def test_alerts_same_for_any_batching_and_two_processes(
     assert views[0] == views[1] == views[2]
 
 
+def _alert_contents(alerts: list[dict[str, Any]]) -> list[str]:
+    """What a batch may change in each alert, comparable across runs (ids, times left out)."""
+    fields = ("detector", "key", "severity", "status", "first_step", "last_step", "message")
+    return sorted(json.dumps([a[f] for f in fields] + [a["evidence"]]) for a in alerts)
+
+
+def test_alerts_store_latest_message_and_evidence_for_any_batching(client: TestClient) -> None:
+    # Open alerts re-emit an update every 50 steps; a batch of many steps stores each alert's
+    # last state, as a backtest of the whole run (one pass, no batches) reports it.
+    steps = _steps(COLLAPSE.run(seed=7))
+    for size in (len(steps), 120, 1):
+        run_id = new_run_id()
+        _create(client, run_id, COLLAPSE.config)
+        _send(client, run_id, steps, size)
+        client.patch(f"/api/v1/runs/{run_id}", json={"status": "finished"})  # feeds the last
+        stored = client.get(f"/api/v1/runs/{run_id}/alerts").json()["data"]
+        replayed = client.post(f"/api/v1/runs/{run_id}/detect", json={}).json()["alerts"]
+        assert len(stored) >= 2
+        assert _alert_contents(stored) == _alert_contents(replayed)
+
+
 def test_alert_acknowledge_and_resolve(client: TestClient) -> None:
     run_id = new_run_id()
     _create(client, run_id, COLLAPSE.config)

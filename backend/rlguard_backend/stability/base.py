@@ -3,33 +3,47 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity, Verdict, weaker
 from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import Persistent
+from rlguard_backend.stability.primitives import Persistent, Window
 from rlguard_backend.stability.thresholds import Thresholds
 
-_CONFIG_ATTRIBUTES = frozenset({"context", "th"})
+_CONFIG_ATTRIBUTES = frozenset({"context", "th", "open_keys"})
+_STATEFUL = (Persistent, Window)
 
 
 class Detector:
-    """One detector of DETECTORS.md §3: evaluate() returns a Verdict per alert key per step.
+    """One detector of DETECTORS.md §3.
 
-    Everything a subclass stores on ``self`` (other than ``context`` and ``th``) is its
-    streaming state: primitives from primitives.py or plain JSON values. Attributes named
-    ``_*`` are caches derived from that state: never dumped (a subclass resets them on load).
+    evaluate() returns what each rule it ran says at this step: a Verdict when the rule fires,
+    ``CLEARED[key]`` when its clear rule holds while its alert is open (``key in
+    self.open_keys``), and None otherwise: the usual step of a healthy run says nothing.
+
+    Everything a subclass stores on ``self`` (other than ``context``, ``th`` and
+    ``open_keys``) is its streaming state: primitives from primitives.py or plain JSON values.
+    Attributes named ``_*`` are settings or caches derived from the thresholds, the context or
+    that state: never dumped (a subclass rebuilds caches on load).
     """
 
     id: ClassVar[str]
     keys: ClassVar[tuple[str, ...]]
+    # Canonical signals a run must log at least one of for evaluate() to do anything; None:
+    # it runs on every step (some of its rules count steps without their signal).
+    reads: ClassVar[frozenset[str] | None] = None
 
-    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
+    def __init__(
+        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
+    ) -> None:
         self.context = context
         self.th = thresholds
+        # Keys of this detector's open alerts, kept up to date by the suite's AlertBook.
+        self.open_keys: set[str] = set() if open_keys is None else open_keys
 
-    def evaluate(self, view: StepView) -> list[Verdict]:
+    def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
         raise NotImplementedError
 
     def missing(self, seen: frozenset[str]) -> str | None:
@@ -49,7 +63,7 @@ class Detector:
 
 
 def _dump(value: Any) -> Any:
-    if isinstance(value, Persistent):
+    if isinstance(value, _STATEFUL):
         return value.dump()
     if isinstance(value, dict):
         return {key: _dump(item) for key, item in value.items()}
@@ -58,10 +72,10 @@ def _dump(value: Any) -> Any:
 
 def _load(current: Any, state: Any) -> Any:
     """Load `state` into the primitives inside `current`; plain values are replaced."""
-    if isinstance(current, Persistent):
+    if isinstance(current, _STATEFUL):
         current.load(state)
         return current
-    if isinstance(current, dict) and any(isinstance(v, Persistent) for v in current.values()):
+    if isinstance(current, dict) and any(isinstance(v, _STATEFUL) for v in current.values()):
         for key, item in state.items():
             current[key] = _load(current.get(key), item)
         return current

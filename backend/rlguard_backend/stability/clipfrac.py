@@ -8,11 +8,12 @@ for 5 points), ``clip_asymmetry`` (INFO, TRL upper-side clipping > 5x lower and 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rlguard_backend.stability.base import Detector
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import QUIET, Severity, Verdict
+from rlguard_backend.stability.events import CLEARED, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import median, rounded
 from rlguard_backend.stability.thresholds import Thresholds
@@ -32,8 +33,10 @@ class ClipFraction(Detector):
     id = "clipfrac"
     keys = ("clipfrac", "clip_inactive", "dual_clip", "clip_asymmetry")
 
-    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
-        super().__init__(context, thresholds)
+    def __init__(
+        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
+    ) -> None:
+        super().__init__(context, thresholds, open_keys)
         self.baseline_points: list[float] = []
         self._baseline_median: float | None = None  # median(baseline_points), a cache
         self._baseline_of = 0  # len(baseline_points) when _baseline_median was computed
@@ -53,31 +56,36 @@ class ClipFraction(Detector):
             return "no updates_per_batch in run config: cannot tell if clipping is inert"
         return None
 
-    def evaluate(self, view: StepView) -> list[Verdict]:
-        verdicts = [self._inactive(view), self._dual(view), self._asymmetry(view)]
-        if view.finite("clipfrac") is not None:
-            verdicts.append(self._saturation(view))
-        return verdicts
+    def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
+        inactive = None
+        if self.context.updates_per_batch == 1 and not self.inactive_announced:
+            inactive = self._inactive()
+        clipfrac = view.finite("clipfrac")
+        return (
+            inactive,
+            self._dual(view),
+            self._asymmetry(view),
+            None if clipfrac is None else self._saturation(view, clipfrac),
+        )
 
     def load(self, state: dict[str, Any]) -> None:
         super().load(state)
         self._baseline_median, self._baseline_of = None, 0
 
-    def _baseline(self, view: StepView) -> float | None:
+    def _baseline(self, view: StepView, clipfrac: float) -> float | None:
         """c_b: median clip fraction over steps W..W+20 (frozen afterwards)."""
         since_warm = view.steps_since_start - view.warmup_steps
-        clipfrac = view.finite("clipfrac")
         points = self.baseline_points
-        if clipfrac is not None and 0 <= since_warm <= self.th["baseline_steps"]:
+        if 0 <= since_warm <= self.th["baseline_steps"]:
             points.append(clipfrac)
         if len(points) != self._baseline_of:  # the points are only ever appended to
             self._baseline_median = median(points) if points else None
             self._baseline_of = len(points)
         return self._baseline_median
 
-    def _saturation(self, view: StepView) -> Verdict:
+    def _saturation(self, view: StepView, clipfrac: float) -> Verdict | None:
         th, smoothed = self.th, view.smoothed["clipfrac"] or 0.0
-        baseline = self._baseline(view)
+        baseline = self._baseline(view, clipfrac)
         warn_at = max(th["warn"], th["baseline_factor"] * (baseline or 0.0))
         self.warn_streak = warn_streak = (
             self.warn_streak + 1 if view.warm and smoothed > warn_at else 0
@@ -87,16 +95,17 @@ class ClipFraction(Detector):
         )
         self.calm_streak = calm = self.calm_streak + 1 if smoothed < th["clear"] else 0
         severity: Severity | None = None
-        with_spike = bool(view.findings.get("kl_spike_critical_jump"))
+        with_spike = view.kl_spike_jump
         saturated = warn_streak >= th["warn_persistence"]
         if critical_streak >= th["critical_persistence"] or (saturated and with_spike):
             severity = "critical"
         elif saturated:
             severity = "warn"
         if severity is None:
-            return QUIET["clipfrac"][calm >= th["clear_steps"]]
+            key = "clipfrac"
+            return CLEARED[key] if key in self.open_keys and calm >= th["clear_steps"] else None
         if not view.emits(self.id, "clipfrac", severity):
-            return Verdict("clipfrac", severity)
+            return None
         facts: dict[str, Any] = {
             "clipfrac": rounded(smoothed),
             "clipfrac_baseline": rounded(baseline),
@@ -112,9 +121,8 @@ class ClipFraction(Detector):
             advice=CLIP_ADVICE,
         )
 
-    def _inactive(self, view: StepView) -> Verdict:
-        if self.context.updates_per_batch != 1 or self.inactive_announced:
-            return QUIET["clip_inactive"][False]
+    def _inactive(self) -> Verdict:
+        """Once, when U == 1: the clip cannot act."""
         self.inactive_announced = True
         return Verdict(
             "clip_inactive",
@@ -125,15 +133,16 @@ class ClipFraction(Detector):
             advice=["Use more updates per batch only if you want the clip to act."],
         )
 
-    def _dual(self, view: StepView) -> Verdict:
-        dual = view.finite("clipfrac_dual")
-        high = dual is not None and dual > self.th["dual_clip"]
+    def _dual(self, view: StepView) -> Verdict | None:
+        th, dual = self.th, view.finite("clipfrac_dual")
+        high = dual is not None and dual > th["dual_clip"]
         self.dual_streak = streak = self.dual_streak + 1 if high else 0
         self.dual_quiet = quiet = self.dual_quiet + 1 if not high else 0
-        if streak < self.th["dual_persistence"]:
-            return QUIET["dual_clip"][quiet >= self.th["clear_steps"]]
+        if streak < th["dual_persistence"]:
+            key = "dual_clip"
+            return CLEARED[key] if key in self.open_keys and quiet >= th["clear_steps"] else None
         if not view.emits(self.id, "dual_clip", "warn"):
-            return Verdict("dual_clip", "warn")
+            return None
         return Verdict(
             "dual_clip",
             "warn",
@@ -143,7 +152,7 @@ class ClipFraction(Detector):
             advice=CLIP_ADVICE[:3],
         )
 
-    def _asymmetry(self, view: StepView) -> Verdict:
+    def _asymmetry(self, view: StepView) -> Verdict | None:
         high, low = view.finite("clipfrac_high"), view.finite("clipfrac_low")
         th = self.th
         lopsided = (
@@ -155,9 +164,10 @@ class ClipFraction(Detector):
         self.asymmetry_streak = streak = self.asymmetry_streak + 1 if lopsided else 0
         self.asymmetry_quiet = quiet = self.asymmetry_quiet + 1 if not lopsided else 0
         if streak < th["asymmetry_persistence"]:
-            return QUIET["clip_asymmetry"][quiet >= th["clear_steps"]]
+            key = "clip_asymmetry"
+            return CLEARED[key] if key in self.open_keys and quiet >= th["clear_steps"] else None
         if not view.emits(self.id, "clip_asymmetry", "info"):
-            return Verdict("clip_asymmetry", "info")
+            return None
         return Verdict(
             "clip_asymmetry",
             "info",

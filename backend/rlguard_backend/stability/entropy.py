@@ -7,11 +7,12 @@ WARN), ``no_learning_signal`` (E5 WARN). rho = smoothed entropy / its start (H0)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rlguard_backend.stability.base import Detector, capped
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import QUIET, Severity, Verdict
+from rlguard_backend.stability.events import CLEARED, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, rounded
 from rlguard_backend.stability.thresholds import Thresholds
@@ -34,8 +35,10 @@ class EntropyCollapse(Detector):
     id = "entropy_collapse"
     keys = ("entropy_collapse", "entropy_exhausted", "entropy_blowup", "no_learning_signal")
 
-    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
-        super().__init__(context, thresholds)
+    def __init__(
+        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
+    ) -> None:
+        super().__init__(context, thresholds, open_keys)
         self.collapse_streak = 0
         self.recovered_streak = 0
         self.improving_streak = 0
@@ -58,20 +61,21 @@ class EntropyCollapse(Detector):
             return "no zero-std group fraction logged: E3 stays INFO, E2 uses length and rho only"
         return None
 
-    def evaluate(self, view: StepView) -> list[Verdict]:
-        verdicts = [self._no_signal(view)]
-        entropy = view.finite("entropy")
-        rho = view.ratio_to_start("entropy")
+    def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
+        no_signal = self._no_signal(view)
+        entropy, rho = view.finite("entropy"), view.rho
         if entropy is None or rho is None:
-            return verdicts
+            return (no_signal,)
         if view.warm and view.reward.known:
-            self._add_fit_point(entropy, view.finite("reward_mean"))
-        return [
+            reward = view.finite("reward_mean")
+            if reward is not None and entropy <= 50:  # exp(H) overflows long before H matters
+                self._add_fit_point(entropy, reward)
+        return (
             self._collapse(view, rho),
             self._exhausted(view, rho),
             self._blowup(view),
-            *verdicts,
-        ]
+            no_signal,
+        )
 
     def _facts(self, view: StepView, rho: float) -> dict[str, Any]:
         return {
@@ -79,18 +83,17 @@ class EntropyCollapse(Detector):
             "entropy": rounded(view.smoothed["entropy"]),
             "rho": rounded(rho),
             "zero_std_fraction": rounded(view.smoothed["frac_zero_std"]),
-            "length_ratio": rounded(view.ratio_to_start("response_length")),
+            "length_ratio": rounded(view.length_ratio),
             **view.reward.evidence(),
         }
 
     def _collapse_severity(self, view: StepView, rho: float) -> Severity | None:
+        """E1/E2 at this step, for rho < spent_ratio (both need it)."""
         th, reward = self.th, view.reward
-        if rho >= th["spent_ratio"]:  # both severities need rho < spent_ratio
-            return None
         zero_std = view.smoothed["frac_zero_std"]
         identical = zero_std is not None and zero_std >= th["identical_groups"]
         spent = rho < th["spent_ratio"] and (reward.stagnant or not reward.known)
-        length_ratio = view.ratio_to_start("response_length")
+        length_ratio = view.length_ratio
         severe = (
             identical
             or (length_ratio is not None and length_ratio < th["short_length_ratio"])
@@ -106,23 +109,27 @@ class EntropyCollapse(Detector):
             return "critical"
         return "warn" if spent else None
 
-    def _collapse(self, view: StepView, rho: float) -> Verdict:
-        severity = self._collapse_severity(view, rho) if view.warm else None
+    def _collapse(self, view: StepView, rho: float) -> Verdict | None:
+        th = self.th
+        severity = None
+        if view.warm and rho < th["spent_ratio"]:
+            severity = self._collapse_severity(view, rho)
         self.collapse_streak = streak = self.collapse_streak + 1 if severity is not None else 0
         self.recovered_streak = recovered = (
-            self.recovered_streak + 1 if rho > self.th["clear_ratio"] else 0
+            self.recovered_streak + 1 if rho > th["clear_ratio"] else 0
         )
         self.improving_streak = improving = (
             self.improving_streak + 1 if view.reward.improving else 0
         )
-        if severity is None or streak < self.th["persistence"]:
-            cleared = max(recovered, improving) >= self.th["clear_steps"]
-            self.collapse_active = self.collapse_active and not cleared
-            return QUIET["entropy_collapse"][cleared]
+        if severity is None or streak < th["persistence"]:
+            clears = recovered >= th["clear_steps"] or improving >= th["clear_steps"]
+            self.collapse_active = self.collapse_active and not clears
+            key = "entropy_collapse"
+            return CLEARED[key] if key in self.open_keys and clears else None
         self.collapse_active = True
         reported = capped(severity, not view.reward.known)
         if not view.emits(self.id, "entropy_collapse", reported):
-            return Verdict("entropy_collapse", reported)
+            return None
         facts = self._facts(view, rho)
         if not view.reward.known:
             facts["degraded"] = "no reward logged: cannot tell whether entropy bought reward"
@@ -134,27 +141,23 @@ class EntropyCollapse(Detector):
             advice=COLLAPSE_ADVICE,
         )
 
-    def _exhausted(self, view: StepView, rho: float) -> Verdict:
+    def _exhausted(self, view: StepView, rho: float) -> Verdict | None:
         th = self.th
         entropy = view.smoothed["entropy"] or 0.0
         low = entropy < th["exhausted_entropy"] or rho < th["exhausted_ratio"]
-        trend = view.reward.long_trend if low else None  # the 50-point fit only when it matters
-        flat = (
-            trend is not None
-            and trend.points >= th["exhausted_min_points"]
-            and trend.t_stat < th["exhausted_t_stat"]
-        )
-        condition = view.warm and low and flat and not self.collapse_active
+        # The 50-point reward fit last: only when everything else holds.
+        condition = low and view.warm and not self.collapse_active and self._reward_flat(view)
         self.exhausted_streak = streak = self.exhausted_streak + 1 if condition else 0
-        self.exhausted_quiet = quiet = self.exhausted_quiet + 1 if not condition else 0
+        self.exhausted_quiet = quiet = 0 if condition else self.exhausted_quiet + 1
         if streak < th["exhausted_persistence"]:
-            return QUIET["entropy_exhausted"][quiet >= th["clear_steps"]]
+            key = "entropy_exhausted"
+            return CLEARED[key] if key in self.open_keys and quiet >= th["clear_steps"] else None
         zero_std = view.smoothed["frac_zero_std"]
         severity: Severity = "info"
         if zero_std is not None and zero_std >= th["exhausted_groups_warn"]:
             severity = "warn"
         if not view.emits(self.id, "entropy_exhausted", severity):
-            return Verdict("entropy_exhausted", severity)
+            return None
         facts = self._facts(view, rho)
         ceiling = self._ceiling(view)
         facts["reward_ceiling"] = rounded(ceiling)
@@ -168,16 +171,27 @@ class EntropyCollapse(Detector):
             "entropy_exhausted", severity, message=message, evidence=facts, advice=COLLAPSE_ADVICE
         )
 
-    def _blowup(self, view: StepView) -> Verdict:
+    def _reward_flat(self, view: StepView) -> bool:
+        """E3's reward plateau: the long trend's t-stat not significant, over enough points."""
+        trend, th = view.reward.long_trend, self.th
+        return (
+            trend is not None
+            and trend.points >= th["exhausted_min_points"]
+            and trend.t_stat < th["exhausted_t_stat"]
+        )
+
+    def _blowup(self, view: StepView) -> Verdict | None:
+        th = self.th
         start, entropy = view.baselines["entropy"] or 0.0, view.smoothed["entropy"] or 0.0
-        limit = max(self.th["blowup_factor"] * start, start + self.th["blowup_margin"])
+        limit = max(th["blowup_factor"] * start, start + th["blowup_margin"])
         condition = view.warm and entropy > limit
         self.blowup_streak = streak = self.blowup_streak + 1 if condition else 0
-        self.blowup_quiet = quiet = self.blowup_quiet + 1 if not condition else 0
-        if streak < self.th["blowup_persistence"]:
-            return QUIET["entropy_blowup"][quiet >= self.th["clear_steps"]]
+        self.blowup_quiet = quiet = 0 if condition else self.blowup_quiet + 1
+        if streak < th["blowup_persistence"]:
+            key = "entropy_blowup"
+            return CLEARED[key] if key in self.open_keys and quiet >= th["clear_steps"] else None
         if not view.emits(self.id, "entropy_blowup", "warn"):
-            return Verdict("entropy_blowup", "warn")
+            return None
         facts = {"entropy_start": rounded(start), "entropy": rounded(entropy), "limit": limit}
         return Verdict(
             "entropy_blowup",
@@ -191,20 +205,22 @@ class EntropyCollapse(Detector):
             ],
         )
 
-    def _no_signal(self, view: StepView) -> Verdict:
+    def _no_signal(self, view: StepView) -> Verdict | None:
         grad = view.finite("grad_norm")
+        shares = self.zero_grads
         if grad is not None:
-            self.zero_grads.push(view.step, 1.0 if grad == 0.0 else 0.0)
-        shares = self.zero_grads.values
-        zero_share = sum(shares) / len(shares) if len(shares) >= 5 else 0.0
-        zero_std = view.smoothed["frac_zero_std"]
-        no_groups = zero_std is not None and zero_std >= self.th["no_signal_groups"]
-        condition = view.warm and (zero_share >= self.th["zero_grad_share"] or no_groups)
-        self.signal_quiet = quiet = self.signal_quiet + 1 if not condition else 0
+            shares.append(1.0 if grad == 0.0 else 0.0)
+        th, zero_std = self.th, view.smoothed["frac_zero_std"]
+        no_groups = zero_std is not None and zero_std >= th["no_signal_groups"]
+        condition = view.warm and (no_groups or _share(shares) >= th["zero_grad_share"])
         if not condition:
-            return QUIET["no_learning_signal"][quiet >= self.th["clear_steps"]]
+            self.signal_quiet = quiet = self.signal_quiet + 1
+            key = "no_learning_signal"
+            return CLEARED[key] if key in self.open_keys and quiet >= th["clear_steps"] else None
+        self.signal_quiet = 0
         if not view.emits(self.id, "no_learning_signal", "warn"):
-            return Verdict("no_learning_signal", "warn")
+            return None
+        zero_share = _share(shares)
         return Verdict(
             "no_learning_signal",
             "warn",
@@ -214,9 +230,7 @@ class EntropyCollapse(Detector):
             advice=["Filter zero-std groups (dynamic sampling, DAPO) or adjust the data mix."],
         )
 
-    def _add_fit_point(self, entropy: float, reward: float | None) -> None:
-        if reward is None or entropy > 50:  # exp(H) overflows long before H is meaningful
-            return
+    def _add_fit_point(self, entropy: float, reward: float) -> None:
         x = 2.718281828459045**entropy
         n, sx, sy, sxx, sxy = self.fit_sums
         self.fit_sums = [n + 1, sx + x, sy + reward, sxx + x * x, sxy + x * reward]
@@ -233,6 +247,11 @@ class EntropyCollapse(Detector):
         slope = (n * sxy - sx * sy) / denominator  # = -a
         intercept = (sy - slope * sx) / n  # = b
         return intercept + slope
+
+
+def _share(zero_grads: Window) -> float:
+    """Share of exactly-zero grad norms among the last points (0 before 5 points)."""
+    return sum(zero_grads) / len(zero_grads) if len(zero_grads) >= 5 else 0.0
 
 
 def _collapse_message(facts: dict[str, Any], severity: Severity) -> str:

@@ -8,9 +8,11 @@ start, i.e. before D2 can fire. Clears after 10 points with the positive share b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rlguard_backend.stability.base import Detector
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import QUIET, Verdict
+from rlguard_backend.stability.events import CLEARED, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, rounded
 from rlguard_backend.stability.thresholds import Thresholds
@@ -21,9 +23,12 @@ class EntropyCovLeading(Detector):
 
     id = "entropy_cov_leading"
     keys = ("entropy_cov_leading",)
+    reads = frozenset({"cov_logp_adv"})
 
-    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
-        super().__init__(context, thresholds)
+    def __init__(
+        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
+    ) -> None:
+        super().__init__(context, thresholds, open_keys)
         self.covariances = Window(int(thresholds["window_points"]))
         self.quiet = 0
 
@@ -32,24 +37,26 @@ class EntropyCovLeading(Detector):
             return "optional probe probe/cov_logp_adv not logged: no leading indicator"
         return None
 
-    def evaluate(self, view: StepView) -> list[Verdict]:
+    def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
+        th = self.th
         covariance = view.finite("cov_logp_adv")
         if covariance is None:
-            return []
-        self.covariances.push(view.step, covariance)
-        values = self.covariances.values
+            return ()
+        self.covariances.append(covariance)
+        values = self.covariances
         share = sum(value > 0 for value in values) / len(values)
-        full = len(values) >= self.th["window_points"]
-        rho = view.ratio_to_start("entropy")
-        early = rho is None or rho > self.th["min_entropy_ratio"]
-        leading = view.warm and full and share >= self.th["positive_share"] and early
-        self.quiet = quiet = self.quiet + 1 if share < self.th["clear_share"] else 0
+        full = len(values) >= th["window_points"]
+        rho = view.rho
+        early = rho is None or rho > th["min_entropy_ratio"]
+        leading = view.warm and full and share >= th["positive_share"] and early
+        self.quiet = quiet = self.quiet + 1 if share < th["clear_share"] else 0
         if not leading:
-            return [QUIET["entropy_cov_leading"][quiet >= self.th["clear_steps"]]]
+            key = "entropy_cov_leading"
+            return (CLEARED[key] if key in self.open_keys and quiet >= th["clear_steps"] else None,)
         if not view.emits(self.id, "entropy_cov_leading", "info"):
-            return [Verdict("entropy_cov_leading", "info")]
+            return ()
         mean = sum(values) / len(values)
-        return [
+        return (
             Verdict(
                 "entropy_cov_leading",
                 "info",
@@ -61,5 +68,5 @@ class EntropyCovLeading(Detector):
                     "Consider Clip-Cov / KL-Cov (policy_loss.loss_mode=clip_cov|kl_cov) before "
                     "entropy collapses; log pass@k to see whether exploration is being lost."
                 ],
-            )
-        ]
+            ),
+        )

@@ -44,15 +44,14 @@ class Verdict:
     advice: list[str] | None = None
 
 
-class _QuietVerdicts(dict[str, tuple[Verdict, Verdict]]):
-    """key -> (not firing, not firing and cleared): one shared pair per key, built on first use."""
+class _ClearedVerdicts(dict[str, Verdict]):
+    """key -> the verdict "not firing, and the clear rule holds", built on first use."""
 
-    def __missing__(self, key: str) -> tuple[Verdict, Verdict]:
-        pair = (Verdict(key), Verdict(key, cleared=True))
-        self[key] = pair
-        return pair
+    def __missing__(self, key: str) -> Verdict:
+        verdict = self[key] = Verdict(key, cleared=True)
+        return verdict
 
 
-# The verdict of almost every key at almost every step, shared instead of built per step:
-# ``QUIET[key][cleared]``. Never mutate these.
-QUIET: dict[str, tuple[Verdict, Verdict]] = _QuietVerdicts()
+# What a rule says when its clear rule holds while its alert is open: ``CLEARED[key]``,
+# shared instead of built per step. Never mutate these.
+CLEARED: dict[str, Verdict] = _ClearedVerdicts()

@@ -12,11 +12,12 @@ Active when the run config says ``kl_controller: adaptive``, or says nothing and
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from rlguard_backend.stability.base import Detector, capped
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import QUIET, Severity, Verdict
+from rlguard_backend.stability.events import CLEARED, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, median, rounded
 from rlguard_backend.stability.thresholds import Thresholds
@@ -35,9 +36,12 @@ class KlController(Detector):
 
     id = "kl_controller"
     keys = ("kl_controller", "kl_controller_units", "kl_controller_replay")
+    reads = frozenset({"reward_kl_coef"})
 
-    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
-        super().__init__(context, thresholds)
+    def __init__(
+        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
+    ) -> None:
+        super().__init__(context, thresholds, open_keys)
         self.beta_start: float | None = None
         self.previous: list[float] | None = None  # [step, beta, kl]
         self.adaptive_seen = False
@@ -66,19 +70,19 @@ class KlController(Detector):
             notes.append("no sequences_per_step/kl_horizon: max rate inferred from beta")
         return "; ".join(notes) or None
 
-    def evaluate(self, view: StepView) -> list[Verdict]:
+    def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
         beta, kl = view.finite("reward_kl_coef"), self._controller_kl(view)
         if beta is None or kl is None or beta <= 0 or self.context.kl_controller == "fixed":
-            return []
+            return ()
         if self.beta_start is None:
             self.beta_start = beta
         replay = self._replay(view.step, beta)
         self.previous = [view.step, beta, kl]
         if not self.adaptive_seen:
-            return []
+            return ()
         error = kl / self.target - 1
-        self.ratios.push(view.step, kl / self.target)
-        return [self._runaway(view, beta, kl, error), self._units(view), replay]
+        self.ratios.append(kl / self.target)
+        return self._runaway(view, beta, kl, error), self._units(view), replay
 
     def _controller_kl(self, view: StepView) -> float | None:
         """The KL the controller sees: old TRL's per-sequence sum, else per-token in-reward KL."""
@@ -92,9 +96,9 @@ class KlController(Detector):
         """m: configured, else the largest per-step relative change of beta seen so far."""
         return self._configured_rate() or (self.largest_step_change or None)
 
-    def _replay(self, step: int, beta: float) -> Verdict:
+    def _replay(self, step: int, beta: float) -> Verdict | None:
         if self.previous is None:
-            return QUIET["kl_controller_replay"][False]
+            return None
         previous_step, previous_beta, previous_kl = self.previous
         change = abs(beta / previous_beta - 1)
         if step == previous_step + 1:
@@ -103,14 +107,15 @@ class KlController(Detector):
         self.adaptive_seen = self.adaptive_seen or explicit or change > 1e-9
         rate = self._configured_rate()
         if rate is None or step != previous_step + 1 or not self.adaptive_seen:
-            return QUIET["kl_controller_replay"][False]
+            return None
         error = max(-1.0, min(1.0, (previous_kl / self.target - 1) / self.th["error_clip"]))
         predicted = previous_beta * (1 + error * rate)
         off = abs(predicted / beta - 1) > self.th["replay_tolerance"]
         self.replay_streak = streak = self.replay_streak + 1 if off else 0
         self.replay_quiet = quiet = self.replay_quiet + 1 if not off else 0
         if streak < self.th["replay_persistence"]:
-            return QUIET["kl_controller_replay"][quiet >= 10]
+            key = "kl_controller_replay"
+            return CLEARED[key] if key in self.open_keys and quiet >= 10 else None
         return Verdict(
             "kl_controller_replay",
             "info",
@@ -120,7 +125,7 @@ class KlController(Detector):
             advice=["Log the controller's n, horizon and target in the run config."],
         )
 
-    def _runaway(self, view: StepView, beta: float, kl: float, error: float) -> Verdict:
+    def _runaway(self, view: StepView, beta: float, kl: float, error: float) -> Verdict | None:
         sign = 0 if abs(error) < self.th["error_clip"] else (1 if error > 0 else -1)
         if sign != self.saturated_sign:
             self.saturated_streak = 0
@@ -130,7 +135,7 @@ class KlController(Detector):
         rate = self._max_change()
         needed = math.ceil(math.log(2) / rate) if rate else None
         if needed is None:
-            return QUIET["kl_controller"][False]
+            return None
         assert self.beta_start is not None
         moved = math.log(beta / self.beta_start) * sign
         severity: Severity | None = None
@@ -139,10 +144,11 @@ class KlController(Detector):
         elif saturated >= needed and moved >= math.log(self.th["warn_factor"]):
             severity = "warn"
         if severity is None:
-            return QUIET["kl_controller"][unsaturated >= needed]
+            key = "kl_controller"
+            return CLEARED[key] if key in self.open_keys and unsaturated >= needed else None
         reported = capped(severity, self.context.kl_target is None)
         if not view.emits(self.id, "kl_controller", reported):
-            return Verdict("kl_controller", reported)
+            return None
         return self._runaway_verdict(severity, beta, kl, saturated, needed)
 
     def _runaway_verdict(
@@ -184,14 +190,14 @@ class KlController(Detector):
             advice=UP_ADVICE if self.saturated_sign > 0 else DOWN_ADVICE,
         )
 
-    def _units(self, view: StepView) -> Verdict:
+    def _units(self, view: StepView) -> Verdict | None:
         due = view.steps_since_start >= view.warmup_steps + self.th["units_delay_steps"]
         if self.units_checked or not due or not len(self.ratios):
-            return QUIET["kl_controller_units"][False]
+            return None
         self.units_checked = True
-        typical = median(self.ratios.values)
+        typical = median(self.ratios)
         if self.th["units_low"] <= typical <= self.th["units_high"]:
-            return QUIET["kl_controller_units"][False]
+            return None
         return Verdict(
             "kl_controller_units",
             "warn",

@@ -8,11 +8,12 @@ reset). Both clear after 10 consecutive points of an improving reward trend.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rlguard_backend.stability.base import Detector, capped
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import QUIET, Verdict
+from rlguard_backend.stability.events import CLEARED, Verdict
 from rlguard_backend.stability.kl_reference import current_beta, penalty_share
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
@@ -32,9 +33,12 @@ class KlPenalty(Detector):
 
     id = "kl_penalty"
     keys = ("kl_penalty_strong", "kl_binding")
+    reads = frozenset({"kl_loss", "reward_kl_penalty", "kl_ref_seq"})  # kl_ref comes from these
 
-    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
-        super().__init__(context, thresholds)
+    def __init__(
+        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
+    ) -> None:
+        super().__init__(context, thresholds, open_keys)
         self.history = Lookback(int(thresholds["binding_lookback_steps"]))
         self.strong_streak = 0
         self.binding_streak = 0
@@ -47,28 +51,35 @@ class KlPenalty(Detector):
             return "no reward logged: disabled"
         return None
 
-    def evaluate(self, view: StepView) -> list[Verdict]:
+    def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
         kl = view.smoothed["kl_ref"]
         beta = current_beta(view, self.context)
         if view.finite("kl_ref") is None or kl is None or not beta or beta <= 0:
-            return []
+            return ()
         self.history.push(view.step, kl)
         active = view.steps_since_start >= self.th["min_step"] and view.reward.known
         self.improving_streak = improving = (
             self.improving_streak + 1 if view.reward.improving else 0
         )
-        cleared = improving >= self.th["clear_steps"]
+        clears = improving >= self.th["clear_steps"]
         stagnant = active and view.reward.stagnant
-        return [
-            self._strong(view, kl, beta, stagnant, cleared),
-            self._binding(view, kl, stagnant, cleared),
-        ]
+        return (
+            self._strong(view, kl, beta, stagnant, clears),
+            self._binding(view, kl, stagnant, clears),
+        )
+
+    def _flat(self, step: int, kl: float) -> bool:
+        """KL within binding_flatness of its value binding_lookback_steps ago."""
+        before = self.history.ago(step, self.th["binding_lookback_steps"])
+        return (
+            before is not None and before > 0 and abs(kl / before - 1) < self.th["binding_flatness"]
+        )
 
     def _strong(
-        self, view: StepView, kl: float, beta: float, stagnant: bool, cleared: bool
-    ) -> Verdict:
+        self, view: StepView, kl: float, beta: float, stagnant: bool, clears: bool
+    ) -> Verdict | None:
         th = self.th
-        rho = view.ratio_to_start("entropy")
+        rho = view.rho
         share = penalty_share(view, beta) if self.context.kl_placement == "reward" else None
         unmoved = kl < th["small_kl"] and (rho is None or rho > th["unmoved_entropy_ratio"])
         dominant = share is not None and share >= th["strong_share"]
@@ -76,10 +87,11 @@ class KlPenalty(Detector):
             self.strong_streak + 1 if stagnant and (unmoved or dominant) else 0
         )
         if streak < th["persistence"]:
-            return QUIET["kl_penalty_strong"][cleared]
+            key = "kl_penalty_strong"
+            return CLEARED[key] if key in self.open_keys and clears else None
         reported = capped("warn", rho is None and not dominant)
         if not view.emits(self.id, "kl_penalty_strong", reported):
-            return Verdict("kl_penalty_strong", reported)
+            return None
         facts: dict[str, Any] = {
             "kl": rounded(kl),
             "beta": beta,
@@ -100,17 +112,16 @@ class KlPenalty(Detector):
             advice=STRONG_ADVICE,
         )
 
-    def _binding(self, view: StepView, kl: float, stagnant: bool, cleared: bool) -> Verdict:
+    def _binding(self, view: StepView, kl: float, stagnant: bool, clears: bool) -> Verdict | None:
         th = self.th
-        before = self.history.ago(view.step, th["binding_lookback_steps"])
-        flat = before is not None and before > 0 and abs(kl / before - 1) < th["binding_flatness"]
-        self.binding_streak = streak = (
-            self.binding_streak + 1 if stagnant and flat and kl >= th["small_kl"] else 0
-        )
+        binding = stagnant and kl >= th["small_kl"] and self._flat(view.step, kl)
+        self.binding_streak = streak = self.binding_streak + 1 if binding else 0
         if streak < th["binding_persistence"]:
-            return QUIET["kl_binding"][cleared]
+            key = "kl_binding"
+            return CLEARED[key] if key in self.open_keys and clears else None
+        before = self.history.ago(view.step, th["binding_lookback_steps"])
         if not view.emits(self.id, "kl_binding", "info"):
-            return Verdict("kl_binding", "info")
+            return None
         return Verdict(
             "kl_binding",
             "info",

@@ -7,11 +7,12 @@ KL only: per-sequence penalty beta*k*length below 1 % of the reward spread).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rlguard_backend.stability.base import Detector, capped
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import QUIET, Severity, Verdict
+from rlguard_backend.stability.events import CLEARED, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
 from rlguard_backend.stability.thresholds import Thresholds
@@ -35,14 +36,13 @@ def penalty_share(view: StepView, beta: float | None) -> float | None:
 
 def current_beta(view: StepView, context: RunContext) -> float | None:
     """The KL coefficient in force: logged if the trainer logs it, else the configured one."""
-    logged = ("reward_kl_coef", "kl_coef")
-    if context.kl_placement != "reward":
-        logged = ("kl_coef", "reward_kl_coef")
-    for name in logged:
-        value = view.finite(name)
-        if value is not None:
-            return value
-    return context.kl_coef
+    first, second = "kl_coef", "reward_kl_coef"
+    if context.kl_placement == "reward":
+        first, second = second, first
+    value = view.finite(first)
+    if value is None:
+        value = view.finite(second)
+    return context.kl_coef if value is None else value
 
 
 class KlRunaway(Detector):
@@ -50,9 +50,12 @@ class KlRunaway(Detector):
 
     id = "kl_runaway"
     keys = ("kl_runaway", "kl_penalty_ineffective")
+    reads = frozenset({"kl_loss", "reward_kl_penalty", "kl_ref_seq"})  # kl_ref comes from these
 
-    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
-        super().__init__(context, thresholds)
+    def __init__(
+        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
+    ) -> None:
+        super().__init__(context, thresholds, open_keys)
         self.history = Lookback(int(thresholds["lookback_steps"]))
         self.growth_streak = 0
         self.calm_streak = 0
@@ -66,26 +69,29 @@ class KlRunaway(Detector):
             return "no reward logged: growth rule one level weaker"
         return None
 
-    def evaluate(self, view: StepView) -> list[Verdict]:
+    def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
         kl = view.smoothed["kl_ref"]
         if view.finite("kl_ref") is None or kl is None:
-            return []
+            return ()
         self.history.push(view.step, kl)
-        lag = self.th["lookback_steps"]
-        before, middle = self.history.ago(view.step, lag), self.history.ago(view.step, lag / 2)
-        growth = _growth(kl, before)
-        return [self._runaway(view, kl, before, middle, growth), self._share(view)]
+        before = self.history.ago(view.step, self.th["lookback_steps"])
+        growth = 1.0 if before is None else (kl / before if before > 0 else float("inf"))
+        return self._runaway(view, kl, before, growth), self._share(view)
+
+    def _accelerating(self, step: int, kl: float, before: float | None) -> bool:
+        """Not decelerating: k̄_t - k̄_{t-25} >= k̄_{t-25} - k̄_{t-50}."""
+        middle = self.history.ago(step, self.th["lookback_steps"] / 2)
+        return before is not None and middle is not None and kl - middle >= middle - before
 
     def _runaway(
-        self, view: StepView, kl: float, before: float | None, middle: float | None, growth: float
-    ) -> Verdict:
+        self, view: StepView, kl: float, before: float | None, growth: float
+    ) -> Verdict | None:
         th, reward = self.th, view.reward
-        accelerating = before is not None and middle is not None and kl - middle >= middle - before
         growing = (
             view.warm
             and kl >= th["floor"]
             and growth >= th["growth"]
-            and accelerating
+            and self._accelerating(view.step, kl, before)
             and not reward.improving
         )
         self.growth_streak = streak = self.growth_streak + 1 if growing else 0
@@ -98,10 +104,11 @@ class KlRunaway(Detector):
         elif kl >= th["level_warn"] or streak >= th["persistence"]:
             severity = "warn"
         if severity is None:
-            return QUIET["kl_runaway"][calm >= th["clear_steps"]]
+            key = "kl_runaway"
+            return CLEARED[key] if key in self.open_keys and calm >= th["clear_steps"] else None
         degraded = streak >= th["persistence"] and severity == "warn" and not reward.known
         if not view.emits(self.id, "kl_runaway", capped(severity, degraded)):
-            return Verdict("kl_runaway", capped(severity, degraded))
+            return None
         facts: dict[str, Any] = {
             "kl": rounded(kl),
             "kl_source": view.kl_source,
@@ -119,17 +126,18 @@ class KlRunaway(Detector):
             advice=RUNAWAY_ADVICE,
         )
 
-    def _share(self, view: StepView) -> Verdict:
-        share = None
+    def _share(self, view: StepView) -> Verdict | None:
+        th, share = self.th, None
         if self.context.kl_placement == "reward":
             share = penalty_share(view, current_beta(view, self.context))
-        weak = view.warm and share is not None and share < self.th["penalty_share_min"]
+        weak = share is not None and view.warm and share < th["penalty_share_min"]
         self.share_streak = streak = self.share_streak + 1 if weak else 0
         self.share_quiet = quiet = self.share_quiet + 1 if not weak else 0
-        if share is None or streak < self.th["penalty_share_persistence"]:
-            return QUIET["kl_penalty_ineffective"][quiet >= self.th["clear_steps"]]
+        if share is None or streak < th["penalty_share_persistence"]:
+            key = "kl_penalty_ineffective"
+            return CLEARED[key] if key in self.open_keys and quiet >= th["clear_steps"] else None
         if not view.emits(self.id, "kl_penalty_ineffective", "info"):
-            return Verdict("kl_penalty_ineffective", "info")
+            return None
         return Verdict(
             "kl_penalty_ineffective",
             "info",
@@ -138,12 +146,6 @@ class KlRunaway(Detector):
             evidence={"penalty_share": rounded(share), "kl": rounded(view.smoothed["kl_ref"])},
             advice=["Compare beta with reward differences; sweep beta up on a log grid."],
         )
-
-
-def _growth(kl: float, before: float | None) -> float:
-    if before is None:
-        return 1.0
-    return kl / before if before > 0 else float("inf")
 
 
 def _runaway_message(facts: dict[str, Any], at_level: bool) -> str:

@@ -9,11 +9,12 @@ Without U in the run config the ppo_kl rules run one level weaker.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rlguard_backend.stability.base import Detector, capped
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import QUIET, Severity, Verdict
+from rlguard_backend.stability.events import CLEARED, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import SortedWindow, Window, median, rounded
 from rlguard_backend.stability.thresholds import Thresholds
@@ -37,18 +38,27 @@ class KlSpike(Detector):
 
     id = "kl_spike"
     keys = ("kl_spike", "grad_spike", "logprob_mismatch")
+    reads = frozenset({"grad_norm", "ppo_kl", "clipfrac"})
 
-    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
-        super().__init__(context, thresholds)
+    def __init__(
+        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
+    ) -> None:
+        super().__init__(context, thresholds, open_keys)
         size = int(thresholds["history_points"])
         self.ppo_kls = SortedWindow(size)
         self.grads = SortedWindow(size)
         self.clipfracs = Window(size)  # its median is needed on spikes only
         self.quiet = dict.fromkeys(self.keys, 0)
+        self._kappa = context.ppo_kl_target or thresholds["default_ppo_kl_target"]
+        # A |ppo_kl| at or below both budgets cannot spike (the warn threshold is never below
+        # budget_warn x kappa): the usual step needs no median.
+        self._warn_floor = thresholds["budget_warn"] * self._kappa
+        self._critical_above = thresholds["budget_critical"] * self._kappa
+        self._on_policy = context.updates_per_batch == 1
 
     @property
     def kappa(self) -> float:
-        return self.context.ppo_kl_target or self.th["default_ppo_kl_target"]
+        return self._kappa
 
     def missing(self, seen: frozenset[str]) -> str | None:
         if "ppo_kl" not in seen:
@@ -57,43 +67,48 @@ class KlSpike(Detector):
             return "no updates_per_batch (ppo_epochs) in run config: KL rules one level weaker"
         return None
 
-    def evaluate(self, view: StepView) -> list[Verdict]:
-        verdicts = [self._grad_spike(view)]
-        ppo_kl = view.finite("ppo_kl")
+    def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
+        finite = view.finite
+        grad_spike = self._grad_spike(finite("grad_norm"))
+        ppo_kl = finite("ppo_kl")
+        kl_spike = None
         if ppo_kl is not None:
-            if self.context.updates_per_batch == 1:
-                verdicts.append(self._mismatch(view, abs(ppo_kl)))
-            else:
-                verdicts.append(self._kl_spike(view, abs(ppo_kl)))
-            self.ppo_kls.push(view.step, abs(ppo_kl))
-        clipfrac = view.finite("clipfrac")
+            size = abs(ppo_kl)
+            kl_spike = self._mismatch(size) if self._on_policy else self._kl_spike(view, size)
+            self.ppo_kls.push(size)
+        clipfrac = finite("clipfrac")
         if clipfrac is not None:
-            self.clipfracs.push(view.step, clipfrac)
-        return verdicts
+            self.clipfracs.append(clipfrac)
+        return grad_spike, kl_spike
 
     def _severity(self, size: float) -> tuple[Severity | None, float | None]:
-        th = self.th
-        typical = self.ppo_kls.median() if len(self.ppo_kls) else None
-        if size > th["budget_critical"] * self.kappa:
-            return "critical", typical
-        if typical is None or len(self.ppo_kls) < th["min_history_points"]:
-            return None, typical
-        warn_at = max(th["median_factor"] * typical, th["budget_warn"] * self.kappa)
+        """Severity of a per-update KL of `size` past the warn floor, and the typical one."""
+        th, history = self.th, self.ppo_kls
+        if size > self._critical_above:
+            return "critical", history.median() if len(history) else None
+        if not history or len(history) < th["min_history_points"]:
+            return None, None
+        typical = history.median()
+        warn_at = max(th["median_factor"] * typical, self._warn_floor)
         return ("warn" if size > warn_at else None), typical
 
-    def _kl_spike(self, view: StepView, size: float) -> Verdict:
-        severity, typical = self._severity(size)
+    def _kl_spike(self, view: StepView, size: float) -> Verdict | None:
+        th = self.th
+        severity, typical = None, None
+        if size > self._warn_floor or size > self._critical_above:
+            severity, typical = self._severity(size)
         # D6 escalates on an abrupt jump past the budget (×10 the last few points), not on a
         # ramp crossing it: D6's own c̄ > 0.2 rule covers ramps (§4 S7 wants CRITICAL ≥ 108).
         jump = False
         if severity == "critical":  # the median of the last points only when it matters
-            recent = self.ppo_kls.values[-RECENT_POINTS:]
-            jump = bool(recent) and size > self.th["median_factor"] * median(recent)
-        view.findings["kl_spike_critical_jump"] = jump
+            recent = list(self.ppo_kls)[-RECENT_POINTS:]
+            jump = bool(recent) and size > th["median_factor"] * median(recent)
+        view.kl_spike_jump = jump  # D6 reads it later this step
         counts = self.quiet
         counts["kl_spike"] = quiet = counts["kl_spike"] + 1 if severity is None else 0
         if severity is None:
-            return QUIET["kl_spike"][quiet >= self.th["clear_steps"]]
+            key = "kl_spike"
+            return CLEARED[key] if key in self.open_keys and quiet >= th["clear_steps"] else None
         clip_falling = self._clip_falling(view)
         if clip_falling:
             severity = "critical"
@@ -125,20 +140,22 @@ class KlSpike(Detector):
         clipfrac = view.finite("clipfrac")
         if clipfrac is None or len(self.clipfracs) < self.th["min_history_points"]:
             return False
-        return clipfrac < self.th["falling_clip_ratio"] * median(self.clipfracs.values)
+        return clipfrac < self.th["falling_clip_ratio"] * median(self.clipfracs)
 
-    def _grad_spike(self, view: StepView) -> Verdict:
-        grad = view.finite("grad_norm")
+    def _grad_spike(self, grad: float | None) -> Verdict | None:
+        th = self.th
         if grad is None:
-            return QUIET["grad_spike"][False]
-        typical = self.grads.median() if len(self.grads) else 0.0
-        enough = len(self.grads) >= self.th["min_history_points"]
-        self.grads.push(view.step, grad)
-        spiking = enough and typical > 0 and grad > self.th["grad_factor"] * typical
+            return None
+        grads = self.grads
+        enough = len(grads) >= th["min_history_points"]
+        typical = grads.median() if enough and len(grads) else 0.0  # used only when enough
+        grads.push(grad)
+        spiking = enough and typical > 0 and grad > th["grad_factor"] * typical
         counts = self.quiet
         counts["grad_spike"] = quiet = counts["grad_spike"] + 1 if not spiking else 0
         if not spiking:
-            return QUIET["grad_spike"][quiet >= self.th["clear_steps"]]
+            key = "grad_spike"
+            return CLEARED[key] if key in self.open_keys and quiet >= th["clear_steps"] else None
         return Verdict(
             "grad_spike",
             "warn",
@@ -147,12 +164,14 @@ class KlSpike(Detector):
             advice=SPIKE_ADVICE,
         )
 
-    def _mismatch(self, view: StepView, size: float) -> Verdict:
-        off = size > self.th["on_policy_tolerance"]
+    def _mismatch(self, size: float) -> Verdict | None:
+        th = self.th
+        off = size > th["on_policy_tolerance"]
         counts = self.quiet
         counts["logprob_mismatch"] = quiet = counts["logprob_mismatch"] + 1 if not off else 0
         if not off:
-            return QUIET["logprob_mismatch"][quiet >= self.th["clear_steps"]]
+            key = "logprob_mismatch"
+            return CLEARED[key] if key in self.open_keys and quiet >= th["clear_steps"] else None
         return Verdict(
             "logprob_mismatch",
             "warn",

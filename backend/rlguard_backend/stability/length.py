@@ -10,9 +10,11 @@ canonical signal carries yet.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rlguard_backend.stability.base import Detector, capped
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import QUIET, Severity, Verdict
+from rlguard_backend.stability.events import CLEARED, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
 from rlguard_backend.stability.thresholds import Thresholds
@@ -28,9 +30,12 @@ class LengthHacking(Detector):
 
     id = "length"
     keys = ("length_blowup", "length_collapse", "entropy_length_rise")
+    reads = frozenset({"response_length"})
 
-    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
-        super().__init__(context, thresholds)
+    def __init__(
+        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
+    ) -> None:
+        super().__init__(context, thresholds, open_keys)
         self.truncation_history = Lookback(int(thresholds["rise_lookback_steps"]))
         self.streaks = dict.fromkeys(self.keys, 0)
         self.quiet = dict.fromkeys(self.keys, 0)
@@ -42,51 +47,43 @@ class LengthHacking(Detector):
             return "no truncation ratio logged: blow-up rule disabled"
         return None
 
-    def evaluate(self, view: StepView) -> list[Verdict]:
-        ratio = view.ratio_to_start("response_length")
+    def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
+        ratio = view.length_ratio
         if view.finite("response_length") is None or ratio is None:
-            return []
+            return ()
         truncated = view.smoothed["response_clip_ratio"]
         if view.finite("response_clip_ratio") is not None and truncated is not None:
             self.truncation_history.push(view.step, truncated)
-        return [
+        return (
             self._blowup(view, ratio, truncated),
             self._collapse(view, ratio),
             self._entropy_rise(view, ratio),
-        ]
+        )
 
-    def _persist(self, key: str, condition: bool, clear_condition: bool) -> tuple[int, bool]:
-        """Streak of `condition`, and whether `clear_condition` held for clear_steps points."""
-        counts = self.quiet
-        counts[key] = quiet = counts[key] + 1 if clear_condition else 0
-        streaks = self.streaks
-        streaks[key] = streak = streaks[key] + 1 if condition else 0
-        return streak, quiet >= self.th["clear_steps"]
-
-    def _blowup(self, view: StepView, ratio: float, truncated: float | None) -> Verdict:
+    def _blowup(self, view: StepView, ratio: float, truncated: float | None) -> Verdict | None:
         th = self.th
-        before = self.truncation_history.ago(view.step, th["rise_lookback_steps"])
         long = ratio > th["blowup_factor"] and truncated is not None
-        rising = truncated is not None and before is not None
-        rising = rising and truncated - before > th["truncation_rise"]  # type: ignore[operator]
         condition = (
             view.warm
             and long
             and (truncated or 0.0) > th["truncation"]
-            and rising
+            and self._rising(view.step, truncated)
             and not view.reward.improving
         )
-        streak, cleared = self._persist(
-            "length_blowup", condition, not long or (truncated or 0.0) < th["truncation"]
-        )
+        # Each rule: a streak of its condition, and points in a row its clear rule held.
+        streaks, quiet, key = self.streaks, self.quiet, "length_blowup"
+        streaks[key] = streak = streaks[key] + 1 if condition else 0
+        settled = not long or (truncated or 0.0) < th["truncation"]
+        quiet[key] = calm = quiet[key] + 1 if settled else 0
         if streak < th["persistence"]:
-            return QUIET["length_blowup"][cleared]
+            return CLEARED[key] if key in self.open_keys and calm >= th["clear_steps"] else None
+        before = self.truncation_history.ago(view.step, th["rise_lookback_steps"])
         severity: Severity = (
             "critical" if (truncated or 0.0) > th["truncation_critical"] else "warn"
         )
         reported = capped(severity, not view.reward.known)
         if not view.emits(self.id, "length_blowup", reported):
-            return Verdict("length_blowup", reported)
+            return None
         facts = {
             "length_ratio": rounded(ratio),
             "truncated_fraction": rounded(truncated),
@@ -104,13 +101,25 @@ class LengthHacking(Detector):
             advice=LENGTH_ADVICE,
         )
 
-    def _collapse(self, view: StepView, ratio: float) -> Verdict:
-        short = ratio < self.th["collapse_factor"]
-        streak, cleared = self._persist("length_collapse", view.warm and short, not short)
-        if streak < self.th["persistence"]:
-            return QUIET["length_collapse"][cleared]
+    def _rising(self, step: int, truncated: float | None) -> bool:
+        """Truncation up by more than truncation_rise over rise_lookback_steps."""
+        before = self.truncation_history.ago(step, self.th["rise_lookback_steps"])
+        return (
+            truncated is not None
+            and before is not None
+            and truncated - before > self.th["truncation_rise"]
+        )
+
+    def _collapse(self, view: StepView, ratio: float) -> Verdict | None:
+        th, streaks, quiet = self.th, self.streaks, self.quiet
+        short = ratio < th["collapse_factor"]
+        key = "length_collapse"
+        streaks[key] = streak = streaks[key] + 1 if view.warm and short else 0
+        quiet[key] = calm = 0 if short else quiet[key] + 1
+        if streak < th["persistence"]:
+            return CLEARED[key] if key in self.open_keys and calm >= th["clear_steps"] else None
         if not view.emits(self.id, "length_collapse", "warn"):
-            return Verdict("length_collapse", "warn")
+            return None
         return Verdict(
             "length_collapse",
             "warn",
@@ -121,15 +130,17 @@ class LengthHacking(Detector):
             advice=LENGTH_ADVICE,
         )
 
-    def _entropy_rise(self, view: StepView, ratio: float) -> Verdict:
-        entropy_ratio = view.ratio_to_start("entropy")
-        factor = self.th["rise_factor"]
+    def _entropy_rise(self, view: StepView, ratio: float) -> Verdict | None:
+        th, streaks, quiet, entropy_ratio = self.th, self.streaks, self.quiet, view.rho
+        factor = th["rise_factor"]
         both = entropy_ratio is not None and entropy_ratio > factor and ratio > factor
-        streak, cleared = self._persist("entropy_length_rise", view.warm and both, not both)
-        if streak < self.th["persistence"]:
-            return QUIET["entropy_length_rise"][cleared]
+        key = "entropy_length_rise"
+        streaks[key] = streak = streaks[key] + 1 if view.warm and both else 0
+        quiet[key] = calm = 0 if both else quiet[key] + 1
+        if streak < th["persistence"]:
+            return CLEARED[key] if key in self.open_keys and calm >= th["clear_steps"] else None
         if not view.emits(self.id, "entropy_length_rise", "info"):
-            return Verdict("entropy_length_rise", "info")
+            return None
         return Verdict(
             "entropy_length_rise",
             "info",

@@ -21,19 +21,36 @@ class AlertBook:
     def __init__(self, update_interval_steps: float) -> None:
         self.update_interval_steps = update_interval_steps
         self.open: dict[str, dict[str, Any]] = {}
+        self.step = 0  # the step being fed (emits)
+        self._open_keys: dict[str, set[str]] = {}  # detector -> keys of its open alerts
+
+    def open_keys(self, detector: str) -> set[str]:
+        """The keys of `detector`'s open alerts: one live set, kept up to date in place."""
+        return self._open_keys.setdefault(detector, set())
+
+    def load(self, open_alerts: dict[str, dict[str, Any]]) -> None:
+        self.open = {slot: dict(alert) for slot, alert in open_alerts.items()}
+        for keys in self._open_keys.values():
+            keys.clear()
+        for slot in self.open:
+            detector, _, key = slot.partition("|")
+            self.open_keys(detector).add(key)
 
     def severity(self, detector: str, key: str) -> str | None:
         """Severity of the open alert (detector, key), or None when it is not open."""
         alert = self.open.get(f"{detector}|{key}")
         return None if alert is None else alert["severity"]
 
-    def emits(self, slot: str, severity: str, step: int) -> bool:
-        """Whether a verdict firing at `severity` in `slot` at `step` makes apply() emit."""
-        alert = self.open.get(slot)
+    def emits(self, detector: str, key: str, severity: str) -> bool:
+        """Whether a verdict firing at `severity` at step `self.step` makes apply() emit.
+
+        When it does not, apply() would change nothing either.
+        """
+        alert = self.open.get(f"{detector}|{key}")
         return (
             alert is None
             or SEVERITY_RANK[severity] > SEVERITY_RANK[alert["severity"]]
-            or step - alert["emitted_step"] >= self.update_interval_steps
+            or self.step - alert["emitted_step"] >= self.update_interval_steps
         )
 
     def apply(
@@ -46,6 +63,7 @@ class AlertBook:
             if alert is None:
                 alert = {"severity": verdict.severity, "first_step": step, "emitted_step": step}
                 self.open[slot] = alert
+                self.open_keys(detector).add(verdict.key)
                 return self._event(detector, verdict, alert, "open", step, secondary)
             if SEVERITY_RANK[verdict.severity] > SEVERITY_RANK[alert["severity"]]:
                 alert.update(severity=verdict.severity, emitted_step=step)
@@ -56,6 +74,7 @@ class AlertBook:
             return None
         if alert is not None and verdict.cleared:
             del self.open[slot]
+            self.open_keys(detector).discard(verdict.key)
             return self._event(detector, verdict, alert, "resolve", step, secondary)
         return None
 

@@ -8,11 +8,12 @@ No warmup, no persistence. Each clears after ``clear_steps`` (10) steps without 
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from rlguard_backend.stability.base import Detector
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import QUIET, Severity, Verdict
+from rlguard_backend.stability.events import CLEARED, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import is_finite, json_float, rounded
 from rlguard_backend.stability.thresholds import Thresholds
@@ -45,35 +46,49 @@ class NonFinite(Detector):
     keys = ("nonfinite", "pinned_at_clamp", "negative_kl", "truncated_at_floor")
     PRIMARY: ClassVar[tuple[str, str]] = ("nonfinite", "nonfinite")
 
-    def __init__(self, context: RunContext, thresholds: Thresholds) -> None:
-        super().__init__(context, thresholds)
+    def __init__(
+        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
+    ) -> None:
+        super().__init__(context, thresholds, open_keys)
         self.bad_grad_steps: list[int] = []
         self.quiet = dict.fromkeys(self.keys, 0)
 
-    def evaluate(self, view: StepView) -> list[Verdict]:
-        return [
-            self._nonfinite(view),
-            self._simple("pinned_at_clamp", self._pinned(view), view),
-            self._simple("negative_kl", self._negative_sequence_kl(view), view),
-            self._simple("truncated_at_floor", self._truncated_at_floor(view), view),
-        ]
+    def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
+        # All four rules have one shape: fire on their facts at once, clear after clear_steps
+        # steps without. The facts helpers return None at once when their signals are absent.
+        facts = (
+            self._nonfinite_fields(view) if not view.all_finite or self.bad_grad_steps else None,
+            self._pinned(view),
+            self._negative_sequence_kl(view),
+            self._truncated_at_floor(view),
+        )
+        if not any(facts) and not self.open_keys:  # the usual step: one more quiet step each
+            quiet = self.quiet
+            for key in self.keys:
+                quiet[key] += 1
+            return ()
+        return [self._track(key, found, view) for key, found in zip(self.keys, facts, strict=True)]
 
     def missing(self, seen: frozenset[str]) -> str | None:
         if not seen & {*WATCHED_SIGNALS, "grad_norm"}:
             return "none of the watched statistics (losses, KL, entropy, reward, grad norm) logged"
         return None
 
-    def _nonfinite(self, view: StepView) -> Verdict:
-        bad = self._nonfinite_fields(view)
-        counts = self.quiet
-        counts["nonfinite"] = quiet = counts["nonfinite"] + 1 if not bad else 0
-        if not bad:
-            return QUIET["nonfinite"][quiet >= self.th["clear_steps"]]
+    def _track(self, key: str, facts: dict[str, Any] | None, view: StepView) -> Verdict | None:
+        """One rule's step: fire on its facts, or count one more step without them."""
+        th, quiet = self.th, self.quiet
+        if not facts:
+            quiet[key] = count = quiet[key] + 1
+            return CLEARED[key] if key in self.open_keys and count >= th["clear_steps"] else None
+        quiet[key] = 0
+        return self._nonfinite(view, facts) if key == "nonfinite" else self._warn(key, facts, view)
+
+    def _nonfinite(self, view: StepView, bad: dict[str, float | str]) -> Verdict | None:
         grad_only = list(bad) == [view.sources.get("grad_norm")]
         repeated = len(self.bad_grad_steps) >= self.th["grad_critical_count"]
         severity: Severity = "warn" if grad_only and not repeated else "critical"
         if not view.emits(self.id, "nonfinite", severity):
-            return Verdict("nonfinite", severity)
+            return None
         return Verdict(
             "nonfinite",
             severity,
@@ -126,13 +141,9 @@ class NonFinite(Detector):
             return None
         return {"truncated_fraction": truncated, "reward": reward, "reward_floor": floor}
 
-    def _simple(self, key: str, facts: dict[str, float] | None, view: StepView) -> Verdict:
-        counts = self.quiet
-        counts[key] = quiet = counts[key] + 1 if facts is None else 0
-        if facts is None:
-            return QUIET[key][quiet >= self.th["clear_steps"]]
+    def _warn(self, key: str, facts: dict[str, float], view: StepView) -> Verdict | None:
         if not view.emits(self.id, key, "warn"):
-            return Verdict(key, "warn")
+            return None
         evidence = {name: rounded(value) for name, value in facts.items()}
         message = _WARN_MESSAGES[key].format(step=view.step, facts=evidence)
         return Verdict(key, "warn", message=message, evidence=evidence, advice=_WARN_ADVICE[key])

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from operator import add, itemgetter, mul, sub
 from typing import Any
 
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.primitives import (
     Baseline,
-    Ema,
-    SquaresWindow,
+    RiseBound,
+    Series,
     Trend,
+    fit_line,
     is_finite,
+    linear_trend,
     rounded,
 )
 from rlguard_backend.stability.thresholds import Thresholds
@@ -47,11 +50,21 @@ def reference_kl(values: Mapping[str, float], placement: str | None) -> tuple[fl
 
 
 class RewardState:
-    """Reward trend verdicts shared by D2, D3, D5, D8 (DETECTORS.md §2)."""
+    """Reward trend verdicts shared by D2, D3, D5, D8 (DETECTORS.md §2).
+
+    Built once per reward point over the reward window's lists, which it reads but never
+    changes; it is replaced before the window changes again. The trend (slope, t-statistic)
+    is fitted when first asked for unless it was fitted already for ``improving``.
+    """
 
     __slots__ = (
         "_long_known",
         "_long_trend",
+        "_points",
+        "_steps",
+        "_trend",
+        "_trend_known",
+        "_values",
         "gain",
         "improving",
         "known",
@@ -59,8 +72,6 @@ class RewardState:
         "r_max",
         "r_min",
         "stagnant",
-        "trend",
-        "window",
     )
 
     def __init__(
@@ -71,9 +82,10 @@ class RewardState:
         gain: float | None = None,  # R̄ - R0
         r_min: float = 0.0,
         r_max: float = 1.0,
-        trend: Trend | None = None,
         note: str | None = None,  # set when bounds are not the configured ones
-        window: SquaresWindow | None = None,
+        window: Series | None = None,
+        points: int = 0,  # the trend's points, the last of the window
+        trend: Trend | None = None,  # the trend, when fitted already
     ) -> None:
         self.known = known
         self.improving = improving
@@ -81,19 +93,29 @@ class RewardState:
         self.gain = gain
         self.r_min = r_min
         self.r_max = r_max
-        self.trend = trend
         self.note = note
-        self.window = window
+        self._steps = [] if window is None else window.steps
+        self._values = [] if window is None else window.values
+        self._points = points
+        self._trend = trend
+        self._trend_known = trend is not None
         self._long_trend: Trend | None = None
         self._long_known = False
 
     @property
+    def trend(self) -> Trend | None:
+        """Trend over the last reward_trend_points points."""
+        if not self._trend_known:
+            points = self._points
+            self._trend = linear_trend(self._steps[-points:], self._values[-points:])
+            self._trend_known = True
+        return self._trend
+
+    @property
     def long_trend(self) -> Trend | None:
         """Trend over the whole reward window (E3: last 50 points); computed only when asked."""
-        if self.window is None:
-            return None
-        if not self._long_known:  # the state lasts until the next reward point
-            self._long_trend, self._long_known = self.window.trend(), True
+        if not self._long_known:
+            self._long_trend, self._long_known = linear_trend(self._steps, self._values), True
         return self._long_trend
 
     @property
@@ -114,6 +136,7 @@ class RewardState:
 
 
 _NO_REWARD = RewardState(known=False)
+_NO_VALUES: dict[str, float] = {}
 
 
 def _always(detector: str, key: str, severity: Severity) -> bool:
@@ -124,17 +147,20 @@ class StepView:
     """Read-only facts about one step, computed once and shared by all detectors.
 
     ``finite(name)`` is the canonical value when it is a finite number, else None: it is the
-    bound ``get`` of a dict of the finite values, the hot path of every rule.
+    bound ``get`` of a dict of the finite values, the hot path of every rule. One view per
+    suite is refilled every step (detectors must not keep it past their evaluate()).
     """
 
     __slots__ = (
         "all_finite",
         "baselines",
         "emits",
-        "findings",
         "finite",
         "kl_source",
+        "kl_spike_jump",
+        "length_ratio",
         "reward",
+        "rho",
         "smoothed",
         "sources",
         "step",
@@ -146,78 +172,79 @@ class StepView:
 
     def __init__(
         self,
-        step: int,
-        steps_since_start: int,
         warmup_steps: float,
-        values: dict[str, float],  # canonical signal -> raw value (finite or not)
         smoothed: dict[str, float | None],
         baselines: dict[str, float | None],
-        reward: RewardState,
-        kl_source: str = "",
-        sources: dict[str, str] | None = None,  # canonical signal -> raw key
-        finite_values: dict[str, float] | None = None,  # the finite entries of `values`
     ) -> None:
-        self.step = step
-        self.steps_since_start = steps_since_start
         self.warmup_steps = warmup_steps
-        # Past warmup W: only D1 and hard limits may fire before.
-        self.warm = steps_since_start >= warmup_steps
-        self.values = values
-        self.smoothed = smoothed
-        self.baselines = baselines
-        self.reward = reward
-        self.kl_source = kl_source
-        self.sources = {} if sources is None else sources
-        if finite_values is None:
-            # x - x is 0.0 only for finite x (NaN and ±inf give NaN).
-            finite_values = {k: v for k, v in values.items() if v - v == 0.0}
-        self.finite: Callable[[str], float | None] = finite_values.get
-        self.all_finite = len(finite_values) == len(values)
-        # Facts one detector hands to a later one within the same step (D4's spike -> D6).
-        self.findings: dict[str, Any] = {}
+        self.smoothed = smoothed  # canonical signal -> EMA (None before its first point)
+        self.baselines = baselines  # canonical signal -> its start value (None until known)
+        self.step = 0
+        self.steps_since_start = 0
+        self.warm = False  # past warmup W: only D1 and hard limits may fire before
+        self.values: dict[str, float] = {}  # canonical signal -> raw value (finite or not)
+        self.finite: Callable[[str], float | None] = _NO_VALUES.get
+        self.all_finite = True
+        self.sources: dict[str, str] = {}  # canonical signal -> raw key
+        self.kl_source = ""
+        self.reward = _NO_REWARD
+        self.rho: float | None = None  # smoothed entropy over its start
+        self.length_ratio: float | None = None  # smoothed response length over its start
+        # D4 saw a critical per-update KL jump this step (D6 escalates on it).
+        self.kl_spike_jump = False
         # emits(detector, key, severity): whether a firing verdict makes an event this step.
-        # Detectors skip building messages and evidence nobody will read when it is False.
+        # When it does not, the verdict would change nothing: the rule says nothing (None)
+        # and builds no message or evidence.
         self.emits: Callable[[str, str, Severity], bool] = _always
-
-    def ratio_to_start(self, name: str) -> float | None:
-        """Smoothed value over its baseline (rho for entropy)."""
-        current, start = self.smoothed.get(name), self.baselines.get(name)
-        if current is None or not start:
-            return None
-        return current / start
 
 
 class Observations:
-    """Streaming EMAs, baselines and the reward window behind every StepView."""
+    """Streaming EMAs, baselines and the reward window behind every StepView.
+
+    EMA with a half-life in steps: alpha = 1 - 2^(-min(1, gap/half_life)) per logged point.
+    """
 
     def __init__(self, context: RunContext, common: Thresholds) -> None:
         self.first_step: int | None = None
-        self.emas = {name: Ema(_half_life(name, common)) for name in SMOOTHED_SIGNALS}
         self.baselines = {name: Baseline() for name in SMOOTHED_SIGNALS}
-        self.rewards = SquaresWindow(REWARD_WINDOW_POINTS)
+        self.rewards = Series(REWARD_WINDOW_POINTS)
         self.reward_low: float | None = None
         self.reward_high: float | None = None
         self._context = context
         self._common = common
+        self._half_lives = {name: _half_life(name, common) for name in SMOOTHED_SIGNALS}
+        self._alpha_one = {name: _alpha(half, 1) for name, half in self._half_lives.items()}
+        self._alphas_one = tuple(self._alpha_one.values())  # in SMOOTHED_SIGNALS order
+        # Each EMA's value is in view.smoothed; the step of its last point here, except while
+        # `_together` is set: then every EMA last moved at that step (and `_ema_steps` is
+        # stale), which lets the usual step update all seven in one pass.
+        self._ema_steps: dict[str, int | None] = dict.fromkeys(SMOOTHED_SIGNALS)
+        self._together: int | None = None
+        self._baselines_known = False
+        self._kl_order = ("kl_loss", "reward_kl_penalty")
+        if context.kl_placement == "reward":
+            self._kl_order = ("reward_kl_penalty", "kl_loss")
+        low, high = context.reward_min, context.reward_max
+        self._bounds = (
+            (low, high, None) if low is not None and high is not None and high > low else None
+        )
+        self._trend_points = int(common["reward_trend_points"])
+        self._rise_bound = RiseBound(self._trend_points)  # a cache: rebuilt after load
         planned = context.planned_steps or 0.0
-        self._warmup = max(common["warmup_steps"], common["warmup_fraction"] * planned)
-        # Current EMA values and baselines, kept up to date in place (the views share them).
-        self._smoothed: dict[str, float | None] = {}
-        self._baseline_values: dict[str, float | None] = {}
-        self._reward: RewardState = _NO_REWARD  # valid until the next reward point
-        self._alpha_one: dict[str, float] = {}
-        self._sync()
-
-    def _sync(self) -> None:
-        self._alpha_one = {name: ema.alpha(1) for name, ema in self.emas.items()}
-        self._smoothed = {name: ema.value for name, ema in self.emas.items()}
-        self._baseline_values = {name: base.value for name, base in self.baselines.items()}
-        self._reward = self._reward_state()
+        warmup = max(common["warmup_steps"], common["warmup_fraction"] * planned)
+        # Current EMA values and baselines, kept up to date in place (the view shares them).
+        self.view = StepView(
+            warmup, dict.fromkeys(SMOOTHED_SIGNALS), dict.fromkeys(SMOOTHED_SIGNALS)
+        )
 
     def dump(self) -> dict[str, Any]:
+        steps = self._steps_of_emas()
         return {
             "first_step": self.first_step,
-            "emas": {name: ema.dump() for name, ema in self.emas.items()},
+            "emas": {
+                name: {"value": value, "step": steps[name]}
+                for name, value in self.view.smoothed.items()
+            },
             "baselines": {name: base.dump() for name, base in self.baselines.items()},
             "rewards": self.rewards.dump(),
             "reward_low": self.reward_low,
@@ -226,13 +253,17 @@ class Observations:
 
     def load(self, state: dict[str, Any]) -> None:
         self.first_step = state["first_step"]
-        for name, ema_state in state["emas"].items():
-            self.emas[name].load(ema_state)
+        view = self.view
+        for name, ema in state["emas"].items():
+            view.smoothed[name], self._ema_steps[name] = ema["value"], ema["step"]
+        self._together = None
         for name, base_state in state["baselines"].items():
             self.baselines[name].load(base_state)
+        view.baselines.update((name, base.value) for name, base in self.baselines.items())
+        self._baselines_known = None not in view.baselines.values()
         self.rewards.load(state["rewards"])
         self.reward_low, self.reward_high = state["reward_low"], state["reward_high"]
-        self._sync()
+        view.reward = self._reward_state()
 
     def observe(
         self,
@@ -250,59 +281,99 @@ class Observations:
             self.first_step = step
         if finite is None:
             finite = {k: v for k, v in values.items() if v - v == 0.0}
-        kl_ref, kl_source = reference_kl(values, self._context.kl_placement)
+        kl_ref, kl_source = self._reference_kl(values)
         if kl_ref is not None:
             values["kl_ref"] = kl_ref
             if kl_ref - kl_ref == 0.0:
                 finite["kl_ref"] = kl_ref
             elif finite is values:
                 finite = {k: v for k, v in values.items() if k != "kl_ref"}
-        emas, baselines, alpha_one = self.emas, self.baselines, self._alpha_one
-        smoothed, baseline_values = self._smoothed, self._baseline_values
+        view = self.view
+        smoothed = view.smoothed
+        if self._together == step - 1 and self._baselines_known and finite.keys() >= _SMOOTHED:
+            # The usual step: every EMA had a point at the previous step and has one now.
+            # _smooth's `current += alpha * (value - current)` for all seven, in C.
+            current = tuple(smoothed.values())
+            steps = map(mul, self._alphas_one, map(sub, _take_smoothed(finite), current))
+            smoothed.update(zip(SMOOTHED_SIGNALS, map(add, current, steps), strict=True))
+            self._together = step
+        else:
+            self._smooth(step, finite, smoothed, view.baselines)
+        reward = finite.get("reward_mean")
+        if reward is not None:
+            self._observe_reward(step, reward)
+            view.reward = self._reward_state()
+        view.step = step
+        view.steps_since_start = since = step - self.first_step
+        view.warm = since >= view.warmup_steps
+        view.values, view.sources, view.kl_source = values, sources, kl_source
+        view.finite = finite.get
+        view.all_finite = len(finite) == len(values)
+        view.rho = _ratio(smoothed["entropy"], view.baselines["entropy"])
+        view.length_ratio = _ratio(smoothed["response_length"], view.baselines["response_length"])
+        view.kl_spike_jump = False
+        return view
+
+    def _reference_kl(self, values: dict[str, float]) -> tuple[float | None, str]:
+        """reference_kl() with the placement's order worked out once."""
+        for name in self._kl_order:
+            if name in values:
+                return values[name], name
+        if "kl_ref_seq" in values:
+            return reference_kl(values, self._context.kl_placement)
+        return None, ""
+
+    def _steps_of_emas(self) -> dict[str, int | None]:
+        """The step of each EMA's last point (written out while `_together` stands for it)."""
+        if self._together is not None:
+            self._ema_steps = dict.fromkeys(SMOOTHED_SIGNALS, self._together)
+        return self._ema_steps
+
+    def _smooth(
+        self,
+        step: int,
+        finite: dict[str, float],
+        smoothed: dict[str, float | None],
+        baseline_values: dict[str, float | None],
+    ) -> None:
+        """Update the EMAs and baselines of the smoothed signals present this step."""
+        ema_steps, alpha_one = self._steps_of_emas(), self._alpha_one
+        moved = 0
         for name in SMOOTHED_SIGNALS:
             value = finite.get(name)
             if value is None:
                 continue
-            ema = emas[name]  # Ema.update inlined, with alpha cached for the usual gap of 1
-            last, current = ema.step, ema.value
+            moved += 1
+            last, current = ema_steps[name], smoothed[name]
             if current is None or last is None:
                 current = value
             else:
                 gap = step - last
-                alpha = alpha_one[name] if gap == 1 else ema.alpha(max(gap, 1))
+                alpha = alpha_one[name] if gap == 1 else _alpha(self._half_lives[name], gap)
                 current += alpha * (value - current)
-            ema.value, ema.step = current, step
-            smoothed[name] = current
-            base = baselines[name]
-            if base.value is None:
-                baseline_values[name] = base.update(step, value)
-        reward = finite.get("reward_mean")
-        if reward is not None:
-            self._observe_reward(step, reward)
-            self._reward = self._reward_state()
-        return StepView(
-            step,
-            step - self.first_step,
-            self._warmup,
-            values,
-            smoothed,
-            baseline_values,
-            self._reward,
-            kl_source,
-            sources,
-            finite,
-        )
+            smoothed[name], ema_steps[name] = current, step
+            if baseline_values[name] is None:
+                baseline_values[name] = self.baselines[name].update(step, value)
+        self._together = step if moved == len(SMOOTHED_SIGNALS) else None
+        self._baselines_known = None not in baseline_values.values()
+
+    def _surely_below(self, limit: float) -> bool:
+        """Whether the reward trend's fitted rise is certainly at most `limit`."""
+        magnitude = max(abs(self.reward_low or 0.0), abs(self.reward_high or 0.0))
+        bound = self._rise_bound.rise(magnitude)
+        return bound is not None and bound <= limit
 
     def _observe_reward(self, step: int, reward: float) -> None:
         self.rewards.push(step, reward)
+        self._rise_bound.push(self.rewards.steps, self.rewards.values)
         low, high = self.reward_low, self.reward_high
         self.reward_low = reward if low is None else min(low, reward)
         self.reward_high = reward if high is None else max(high, reward)
 
     def _reward_bounds(self) -> tuple[float, float, str | None]:
+        if self._bounds is not None:
+            return self._bounds
         low, high = self._context.reward_min, self._context.reward_max
-        if low is not None and high is not None and high > low:
-            return low, high, None
         seen_low, seen_high = self.reward_low or 0.0, self.reward_high or 0.0
         if seen_low >= 0.0 and seen_high <= 1.0:
             return 0.0, 1.0, None if low is None and high is None else "assumed [0, 1]"
@@ -316,21 +387,43 @@ class Observations:
     def _reward_state(self) -> RewardState:
         """Depends only on the reward window, bounds and the reward EMA and baseline: all three
         change only when a finite reward arrives, so it is rebuilt only then."""
-        if not self.rewards:
+        rewards, common, points = self.rewards, self._common, self._trend_points
+        if not rewards:
             return _NO_REWARD
-        common = self._common
         r_min, r_max, note = self._reward_bounds()
         span = r_max - r_min
-        trend = self.rewards.trend(int(common["reward_trend_points"]))
-        improving = (
-            trend is not None
-            and trend.t_stat > common["improving_t_stat"]
-            and trend.fitted_rise > common["improving_rise"] * span
-        )
-        smoothed, start = self.emas["reward_mean"].value, self.baselines["reward_mean"].value
+        # Improving needs a fitted rise above `limit` and t > improving_t_stat. The exact fit
+        # only when the rise bound allows it, and the t-statistic (one more pass over the
+        # points) only once the rise test passes: on most steps, neither.
+        limit = common["improving_rise"] * span
+        trend, improving = None, False
+        if not self._surely_below(limit):
+            line = fit_line(rewards.steps[-points:], rewards.values[-points:])
+            if line is not None and line.fitted_rise > limit:
+                trend = line.trend()
+                improving = trend.t_stat > common["improving_t_stat"]
+        smoothed, start = self.view.smoothed["reward_mean"], self.view.baselines["reward_mean"]
         gain = None if smoothed is None or start is None else smoothed - start
         stagnant = not improving and gain is not None and gain < common["stagnant_gain"] * span
-        return RewardState(True, improving, stagnant, gain, r_min, r_max, trend, note, self.rewards)
+        return RewardState(
+            True, improving, stagnant, gain, r_min, r_max, note, rewards, points, trend
+        )
+
+
+_SMOOTHED = frozenset(SMOOTHED_SIGNALS)
+_take_smoothed = itemgetter(*SMOOTHED_SIGNALS)
+
+
+def _alpha(half_life_steps: float, gap: int) -> float:
+    """Weight of a point `gap` steps after the previous one."""
+    return 1.0 - 2.0 ** (-min(1.0, max(gap, 1) / half_life_steps))
+
+
+def _ratio(current: float | None, start: float | None) -> float | None:
+    """A smoothed value over its baseline (rho for entropy), None while either is unknown."""
+    if current is None or not start:
+        return None
+    return current / start
 
 
 def _half_life(name: str, common: Thresholds) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import Any
 
 from rlguard_backend.signals import ALIAS_PRIORITY, canonical_signal
@@ -12,7 +13,7 @@ from rlguard_backend.stability.clipfrac import ClipFraction
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.entropy import EntropyCollapse
 from rlguard_backend.stability.entropy_cov import EntropyCovLeading
-from rlguard_backend.stability.events import AlertEvent, Severity
+from rlguard_backend.stability.events import AlertEvent
 from rlguard_backend.stability.kl_controller import KlController
 from rlguard_backend.stability.kl_penalty import KlPenalty
 from rlguard_backend.stability.kl_reference import KlRunaway
@@ -36,7 +37,7 @@ DETECTOR_TYPES: tuple[type[Detector], ...] = (
     KlController,
     LengthHacking,
 )
-STATE_VERSION = 2  # 2: streaks are plain ints
+STATE_VERSION = 3  # 2: streaks are plain ints; 3: windows packed, their sizes not in state
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
 _NON_FINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -59,16 +60,16 @@ class DetectorSuite:
         self._context = RunContext.from_config(run_config)
         resolved = resolve_thresholds(thresholds, self._context.thresholds)
         self._observations = Observations(self._context, resolved["common"])
-        self._detectors = [kind(self._context, resolved[kind.id]) for kind in DETECTOR_TYPES]
-        # Each detector with its alert key -> AlertBook slot ("detector|key").
-        self._slotted = [
-            (detector, _Slots(f"{detector.id}|{{}}".format)) for detector in self._detectors
-        ]
-        self._step = 0
         self._alerts = AlertBook(resolved["common"]["update_interval_steps"])
+        self._detectors = [
+            kind(self._context, resolved[kind.id], self._alerts.open_keys(kind.id))
+            for kind in DETECTOR_TYPES
+        ]
         self._last_step: int | None = None
         self._seen: set[str] = set()
         self._plans: dict[tuple[str, ...], _Plan] = {}
+        self._last_plan: _Plan | None = None  # the previous step's
+        self._observations.view.emits = self._alerts.emits
         if state:
             self._load(_restore_non_finite(state))
 
@@ -81,23 +82,20 @@ class DetectorSuite:
         if self._last_step is not None and step <= self._last_step:
             return []
         self._last_step = step
-        canonical, sources, finite = self._canonical(values)
-        self._seen.update(canonical)
+        plan = self._plan_of(values)
+        canonical, sources, finite = self._canonical(plan, values)
         view = self._observations.observe(step, canonical, sources, finite)
         alerts = self._alerts
-        open_alerts = alerts.open  # the same dict all step long
-        view.emits = self._emits
-        self._step = step
+        alerts.step = step
         events: list[AlertEvent] = []
         after_nan: bool | None = None
-        for detector, slots in self._slotted:
+        # Each detector's verdicts are applied before the next one runs (it may read them:
+        # emits(), open_keys). Usually no rule fires or clears: every verdict is None.
+        for detector in plan.detectors:
             for verdict in detector.evaluate(view):
-                if verdict.severity is None and (
-                    not verdict.cleared or not open_alerts or slots[verdict.key] not in open_alerts
-                ):
-                    continue  # nothing to change: the cheap path of almost every step
-                slot = slots[verdict.key]
-                if slot == _PRIMARY_SLOT:
+                if verdict is None:
+                    continue
+                if (detector.id, verdict.key) == NonFinite.PRIMARY:
                     secondary = False
                 else:
                     if after_nan is None:  # D1's own verdict came first: settled by now
@@ -107,10 +105,6 @@ class DetectorSuite:
                 if event is not None:
                     events.append(event)
         return events
-
-    def _emits(self, detector: str, key: str, severity: Severity) -> bool:
-        """Whether a verdict firing at `severity` this step makes an event (see AlertBook)."""
-        return self._alerts.emits(f"{detector}|{key}", severity, self._step)
 
     def missing(self) -> dict[str, str]:
         """Detector id -> why it is degraded or disabled (missing signals or run context)."""
@@ -140,7 +134,7 @@ class DetectorSuite:
         self._last_step = state["last_step"]
         self._seen = set(state["seen"])
         self._observations.load(state["observations"])
-        self._alerts.open = {slot: dict(alert) for slot, alert in state["alerts"].items()}
+        self._alerts.load(state["alerts"])
         for detector in self._detectors:
             detector.load(state["detectors"][detector.id])
 
@@ -157,71 +151,104 @@ class DetectorSuite:
         }
         singles = tuple((name, keys[0]) for name, keys in ranked.items() if len(keys) == 1)
         several = tuple((name, keys) for name, keys in ranked.items() if len(keys) > 1)
-        return singles, several
+        # A detector none of whose signals these keys carry has nothing to do on their steps.
+        detectors = [d for d in self._detectors if d.reads is None or d.reads & ranked.keys()]
+        return _Plan(keys, singles, several, detectors)
 
     def _after_nan(self) -> bool:
         """Alerts raised while D1's non-finite CRITICAL is open are secondary to it."""
         return self._alerts.severity(*NonFinite.PRIMARY) == "critical"
 
+    def _plan_of(self, values: Mapping[str, float]) -> _Plan:
+        """The plan of this step's key set: steps repeat the same keys, so it is made once."""
+        keys = tuple(values)
+        plan = self._last_plan
+        if plan is None or plan.keys != keys:  # equal tuples of the same strings: fast
+            plan = self._plans.get(keys) or self._new_plan(keys)
+            self._last_plan = plan
+        return plan
+
     def _canonical(
-        self, values: Mapping[str, float]
+        self, plan: _Plan, values: Mapping[str, float]
     ) -> tuple[dict[str, float], dict[str, str], dict[str, float]]:
         """Map raw keys to canonical signals; user aliases first, then table order.
 
         Returns the canonical values, the raw key each came from, and the finite values (the
-        first dict itself when every value is finite). Steps repeat the same keys, so the
-        key -> signal resolution is planned once per key set.
+        first dict itself when every value is finite).
         """
-        keys = tuple(values)
-        plan = self._plans.get(keys)
-        if plan is None:
-            plan = self._plan(keys)
-            if len(self._plans) < MAX_CACHED_KEY_SETS:
-                self._plans[keys] = plan
-        singles, several = plan
+        if plan.take is not None:
+            # The usual step: one key per signal, every value a float. Checked in two C-level
+            # passes (the types, then the sum: finite only if every value is).
+            raw = plan.take(values)
+            if set(map(type, raw)) == _FLOATS_ONLY:
+                canonical = dict(zip(plan.names, raw, strict=True))
+                if plan.seen is not self._seen:
+                    self._seen.update(plan.names)
+                    plan.seen = self._seen
+                total = sum(raw)
+                if total - total == 0.0:
+                    return canonical, plan.sources, canonical
+                return canonical, plan.sources, _finite(canonical)
+        return self._canonical_slowly(plan, values)
+
+    def _new_plan(self, keys: tuple[str, ...]) -> _Plan:
+        plan = self._plan(keys)
+        if len(self._plans) < MAX_CACHED_KEY_SETS:
+            self._plans[keys] = plan
+        return plan
+
+    def _canonical_slowly(
+        self, plan: _Plan, values: Mapping[str, float]
+    ) -> tuple[dict[str, float], dict[str, str], dict[str, float]]:
+        """_canonical for any step: non-float values, several keys for one signal."""
         canonical: dict[str, float] = {}
         sources: dict[str, str] = {}
-        all_finite = True
-        for name, key in singles:  # the usual case: one key per signal
-            value = values[key]
-            if type(value) is not float:
-                value = _as_float(value)  # type: ignore[assignment]
-                if value is None:
-                    continue
-            canonical[name] = value
-            sources[name] = key
-            if value - value != 0.0:  # 0.0 only for finite x; NaN and ±inf give NaN
-                all_finite = False
-        for name, candidates in several:
+        for name, key in plan.singles:
+            value = _as_float(values[key])
+            if value is not None:
+                canonical[name] = value
+                sources[name] = key
+        for name, candidates in plan.several:
             for key in candidates:
                 choice = _as_float(values[key])
                 if choice is not None:
                     canonical[name] = choice
                     sources[name] = key
-                    if choice - choice != 0.0:
-                        all_finite = False
                     break
-        if all_finite:
-            return canonical, sources, canonical
-        finite = {name: value for name, value in canonical.items() if value - value == 0.0}
-        return canonical, sources, finite
+        self._seen.update(canonical)
+        finite = _finite(canonical)
+        return canonical, sources, canonical if len(finite) == len(canonical) else finite
 
 
-class _Slots(dict[str, str]):
-    """Alert key -> AlertBook slot, filled on first use."""
+class _Plan:
+    """How one set of raw keys maps onto canonical signals."""
 
-    def __init__(self, slot_of: Callable[[str], str]) -> None:
-        super().__init__()
-        self._slot_of = slot_of
+    __slots__ = ("detectors", "keys", "names", "seen", "several", "singles", "sources", "take")
 
-    def __missing__(self, key: str) -> str:
-        slot = self[key] = self._slot_of(key)
-        return slot
+    def __init__(
+        self,
+        keys: tuple[str, ...],
+        singles: tuple[tuple[str, str], ...],  # (signal, its one raw key)
+        several: tuple[tuple[str, tuple[str, ...]], ...],  # (signal, its raw keys best first)
+        detectors: list[Detector],  # the detectors with something to read, in order
+    ) -> None:
+        self.keys, self.singles, self.several = keys, singles, several
+        self.detectors = detectors
+        self.names = tuple(name for name, _ in singles)
+        self.sources = dict(singles)  # shared by the steps of this plan: never changed
+        self.seen: set[str] | None = None  # the suite's `seen` set once it holds `names`
+        # raw values -> tuple of the single-key signals' values, when that is the whole plan
+        self.take: Callable[[Mapping[str, float]], tuple[Any, ...]] | None = None
+        if not several and len(singles) > 1:
+            self.take = itemgetter(*(key for _, key in singles))
 
 
-_PRIMARY_SLOT = "|".join(NonFinite.PRIMARY)
-# (signals with one raw key: (name, key), ...), (signals with several: (name, keys best first))
-_Plan = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, tuple[str, ...]], ...]]
+_FLOATS_ONLY = {float}
+
+
+def _finite(values: dict[str, float]) -> dict[str, float]:
+    """The finite entries (x - x is 0.0 only for finite x; NaN and ±inf give NaN)."""
+    return {name: value for name, value in values.items() if value - value == 0.0}
 
 
 def _rank(key: str, aliases: Mapping[str, str | None] | None) -> int:
