@@ -99,7 +99,7 @@ def group_by_bucket(summaries: Iterable[tuple[int, Summary]], width: int) -> dic
 
 
 def bucket_points(points: Sequence[tuple[int, float | None]], width: int) -> dict[int, Summary]:
-    """Summaries of step-sorted ``points`` per bucket, in one pass (the ingest hot path)."""
+    """Summaries of step-sorted ``points`` (NaN as None) per bucket, in one pass."""
     buckets: dict[int, Summary] = {}
     current: Summary | None = None
     current_bucket = -1
