@@ -8,12 +8,12 @@ shared host inflates it less than wall time would). ``bare_loop`` is the same-ru
 loop that only iterates the same dicts, the floor any per-step work sits on.
 
 ``*_batch_*`` figures: the same runs in batches of 100 steps through the batch handler's
-detector part (the run row read and locked, ``detection.detect_steps``) in its unit of work
+detector part (``detection.detect_steps`` after the run row's locked read) in its unit of work
 (write session, commit) on a real SQLite file; median CPU ms per batch. ``baseline`` is that
-transaction without the detectors (same database, measured alternately with it);
-``detectors`` is the difference, their all-in cost per batch: feed, state read and write,
-pending step, alert writes. ``cold`` rebuilds the suite from its stored state every batch, as
-when batches of one run reach several service processes.
+transaction (the locked read and the commit) without the detectors (same database, measured
+alternately with it); ``detectors`` is the difference, their all-in cost per batch: feed, state
+read and write, pending step, alert writes. ``cold`` rebuilds the suite from its stored state
+every batch, as when batches of one run reach several service processes.
 Goal: ``detectors`` at most ~1.7 ms per 100-step batch (~17 µs per step all-in), so that
 ingest with the detectors keeps at least 80 % of its throughput without them.
 """
@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from benchmarks._support import sqlite_url
-from rlguard_backend import detection, migrate
+from rlguard_backend import detection, ingest, migrate
 from rlguard_backend.config import Settings
 from rlguard_backend.db import make_engine, make_session_factory, write_session
 from rlguard_backend.models import Run as RunRow
@@ -143,14 +143,15 @@ def _batch_ms(
 ) -> float:
     """CPU ms of one batch's unit of work, with the detectors when `steps` is given.
 
-    As in the batch handler, the detectors' part is reading the run (locked) and
-    detect_steps; storing the points is left out (benchmarks/ingest.py measures it).
+    As in the batch handler, the run is read with its row locked (ingest.lock_run) and the
+    detectors' part is detect_steps; storing the points is left out (benchmarks/ingest.py
+    measures it), so the baseline is the locked read and the commit.
     """
     start = time.process_time()
     with write_session(factory) as session:
+        _, config = ingest.lock_run(session, run_id)
         if steps is not None:
-            run = detection.run_for_update(session, run_id)
-            detection.detect_steps(session, run, steps, settings, suites)
+            detection.detect_steps(session, run_id, config, steps, settings, suites)
         session.commit()
     return (time.process_time() - start) * 1000
 

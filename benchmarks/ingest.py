@@ -1,9 +1,14 @@
 """Ingest throughput through real HTTP (one uvicorn worker) vs raw inserts of the same points.
 
-Batches of 100 steps x 20 keys, gzip-encoded before the clock starts, sent by two keep-alive
-client threads, one run each (each run's batches in step order, as a hook sends them). The
-service runs with detectors off and on; the two alternate over ROUNDS rounds and each figure is
-the median round, so load from elsewhere on a shared machine hits both alike.
+Two batch shapes, each gzip-encoded before the clock starts and sent by two keep-alive client
+threads, one run each (each run's batches in step order, as a hook sends them):
+- ``bulk`` (the figures under ``sqlite`` / ``postgres``): 100 steps x 20 keys per batch, as an
+  import or a hook catching up after an outage sends them;
+- ``live`` (under ``sqlite_live`` / ``postgres_live``): 1 step x 100 keys per batch, as the hook
+  sends a training run's steps (it flushes every 0.5 s; an RL step takes seconds): verl's
+  actor, critic, length, timing and perf metrics with GPU and system statistics of 8 GPUs.
+The service runs with detectors off and on; the two alternate over ROUNDS rounds and each figure
+is the median round, so load from elsewhere on a shared machine hits both alike.
 
 Baselines in the same run, with plain sqlite3 / psycopg and no service around them:
 - ``raw_executemany``: the same points as one row each, (key_id, step, value, wall_time) with
@@ -14,6 +19,8 @@ Baselines in the same run, with plain sqlite3 / psycopg and no service around th
 Prints one JSON object.
 
     python -m benchmarks.ingest [--batches 300] [--rounds 3] [--no-postgres]
+
+``--batches`` counts bulk batches; the live shape sends as many points (20x the batches).
 """
 
 from __future__ import annotations
@@ -37,8 +44,8 @@ import httpx
 
 from benchmarks._support import postgres_database, service, sqlite_url
 
-STEPS_PER_BATCH = 100
-KEYS = 20
+STEPS_PER_BATCH = 100  # bulk shape
+LIVE_KEYS = 100  # live shape: one step per batch
 CLIENT_THREADS = 2
 ROUNDS = 3
 CHUNKS_DDL = (
@@ -75,6 +82,53 @@ KEY_NAMES = (
     "system/cpu_percent",
     "system/memory_used_gb",
 )
+# What the live shape adds (names as verl and the hook log them), up to LIVE_KEYS per step.
+GPU_FIELDS = (
+    "util",
+    "memory_util",
+    "memory_used_gb",
+    "power_w",
+    "temperature_c",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+)
+VERL_EXTRA = (
+    *(
+        f"critic/{name}/{stat}"
+        for name in ("score", "rewards", "advantages", "returns")
+        for stat in ("max", "min")
+    ),
+    "critic/rewards/mean",
+    "critic/advantages/mean",
+    "critic/returns/mean",
+    "response_length/max",
+    "response_length/min",
+    "prompt_length/mean",
+    "prompt_length/max",
+    "prompt_length/min",
+    "prompt_length/clip_ratio",
+    "timing_s/gen",
+    "timing_s/ref",
+    "timing_s/old_log_prob",
+    "timing_s/adv",
+    "timing_s/update_actor",
+    "timing_per_token_ms/gen",
+    "timing_per_token_ms/update_actor",
+    "perf/mfu/actor",
+    "perf/max_memory_allocated_gb",
+    "perf/max_memory_reserved_gb",
+    "perf/cpu_memory_used_gb",
+    "perf/total_num_tokens",
+    "perf/time_per_step",
+    "perf/throughput",
+    "training/global_step",
+    "training/epoch",
+)
+LIVE_KEY_NAMES = (
+    KEY_NAMES
+    + VERL_EXTRA
+    + tuple(f"system/gpu{gpu}/{field}" for gpu in range(1, 8) for field in GPU_FIELDS)
+)[:LIVE_KEYS]
 
 
 def step_values(step: int) -> dict[str, float]:
@@ -98,12 +152,21 @@ def step_values(step: int) -> dict[str, float]:
     return values
 
 
-def make_batches(count: int) -> list[list[dict]]:
+def make_batches(count: int, steps_per_batch: int = STEPS_PER_BATCH) -> list[list[dict]]:
+    """Bulk batches (steps_per_batch steps of the 20 KEY_NAMES) or, with one step per batch,
+    live ones (LIVE_KEY_NAMES)."""
     now = time.time()
+    extra = LIVE_KEY_NAMES[len(KEY_NAMES) :] if steps_per_batch == 1 else ()
+
+    def values(step: int) -> dict[str, float]:
+        found = step_values(step)
+        found.update((name, 10.0 + math.sin(step * 0.05 + i)) for i, name in enumerate(extra))
+        return found
+
     return [
         [
-            {"step": s, "time": now + s, "values": step_values(s)}
-            for s in range(b * STEPS_PER_BATCH, (b + 1) * STEPS_PER_BATCH)
+            {"step": s, "time": now + s, "values": values(s)}
+            for s in range(b * steps_per_batch, (b + 1) * steps_per_batch)
         ]
         for b in range(count)
     ]
@@ -176,7 +239,7 @@ def http_ingest(url: str, batches: list[list[dict]]) -> float:
     elapsed = time.perf_counter() - started
     if errors:
         raise RuntimeError(errors[0])
-    return len(timed) * STEPS_PER_BATCH * KEYS / elapsed
+    return sum(len(step["values"]) for batch in batches[5:] for step in batch) / elapsed
 
 
 def chunk_rows(rows: list[list[tuple]]) -> list[list[tuple]]:
@@ -214,7 +277,9 @@ def sqlite_baselines(folder: Path, rows: list[list[tuple]]) -> dict[str, float]:
             chunk_rows(rows),
         ),
     ):
-        connection = sqlite3.connect(folder / f"raw-{label}.db", isolation_level=None)
+        connection = sqlite3.connect(
+            folder / f"raw-{label}-{uuid.uuid4().hex[:6]}.db", isolation_level=None
+        )
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
         connection.execute(ddl)
@@ -285,32 +350,22 @@ def figures(api: float, api_off: float, base: dict[str, float]) -> dict[str, flo
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=ROUNDS)
-    parser.add_argument("--no-postgres", action="store_true")
-    args = parser.parse_args()
-    batches = make_batches(args.batches + 5)
+def shape_figures(
+    batches: list[list[dict]], rounds: int, postgres: bool, folder: Path
+) -> dict[str, dict[str, float]]:
+    """Detectors off vs on through the service, beside the raw baselines, for one batch shape."""
     rows = raw_rows(batches)
-    result: dict[str, object] = {
-        "benchmark": "ingest",
-        "steps_per_batch": STEPS_PER_BATCH,
-        "keys": KEYS,
-        "timed_points_per_round": args.batches * STEPS_PER_BATCH * KEYS,
-        "rounds": args.rounds,
-        "client_threads": CLIENT_THREADS,
-    }
     detectors_off = ("RLGUARD_DETECTORS_ENABLED", "false")
-    with tempfile.TemporaryDirectory() as folder:
-        base = sqlite_baselines(Path(folder), rows)
-        with (
-            service(sqlite_url(Path(folder), "off.db"), detectors_off) as off_url,
-            service(sqlite_url(Path(folder), "on.db")) as on_url,
-        ):
-            rates = service_rates({"off": off_url, "on": on_url}, batches, args.rounds)
-        result["sqlite"] = figures(rates["on"], rates["off"], base)
-    if not args.no_postgres:
+    tag = uuid.uuid4().hex[:6]
+    results = {}
+    base = sqlite_baselines(folder, rows)
+    with (
+        service(sqlite_url(folder, f"off-{tag}.db"), detectors_off) as off_url,
+        service(sqlite_url(folder, f"on-{tag}.db")) as on_url,
+    ):
+        rates = service_rates({"off": off_url, "on": on_url}, batches, rounds)
+    results["sqlite"] = figures(rates["on"], rates["off"], base)
+    if postgres:
         with postgres_database() as raw_url:
             pg_base = postgres_baselines(raw_url, rows)
         with (
@@ -319,8 +374,35 @@ def main() -> None:
             service(off_db, detectors_off) as off_url,
             service(on_db) as on_url,
         ):
-            rates = service_rates({"off": off_url, "on": on_url}, batches, args.rounds)
-        result["postgres"] = figures(rates["on"], rates["off"], pg_base)
+            rates = service_rates({"off": off_url, "on": on_url}, batches, rounds)
+        results["postgres"] = figures(rates["on"], rates["off"], pg_base)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--no-postgres", action="store_true")
+    args = parser.parse_args()
+    assert len(LIVE_KEY_NAMES) == LIVE_KEYS
+    bulk = make_batches(args.batches + 5)
+    # As many timed points as the bulk shape: 20x the batches of 100 points.
+    live = make_batches(args.batches * STEPS_PER_BATCH * len(KEY_NAMES) // LIVE_KEYS + 5, 1)
+    result: dict[str, object] = {
+        "benchmark": "ingest",
+        "steps_per_batch": STEPS_PER_BATCH,
+        "keys": len(KEY_NAMES),
+        "live_steps_per_batch": 1,
+        "live_keys": LIVE_KEYS,
+        "timed_points_per_round": args.batches * STEPS_PER_BATCH * len(KEY_NAMES),
+        "rounds": args.rounds,
+        "client_threads": CLIENT_THREADS,
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        for suffix, batches in (("", bulk), ("_live", live)):
+            shape = shape_figures(batches, args.rounds, not args.no_postgres, Path(folder))
+            result.update({f"{database}{suffix}": found for database, found in shape.items()})
     print(json.dumps(result))
 
 

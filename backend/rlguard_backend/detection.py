@@ -12,12 +12,13 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, bindparam, delete, select
+import orjson
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import alerts, points, repository
+from rlguard_backend import alerts, points, repository, sql
 from rlguard_backend.config import Settings
 from rlguard_backend.models import Alert, DetectorState, Run, utcnow
 from rlguard_backend.schemas import (
@@ -73,17 +74,23 @@ def _load_state(session: Session, run_id: str) -> DetectorState | None:
     return session.get(DetectorState, (run_id, SUITE_ROW))
 
 
-# The per-batch statements on detector_state, built once (Core: no ORM bookkeeping per batch).
-_STATES = cast(Table, DetectorState.__table__)
-_THIS_RUN = (_STATES.c.run_id == bindparam("this_run")) & (_STATES.c.detector == SUITE_ROW)
-_READ_GENERATION = select(_STATES.c.state["generation"].as_string()).where(_THIS_RUN)
-_WRITE_STATE = _STATES.update().where(_THIS_RUN)
+# The per-batch statements on detector_state, as plain SQL: the ORM's and Core's own work per
+# statement cost more than the statements themselves.
+_READ_GENERATION = "SELECT generation FROM detector_state WHERE run_id = ? AND detector = ?"
+_UPDATE_STATE = (
+    "UPDATE detector_state SET state = ?, generation = ?, last_step = ?, updated_at = ? "
+    "WHERE run_id = ? AND detector = ?"
+)
+_INSERT_STATE = (
+    "INSERT INTO detector_state (state, generation, last_step, updated_at, run_id, detector) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
 
 
 def _stored_generation(session: Session, run_id: str) -> str | None:
     """The generation of the run's stored state, read without the state itself."""
-    generation: str | None = session.execute(_READ_GENERATION, {"this_run": run_id}).scalar()
-    return generation
+    found = sql.fetchall(session, _READ_GENERATION, (run_id, SUITE_ROW))
+    return found[0][0] if found else None
 
 
 def _encode(pending: Pending) -> dict[str, Any] | None:
@@ -100,13 +107,13 @@ def _decode(raw: Mapping[str, Any] | None) -> Pending:
 
 
 def make_suite(
-    run: Run,
+    config: Mapping[str, Any] | None,
     settings: Settings,
     state: Mapping[str, Any] | None = None,
     thresholds: Mapping[str, Any] | None = None,
 ) -> DetectorSuite:
     server = {**settings.detector_thresholds, **(thresholds or {})}
-    return DetectorSuite(run.config or {}, thresholds=server, state=state)
+    return DetectorSuite(config or {}, thresholds=server, state=state)
 
 
 def check_run_config(config: Mapping[str, Any], settings: Settings) -> None:
@@ -116,31 +123,47 @@ def check_run_config(config: Mapping[str, Any], settings: Settings) -> None:
 
 def detect_steps(
     session: Session,
-    run: Run,
+    run_id: str,
+    config: Mapping[str, Any],
     steps: Iterable[StepIn],
     settings: Settings,
     suites: SuiteCache = _SUITES,
 ) -> list[Alert]:
-    """Feed a batch's steps; returns the alerts it opened or escalated."""
+    """Feed a batch's steps; returns the alerts it opened or escalated.
+
+    The caller has read the run's ``config`` with its row locked (``ingest.lock_run``): the
+    run row itself is loaded only when there are alerts to write.
+    """
     # The usual batch finds this process's own suite still current: only the generation is
     # read, not the state.
-    cached = suites.get(run.id, _stored_generation(session, run.id))
+    cached = suites.get(run_id, _stored_generation(session, run_id))
     if cached is None:
-        row = _load_state(session, run.id)
+        row = _load_state(session, run_id)
         state = row.state if row is not None else {}
         try:
-            cached = make_suite(run, settings, state.get("suite")), _decode(state.get("pending"))
+            cached = make_suite(config, settings, state.get("suite")), _decode(state.get("pending"))
         except ValueError as exc:
             # A state from another release of the detectors: rebuild it from the stored points
             # (which already hold this batch) rather than running blind.
-            log.warning("rebuilding detector state of run %s: %s", run.id, exc)
-            backtest(session, run, settings, {}, apply=True)
-            return _open_alerts(session, run.id)
+            log.warning("rebuilding detector state of run %s: %s", run_id, exc)
+            backtest(session, _run(session, run_id), settings, {}, apply=True)
+            return _open_alerts(session, run_id)
     suite, pending = cached
     ready, pending = _ready_steps(suite.last_step, pending, steps)
     events = [event for step, values in ready for event in suite.feed(step, values)]
-    _save_state(session, run.id, suite, pending, suites)
+    _save_state(session, run_id, suite, pending, suites)
+    if not events:
+        return []
+    run = _run(session, run_id)
     return alerts.apply_events(session, run, _latest_updates(events), settings.webhooks)
+
+
+def _run(session: Session, run_id: str) -> Run:
+    """The run's row, already locked by the caller where the database has row locks."""
+    run = session.get(Run, run_id)
+    if run is None:
+        raise repository.run_not_found(run_id)
+    return run
 
 
 def _ready_steps(
@@ -201,11 +224,11 @@ def _save_state(
 ) -> None:
     """Store the suite's state as a new generation; this process keeps the live suite."""
     generation = uuid.uuid4().hex
-    state = {"suite": suite.dump_state(), "pending": _encode(pending), "generation": generation}
-    values = {"state": state, "last_step": suite.last_step, "updated_at": utcnow()}
-    stored = session.execute(_WRITE_STATE, {"this_run": run_id, **values})
-    if stored.rowcount == 0:  # type: ignore[attr-defined]
-        session.execute(_STATES.insert(), {"run_id": run_id, "detector": SUITE_ROW, **values})
+    # dump_state and _encode leave no non-finite float, so orjson's JSON is exact.
+    state = orjson.dumps({"suite": suite.dump_state(), "pending": _encode(pending)}).decode()
+    params = (state, generation, suite.last_step, utcnow(), run_id, SUITE_ROW)
+    if not sql.execute(session, _UPDATE_STATE, params):
+        sql.execute(session, _INSERT_STATE, params)
     suites.put(run_id, generation, suite, pending)
 
 
@@ -219,7 +242,7 @@ def flush_pending(session: Session, run: Run, settings: Settings) -> list[Alert]
     row = _load_state(session, run.id)
     if row is None or not row.state.get("pending"):
         return []
-    suite = make_suite(run, settings, row.state.get("suite"))
+    suite = make_suite(run.config, settings, row.state.get("suite"))
     pending = _decode(row.state["pending"])
     assert pending is not None
     events = suite.feed(*pending)
@@ -246,7 +269,7 @@ def backtest(
     session: Session, run: Run, settings: Settings, thresholds: Mapping[str, Any], apply: bool
 ) -> DetectResult:
     """Re-run the detectors over the stored run; with ``apply`` replace live alerts and state."""
-    suite = make_suite(run, settings, None, thresholds)
+    suite = make_suite(run.config, settings, None, thresholds)
     events: list[AlertEvent] = []
     count = 0
     for step, values in stored_steps(session, run.id):

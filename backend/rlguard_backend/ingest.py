@@ -7,6 +7,7 @@ import math
 import zlib
 from collections import defaultdict
 from itertools import pairwise
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
@@ -99,23 +100,40 @@ def _by_key(batch: BatchIn) -> dict[str, Columns]:
     return grouped
 
 
-def ingest_batch(session: Session, run_id: str, batch: BatchIn) -> BatchAck:
-    """Store ``batch`` for the run completely or not at all; a known batch id writes nothing."""
-    # On PostgreSQL the run's row stays locked until commit: one process at a time writes a
-    # run's batch (its keys' chunk tails) and feeds its detectors.
+class Ingested(NamedTuple):
+    """What storing a batch found: the answer, and the run's config read on the way."""
+
+    ack: BatchAck
+    config: dict[str, Any]
+
+
+def lock_run(session: Session, run_id: str) -> tuple[int | None, dict[str, Any]]:
+    """The run's last step and config; on PostgreSQL its row stays locked until commit.
+
+    The lock makes one process at a time write a run's batch (its keys' chunk tails) and feed
+    its detectors; SQLite has one writer at a time anyway.
+    """
     lock = " FOR UPDATE" if sql.dialect(session) == "postgresql" else ""
     found = sql.fetchall(
         session, f"SELECT last_step, config FROM runs WHERE id = ?{lock}", (run_id,)
     )
     if not found:
         raise run_not_found(run_id)
-    run_last_step, config = found[0]
+    last_step, config = found[0]
+    if isinstance(config, str):  # SQLite hands JSON columns over as text
+        config = json.loads(config)
+    return last_step, config if isinstance(config, dict) else {}
+
+
+def ingest_batch(session: Session, run_id: str, batch: BatchIn) -> Ingested:
+    """Store ``batch`` for the run completely or not at all; a known batch id writes nothing."""
+    run_last_step, config = lock_run(session, run_id)
     count = sum(len(step.values) for step in batch.steps)
     ack = BatchAck(
         batch_id=batch.batch_id, duplicate=False, points=count, steps=len(batch.steps), alerts=[]
     )
     if batch_seen(session, run_id, batch.batch_id):
-        return ack.model_copy(update={"duplicate": True})
+        return Ingested(ack.model_copy(update={"duplicate": True}), config)
     # Claim the batch id first: a concurrent duplicate then fails on the primary key (and the
     # caller answers it as a duplicate) instead of writing the points twice.
     now = utcnow()
@@ -133,13 +151,11 @@ def ingest_batch(session: Session, run_id: str, batch: BatchIn) -> BatchAck:
         "UPDATE runs SET last_step = ?, updated_at = ?, last_heartbeat_at = ? WHERE id = ?",
         (run_last_step, now, now, run_id),
     )
-    return ack
+    return Ingested(ack, config)
 
 
-def _aliases(config: object) -> dict[str, str] | None:
-    if isinstance(config, str):
-        config = json.loads(config)
-    aliases = config.get("signal_aliases") if isinstance(config, dict) else None
+def _aliases(config: dict[str, Any]) -> dict[str, str] | None:
+    aliases = config.get("signal_aliases")
     return aliases if isinstance(aliases, dict) else None
 
 

@@ -185,6 +185,9 @@ class DetectorState(Base):
     detector: Mapped[str] = mapped_column(String(64), primary_key=True)
     last_step: Mapped[int | None] = mapped_column(BigInteger)
     state: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # A new random id per write: a process whose cached suite carries the stored generation
+    # may skip reading the state (detection.SuiteCache).
+    generation: Mapped[str | None] = mapped_column(String(32))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -296,7 +296,9 @@ def test_detector_state_from_another_release_is_rebuilt(client: TestClient) -> N
     with write_session(factory) as session:
         row = session.get(DetectorState, (run_id, "suite"))
         assert row is not None
+        # Written by another release's process: a state this one cannot read, a new generation.
         row.state = {"suite": {"version": -1}, "pending": None}
+        row.generation = "another-release"
         session.commit()
     body = {"batch_id": "after-upgrade", "steps": steps[60:61]}
     assert client.post(f"/api/v1/runs/{run_id}/batches", json=body).status_code == 200
@@ -305,3 +307,28 @@ def test_detector_state_from_another_release_is_rebuilt(client: TestClient) -> N
     with factory() as session:
         state = session.get(DetectorState, (run_id, "suite"))
         assert state is not None and state.state["suite"]["last_step"] == 60
+
+
+def test_quiet_batch_reads_the_run_once_and_no_state(sqlite_url: str) -> None:
+    """A batch that changes no alert reads the run row once (its locked read) and, with this
+    process's suite current, only the state's generation: every statement SQLite runs is seen."""
+    from sqlalchemy import event
+
+    app = create_app(Settings(database_url=sqlite_url))
+    with TestClient(app) as client:
+        run_id = new_run_id()
+        _create(client, run_id, HEALTHY.config)
+        steps = _steps(HEALTHY.run(seed=3))
+        assert _send(client, run_id, steps[:100], size=100) == []
+        engine = app.state.engine
+        statements: list[str] = []
+        event.listen(
+            engine, "connect", lambda conn, _record: conn.set_trace_callback(statements.append)
+        )
+        engine.dispose()  # the next connection is traced from its first statement
+        body = {"batch_id": "quiet", "steps": steps[100:101]}
+        response = client.post(f"/api/v1/runs/{run_id}/batches", json=body)
+        assert response.status_code == 200 and response.json()["alerts"] == []
+    assert any("UPDATE detector_state" in s for s in statements), statements
+    assert len([s for s in statements if "FROM runs" in s]) == 1, statements
+    assert not [s for s in statements if "detector_state.state" in s], statements

@@ -80,10 +80,9 @@ def _store_batch(
     """The unit of work of one batch: points, rollups, detectors and alerts, one commit."""
     try:
         with write_session(factory) as session:
-            ack = ingest.ingest_batch(session, run_id, batch)  # locks the run on PostgreSQL
+            ack, config = ingest.ingest_batch(session, run_id, batch)  # locks the run (PG)
             if not ack.duplicate and settings.detectors_enabled:
-                run = detection.run_for_update(session, run_id)
-                opened = detection.detect_steps(session, run, batch.steps, settings)
+                opened = detection.detect_steps(session, run_id, config, batch.steps, settings)
                 ack.alerts = [alerts.to_public(alert) for alert in opened]
             session.commit()
             return ack
