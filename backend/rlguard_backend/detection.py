@@ -151,6 +151,8 @@ def detect_steps(
     suite, pending = cached
     ready, pending = _ready_steps(suite.last_step, pending, steps)
     events = [event for step, values in ready for event in suite.feed(step, values)]
+    if pending is not None:  # kept (and stored) with only what the detectors will read
+        pending = pending[0], suite.readable(pending[1])
     _save_state(session, run_id, suite, pending, suites)
     if not events:
         return []

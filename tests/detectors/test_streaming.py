@@ -71,6 +71,34 @@ def test_suite_dump_state_is_strict_json_with_non_finite_inputs() -> None:
     json.dumps(suite.dump_state(), allow_nan=False)
 
 
+def test_suite_dump_state_keeps_non_finite_state_values_exactly() -> None:
+    """Plain floats in state (an overflowed EMA or sum, a detector's own numbers) survive
+    strict JSON and come back as they were; the dump is a copy the suite does not touch."""
+    scenario = SCENARIOS[0]
+    suite = DetectorSuite(scenario.config)
+    for step, values in scenario.run(SEED)[:100]:
+        suite.feed(step, values)
+    observations = suite._observations
+    controller = next(d for d in suite._detectors if d.id == "kl_controller")
+    entropy = next(d for d in suite._detectors if d.id == "entropy_collapse")
+    observations.view.smoothed["reward_mean"] = math.inf
+    observations.reward_high = -math.inf
+    controller.largest_step_change = math.inf
+    entropy.fit_sums = [5.0, math.nan, 1.0, math.inf, 2.0]
+    dumped = suite.dump_state()
+    text = json.dumps(dumped, allow_nan=False)
+    entropy.fit_sums[0] = 6.0  # the dump does not follow the live state
+    assert json.dumps(dumped, allow_nan=False) == text
+    restored = DetectorSuite(scenario.config, state=json.loads(text))
+    assert restored._observations.view.smoothed["reward_mean"] == math.inf
+    assert restored._observations.reward_high == -math.inf
+    restored_controller = next(d for d in restored._detectors if d.id == "kl_controller")
+    restored_entropy = next(d for d in restored._detectors if d.id == "entropy_collapse")
+    assert restored_controller.largest_step_change == math.inf
+    sums = restored_entropy.fit_sums
+    assert sums[0] == 5.0 and math.isnan(sums[1]) and sums[3] == math.inf and sums[4] == 2.0
+
+
 def test_suite_dump_state_size_bounded_regardless_of_run_length() -> None:
     scenario = SCENARIOS[0]
     suite = DetectorSuite(scenario.config)
@@ -93,3 +121,20 @@ def test_suite_events_json_serialisable_strictly() -> None:
 def test_suite_init_rejects_state_of_other_version() -> None:
     with pytest.raises(ValueError, match="version"):
         DetectorSuite(state={"version": 999})
+
+
+def test_suite_readable_keeps_what_feed_reads_and_nothing_else() -> None:
+    """A pending step is stored as readable() leaves it: feeding that alone must give the same
+    events and state as feeding the whole step, system metrics and unknown keys included."""
+    scenario = next(s for s in SCENARIOS if s.name == "S2_early_collapse")
+    whole, trimmed = DetectorSuite(scenario.config), DetectorSuite(scenario.config)
+    events_whole, events_trimmed = [], []
+    for step, values in scenario.run(SEED):
+        values = {**values, "system/gpu0/util": 97.0, "timing_s/gen": 12.5, "custom/x": 1.0}
+        kept = trimmed.readable(values)
+        assert "actor/entropy" in kept and "critic/score/mean" in kept
+        assert not {"system/gpu0/util", "timing_s/gen", "custom/x"} & kept.keys()
+        events_whole += whole.feed(step, values)
+        events_trimmed += trimmed.feed(step, kept)
+    assert events_whole and events_whole == events_trimmed
+    assert whole.dump_state() == trimmed.dump_state()

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity, Verdict, weaker
 from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import Persistent, Window
+from rlguard_backend.stability.primitives import Persistent, Window, json_safe
 from rlguard_backend.stability.thresholds import Thresholds
 
 _CONFIG_ATTRIBUTES = frozenset({"context", "th", "open_keys"})
@@ -63,11 +63,14 @@ class Detector:
 
 
 def _dump(value: Any) -> Any:
+    """A state attribute as JSON takes it: a copy, with non-finite floats as strings."""
     if isinstance(value, _STATEFUL):
         return value.dump()
     if isinstance(value, dict):
         return {key: _dump(item) for key, item in value.items()}
-    return value  # copied by json_safe in DetectorSuite.dump_state
+    if isinstance(value, (float, list, tuple)):
+        return json_safe(value)
+    return value  # int, bool, str, None
 
 
 def _load(current: Any, state: Any) -> Any:

@@ -15,6 +15,7 @@ from rlguard_backend.stability.primitives import (
     Trend,
     fit_line,
     is_finite,
+    json_safe,
     linear_trend,
     rounded,
 )
@@ -238,17 +239,18 @@ class Observations:
         )
 
     def dump(self) -> dict[str, Any]:
+        """The state, JSON-safe (an EMA of finite points can still overflow)."""
         steps = self._steps_of_emas()
         return {
             "first_step": self.first_step,
             "emas": {
-                name: {"value": value, "step": steps[name]}
+                name: {"value": json_safe(value), "step": steps[name]}
                 for name, value in self.view.smoothed.items()
             },
             "baselines": {name: base.dump() for name, base in self.baselines.items()},
             "rewards": self.rewards.dump(),
-            "reward_low": self.reward_low,
-            "reward_high": self.reward_high,
+            "reward_low": json_safe(self.reward_low),
+            "reward_high": json_safe(self.reward_high),
         }
 
     def load(self, state: dict[str, Any]) -> None:

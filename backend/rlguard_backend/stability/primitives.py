@@ -42,10 +42,8 @@ class Persistent:
     """
 
     def dump(self) -> dict[str, Any]:
-        state = {k: v for k, v in vars(self).items() if not k.startswith("_")}
-        # Other lists are not copied here: DetectorSuite.dump_state passes everything through
-        # json_safe, which rebuilds every dict and list.
-        return state
+        """The public attributes, JSON-safe (json_safe copies lists and non-finite floats)."""
+        return {k: json_safe(v) for k, v in vars(self).items() if not k.startswith("_")}
 
     def load(self, state: dict[str, Any]) -> None:
         vars(self).update(copy.deepcopy(state))
@@ -363,14 +361,25 @@ def json_float(value: float) -> float | str:
 
 
 def json_safe(value: Any) -> Any:
-    """Recursively replace non-finite floats by their JSON strings."""
+    """A copy with non-finite floats as their JSON strings, tuples as lists.
+
+    Lists of finite floats (or ints) are copied in one C-level pass: ``sum`` is finite only if
+    every item is.
+    """
     if isinstance(value, float):
         return json_float(value)
     if isinstance(value, dict):
         return {str(key): json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
+        if _NUMBERS_ONLY.issuperset(map(type, value)):
+            total = sum(value)
+            if total - total == 0:
+                return list(value)
         return [json_safe(item) for item in value]
     return value
+
+
+_NUMBERS_ONLY = frozenset({float, int})
 
 
 def rounded(value: float | None, digits: int = 4) -> float | None:

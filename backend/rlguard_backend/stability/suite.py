@@ -22,7 +22,6 @@ from rlguard_backend.stability.length import LengthHacking
 from rlguard_backend.stability.lifecycle import AlertBook
 from rlguard_backend.stability.nonfinite import NonFinite
 from rlguard_backend.stability.observations import Observations
-from rlguard_backend.stability.primitives import json_safe
 from rlguard_backend.stability.thresholds import resolve_thresholds
 
 # D1 runs first so that everything it marks as corrupted is known before the others speak.
@@ -106,6 +105,13 @@ class DetectorSuite:
                     events.append(event)
         return events
 
+    def readable(self, values: Mapping[str, float]) -> dict[str, float]:
+        """The entries of a step that feed() reads: those whose key maps to a signal.
+
+        Feeding them alone gives the same events and state as feeding the whole step.
+        """
+        return {key: values[key] for key in self._plan_of(values).read}
+
     def missing(self) -> dict[str, str]:
         """Detector id -> why it is degraded or disabled (missing signals or run context)."""
         seen = frozenset(self._seen)
@@ -113,17 +119,18 @@ class DetectorSuite:
         return {name: reason for name, reason in reasons.items() if reason}
 
     def dump_state(self) -> dict[str, Any]:
-        """Everything needed to continue this run elsewhere; JSON-safe and of bounded size."""
-        return json_safe(
-            {
-                "version": STATE_VERSION,
-                "last_step": self._last_step,
-                "seen": sorted(self._seen),
-                "observations": self._observations.dump(),
-                "alerts": dict(self._alerts.open),
-                "detectors": {detector.id: detector.dump() for detector in self._detectors},
-            }
-        )
+        """Everything needed to continue this run elsewhere; JSON-safe and of bounded size.
+
+        A fresh structure: every part's dump is a copy with non-finite floats as strings.
+        """
+        return {
+            "version": STATE_VERSION,
+            "last_step": self._last_step,
+            "seen": sorted(self._seen),
+            "observations": self._observations.dump(),
+            "alerts": {slot: dict(alert) for slot, alert in self._alerts.open.items()},
+            "detectors": {detector.id: detector.dump() for detector in self._detectors},
+        }
 
     def _load(self, state: Mapping[str, Any]) -> None:
         if state.get("version") != STATE_VERSION:
@@ -223,7 +230,17 @@ class DetectorSuite:
 class _Plan:
     """How one set of raw keys maps onto canonical signals."""
 
-    __slots__ = ("detectors", "keys", "names", "seen", "several", "singles", "sources", "take")
+    __slots__ = (
+        "detectors",
+        "keys",
+        "names",
+        "read",
+        "seen",
+        "several",
+        "singles",
+        "sources",
+        "take",
+    )
 
     def __init__(
         self,
@@ -235,6 +252,7 @@ class _Plan:
         self.keys, self.singles, self.several = keys, singles, several
         self.detectors = detectors
         self.names = tuple(name for name, _ in singles)
+        self.read = tuple(key for _, key in singles) + tuple(k for _, ks in several for k in ks)
         self.sources = dict(singles)  # shared by the steps of this plan: never changed
         self.seen: set[str] | None = None  # the suite's `seen` set once it holds `names`
         # raw values -> tuple of the single-key signals' values, when that is the whole plan
