@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from operator import add, itemgetter, mul, sub
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
@@ -215,13 +215,13 @@ class Observations:
         self._common = common
         self._half_lives = {name: _half_life(name, common) for name in SMOOTHED_SIGNALS}
         self._alpha_one = {name: _alpha(half, 1) for name, half in self._half_lives.items()}
-        self._alphas_one = tuple(self._alpha_one.values())  # in SMOOTHED_SIGNALS order
         # Each EMA's value is in view.smoothed; the step of its last point here, except while
-        # `_together` is set: then every EMA last moved at that step (and `_ema_steps` is
-        # stale), which lets the usual step update all seven in one pass.
+        # `_together` is set: then the EMAs of `_group` last moved at that step (and their
+        # `_ema_steps` are stale), which lets the usual step update them all in one pass.
         self._ema_steps: dict[str, int | None] = dict.fromkeys(SMOOTHED_SIGNALS)
         self._together: int | None = None
-        self._baselines_known = False
+        self._group: _Group | None = None
+        self._groups: dict[tuple[str, ...], _Group] = {}  # a run logs one or a few such sets
         self._kl_order = ("kl_loss", "reward_kl_penalty")
         if context.kl_placement == "reward":
             self._kl_order = ("reward_kl_penalty", "kl_loss")
@@ -258,11 +258,10 @@ class Observations:
         view = self.view
         for name, ema in state["emas"].items():
             view.smoothed[name], self._ema_steps[name] = ema["value"], ema["step"]
-        self._together = None
+        self._together, self._group = None, None
         for name, base_state in state["baselines"].items():
             self.baselines[name].load(base_state)
         view.baselines.update((name, base.value) for name, base in self.baselines.items())
-        self._baselines_known = None not in view.baselines.values()
         self.rewards.load(state["rewards"])
         self.reward_low, self.reward_high = state["reward_low"], state["reward_high"]
         view.reward = self._reward_state()
@@ -292,12 +291,18 @@ class Observations:
                 finite = {k: v for k, v in values.items() if k != "kl_ref"}
         view = self.view
         smoothed = view.smoothed
-        if self._together == step - 1 and self._baselines_known and finite.keys() >= _SMOOTHED:
-            # The usual step: every EMA had a point at the previous step and has one now.
-            # _smooth's `current += alpha * (value - current)` for all seven, in C.
-            current = tuple(smoothed.values())
-            steps = map(mul, self._alphas_one, map(sub, _take_smoothed(finite), current))
-            smoothed.update(zip(SMOOTHED_SIGNALS, map(add, current, steps), strict=True))
+        group = self._group
+        if (
+            self._together == step - 1
+            and group is not None
+            and finite.keys() >= group.present
+            and finite.keys().isdisjoint(group.absent)
+        ):
+            # The usual step: the same smoothed signals as at the previous step, each with a
+            # known baseline. _smooth's `current += alpha * (value - current)` for all, in C.
+            current = group.take(smoothed)
+            steps = map(mul, group.alphas, map(sub, group.take(finite), current))
+            smoothed.update(zip(group.names, map(add, current, steps), strict=True))
             self._together = step
         else:
             self._smooth(step, finite, smoothed, view.baselines)
@@ -327,8 +332,8 @@ class Observations:
 
     def _steps_of_emas(self) -> dict[str, int | None]:
         """The step of each EMA's last point (written out while `_together` stands for it)."""
-        if self._together is not None:
-            self._ema_steps = dict.fromkeys(SMOOTHED_SIGNALS, self._together)
+        if self._together is not None and self._group is not None:
+            self._ema_steps.update(dict.fromkeys(self._group.names, self._together))
         return self._ema_steps
 
     def _smooth(
@@ -340,12 +345,12 @@ class Observations:
     ) -> None:
         """Update the EMAs and baselines of the smoothed signals present this step."""
         ema_steps, alpha_one = self._steps_of_emas(), self._alpha_one
-        moved = 0
+        moved: list[str] = []
         for name in SMOOTHED_SIGNALS:
             value = finite.get(name)
             if value is None:
                 continue
-            moved += 1
+            moved.append(name)
             last, current = ema_steps[name], smoothed[name]
             if current is None or last is None:
                 current = value
@@ -356,8 +361,21 @@ class Observations:
             smoothed[name], ema_steps[name] = current, step
             if baseline_values[name] is None:
                 baseline_values[name] = self.baselines[name].update(step, value)
-        self._together = step if moved == len(SMOOTHED_SIGNALS) else None
-        self._baselines_known = None not in baseline_values.values()
+        # The fast path next step needs two or more signals (itemgetter of one is no tuple),
+        # each with its baseline known (it updates none).
+        known = len(moved) > 1 and all(baseline_values[name] is not None for name in moved)
+        self._group = self._group_of(tuple(moved)) if known else None
+        self._together = step if known else None
+
+    def _group_of(self, names: tuple[str, ...]) -> _Group:
+        group = self._groups.get(names)
+        if group is None:
+            alphas = tuple(self._alpha_one[name] for name in names)
+            group = _Group(
+                names, frozenset(names), _SMOOTHED - set(names), itemgetter(*names), alphas
+            )
+            self._groups[names] = group
+        return group
 
     def _surely_below(self, limit: float) -> bool:
         """Whether the reward trend's fitted rise is certainly at most `limit`."""
@@ -413,7 +431,16 @@ class Observations:
 
 
 _SMOOTHED = frozenset(SMOOTHED_SIGNALS)
-_take_smoothed = itemgetter(*SMOOTHED_SIGNALS)
+
+
+class _Group(NamedTuple):
+    """Smoothed signals that moved together at one step, and what the fast path needs."""
+
+    names: tuple[str, ...]  # in SMOOTHED_SIGNALS order
+    present: frozenset[str]
+    absent: frozenset[str]  # the other smoothed signals
+    take: Callable[[Mapping[str, Any]], tuple[Any, ...]]  # values of `names`, in order
+    alphas: tuple[float, ...]  # each signal's alpha for a one-step gap
 
 
 def _alpha(half_life_steps: float, gap: int) -> float:
