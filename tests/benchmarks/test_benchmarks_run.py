@@ -28,7 +28,11 @@ def _run(module: str, *args: str) -> dict:
 @pytest.mark.parametrize(
     ("module", "args", "keys"),
     [
-        ("benchmarks.ingest", ("--batches", "8"), ("sqlite", "postgres")),
+        (
+            "benchmarks.ingest",
+            ("--batches", "8", "--rounds", "1"),
+            ("sqlite", "postgres", "sqlite_live", "postgres_live"),
+        ),
         ("benchmarks.query", ("--points", "40000", "--repeats", "3"), ("sqlite", "postgres")),
     ],
 )
