@@ -212,7 +212,7 @@ def _append_to_tails(session: Session, rows: Sequence[tuple[object, ...]]) -> No
         return
     if sql.dialect(session) == "postgresql":
         columns = [list(column) for column in zip(*rows, strict=True)]
-        sql.execute(
+        sql.execute_arrays(
             session,
             "UPDATE point_chunks AS c SET last_step = u.last_step, count = c.count + u.count, "
             "step_data = c.step_data || u.step_data, value_data = c.value_data || u.value_data, "
