@@ -177,9 +177,26 @@ def _store(
     before = {keys[name][0]: keys[name][1] for name in grouped}
     after = points.store_points(session, by_id, before)
     points.update_rollups(session, by_id, {key_id: t.last_step for key_id, t in before.items()})
+    _store_tails(session, after)
+    return max(columns.steps[-1] for columns in grouped.values())
+
+
+def _store_tails(session: Session, tails: dict[int, points.KeyTail]) -> None:
+    """Each key's last step and newest chunk, in ``metric_keys``: one statement on PostgreSQL."""
+    rows = [(t.last_step, t.tail_step, t.tail_count, key_id) for key_id, t in tails.items()]
+    if not rows:
+        return
+    if sql.dialect(session) == "postgresql":
+        sql.execute_arrays(
+            session,
+            "UPDATE metric_keys AS k SET last_step = u.last_step, tail_step = u.tail_step, "
+            "tail_count = u.tail_count FROM unnest(?::int8[], ?::int8[], ?::int4[], ?::int4[]) "
+            "AS u(last_step, tail_step, tail_count, id) WHERE k.id = u.id",
+            [list(column) for column in zip(*rows, strict=True)],
+        )
+        return
     sql.executemany(
         session,
         "UPDATE metric_keys SET last_step = ?, tail_step = ?, tail_count = ? WHERE id = ?",
-        [(t.last_step, t.tail_step, t.tail_count, key_id) for key_id, t in after.items()],
+        rows,
     )
-    return max(columns.steps[-1] for columns in grouped.values())
