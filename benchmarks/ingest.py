@@ -152,11 +152,11 @@ def step_values(step: int) -> dict[str, float]:
     return values
 
 
-def make_batches(count: int, steps_per_batch: int = STEPS_PER_BATCH) -> list[list[dict]]:
-    """Bulk batches (steps_per_batch steps of the 20 KEY_NAMES) or, with one step per batch,
-    live ones (LIVE_KEY_NAMES)."""
+def make_batches(
+    count: int, steps_per_batch: int = STEPS_PER_BATCH, extra: tuple[str, ...] = ()
+) -> list[list[dict]]:
+    """Batches of steps_per_batch steps, each with the 20 KEY_NAMES and the `extra` keys."""
     now = time.time()
-    extra = LIVE_KEY_NAMES[len(KEY_NAMES) :] if steps_per_batch == 1 else ()
 
     def values(step: int) -> dict[str, float]:
         found = step_values(step)
@@ -388,7 +388,8 @@ def main() -> None:
     assert len(LIVE_KEY_NAMES) == LIVE_KEYS
     bulk = make_batches(args.batches + 5)
     # As many timed points as the bulk shape: 20x the batches of 100 points.
-    live = make_batches(args.batches * STEPS_PER_BATCH * len(KEY_NAMES) // LIVE_KEYS + 5, 1)
+    live_batches = args.batches * STEPS_PER_BATCH * len(KEY_NAMES) // LIVE_KEYS
+    live = make_batches(live_batches + 5, 1, LIVE_KEY_NAMES[len(KEY_NAMES) :])
     result: dict[str, object] = {
         "benchmark": "ingest",
         "steps_per_batch": STEPS_PER_BATCH,

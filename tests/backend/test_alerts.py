@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from benchmarks._support import service
 from rlguard_backend.config import Settings
@@ -312,8 +312,6 @@ def test_detector_state_from_another_release_is_rebuilt(client: TestClient) -> N
 def test_quiet_batch_reads_the_run_once_and_no_state(sqlite_url: str) -> None:
     """A batch that changes no alert reads the run row once (its locked read) and, with this
     process's suite current, only the state's generation: every statement SQLite runs is seen."""
-    from sqlalchemy import event
-
     app = create_app(Settings(database_url=sqlite_url))
     with TestClient(app) as client:
         run_id = new_run_id()
