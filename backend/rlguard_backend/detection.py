@@ -150,7 +150,7 @@ def detect_steps(
             return _open_alerts(session, run_id)
     suite, pending = cached
     ready, pending = _ready_steps(suite.last_step, pending, steps)
-    events = [event for step, values in ready for event in suite.feed(step, values)]
+    events = suite.feed_many(ready)
     if pending is not None:  # kept (and stored) with only what the detectors will read
         pending = pending[0], suite.readable(pending[1])
     _save_state(session, run_id, suite, pending, suites)
@@ -274,9 +274,14 @@ def backtest(
     suite = make_suite(run.config, settings, None, thresholds)
     events: list[AlertEvent] = []
     count = 0
-    for step, values in stored_steps(session, run.id):
-        events.extend(suite.feed(step, values))
-        count += 1
+    batch: list[tuple[int, Values]] = []
+    for entry in stored_steps(session, run.id):
+        batch.append(entry)
+        if len(batch) == BACKTEST_CHUNK_STEPS:
+            events += suite.feed_many(batch)
+            count, batch = count + len(batch), []
+    events += suite.feed_many(batch)
+    count += len(batch)
     if apply:
         session.execute(delete(Alert).where(Alert.run_id == run.id))
         _save_state(session, run.id, suite, None)

@@ -6,6 +6,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from rlguard_backend.stability.columns import NOT_QUIET, Bools, Columns, Ints, Quiet, first
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity, Verdict, weaker
 from rlguard_backend.stability.observations import StepView
@@ -45,6 +46,23 @@ class Detector:
 
     def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
         raise NotImplementedError
+
+    def quiet_prefix(self, cols: Columns) -> Quiet:
+        """How many leading steps of `cols` this detector is certainly silent for (no rule
+        fires, no open alert clears), and how to advance its state over them; it changes
+        nothing itself. The default has no column-wise path: every step goes through feed()."""
+        return NOT_QUIET
+
+    def speaks_at(
+        self, cols: Columns, key: str, firing: Bools, rank: int | Ints, settled: Bools
+    ) -> int:
+        """The first step of `cols` at which rule `key` says something: it fires at severity
+        `rank` (SEVERITY_RANK) where the alert book emits, or its clear rule holds (`settled`,
+        on a step it does not fire) while its alert is open; len(cols) when it never does."""
+        at = first(cols.emitting(self.id, key, firing, rank))
+        if key in self.open_keys:
+            at = min(at, first(settled & ~firing))
+        return at
 
     def missing(self, seen: frozenset[str]) -> str | None:
         """Why this detector is degraded or disabled, or None when it runs fully."""

@@ -11,13 +11,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from rlguard_backend.stability.base import Detector
+from rlguard_backend.stability.columns import (
+    NOT_QUIET,
+    Columns,
+    Quiet,
+    first,
+    run_lengths,
+)
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import CLEARED, Severity, Verdict
+from rlguard_backend.stability.events import CLEARED, SEVERITY_RANK, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import median, rounded
 from rlguard_backend.stability.thresholds import Thresholds
 
+INFO, WARN, CRITICAL = SEVERITY_RANK["info"], SEVERITY_RANK["warn"], SEVERITY_RANK["critical"]
 CLIP_ADVICE = [
     "Lower the learning rate.",
     "Reduce updates per batch (ppo_epochs, larger ppo_mini_batch_size); KL early-stop.",
@@ -67,6 +77,67 @@ class ClipFraction(Detector):
             self._asymmetry(view),
             None if clipfrac is None else self._saturation(view, clipfrac),
         )
+
+    def quiet_prefix(self, cols: Columns) -> Quiet:
+        th, n = self.th, cols.n
+        if self.context.updates_per_batch == 1 and not self.inactive_announced:
+            return NOT_QUIET  # clip_inactive is announced at the next step
+        dual = cols.value("clipfrac_dual")
+        high = np.zeros(n, dtype=np.bool_) if dual is None else dual > th["dual_clip"]
+        high_values, low_values = cols.value("clipfrac_high"), cols.value("clipfrac_low")
+        lopsided = np.zeros(n, dtype=np.bool_)
+        if high_values is not None and low_values is not None:
+            lopsided = (high_values > th["asymmetry_factor"] * low_values) & (
+                high_values > th["asymmetry_floor"]
+            )
+        counts = {
+            "dual_streak": run_lengths(high, self.dual_streak),
+            "dual_quiet": run_lengths(~high, self.dual_quiet),
+            "asymmetry_streak": run_lengths(lopsided, self.asymmetry_streak),
+            "asymmetry_quiet": run_lengths(~lopsided, self.asymmetry_quiet),
+        }
+        clear_steps = th["clear_steps"]
+        steps = min(
+            self.speaks_at(
+                cols,
+                "dual_clip",
+                counts["dual_streak"] >= th["dual_persistence"],
+                WARN,
+                counts["dual_quiet"] >= clear_steps,
+            ),
+            self.speaks_at(
+                cols,
+                "clip_asymmetry",
+                counts["asymmetry_streak"] >= th["asymmetry_persistence"],
+                INFO,
+                counts["asymmetry_quiet"] >= clear_steps,
+            ),
+        )
+        smoothed = cols.smoothed["clipfrac"]
+        if cols.value("clipfrac") is not None and smoothed is not None:
+            # While the baseline takes its points (steps W..W+20), feed() does.
+            since_warm = cols.since - cols.warmup_steps
+            steps = min(steps, first((since_warm >= 0) & (since_warm <= th["baseline_steps"])))
+            points = self.baseline_points
+            warn_at = max(th["warn"], th["baseline_factor"] * (median(points) if points else 0.0))
+            warm = cols.warm
+            counts["warn_streak"] = warn = run_lengths(
+                warm & (smoothed > warn_at), self.warn_streak
+            )
+            counts["critical_streak"] = critical = run_lengths(
+                warm & (smoothed > th["critical"]), self.critical_streak
+            )
+            counts["calm_streak"] = calm = run_lengths(smoothed < th["clear"], self.calm_streak)
+            critical_firing = critical >= th["critical_persistence"]
+            firing = critical_firing | (warn >= th["warn_persistence"])
+            rank = np.where(critical_firing, CRITICAL, WARN)
+            steps = min(steps, self.speaks_at(cols, "clipfrac", firing, rank, calm >= clear_steps))
+
+        def advance(begin: int, end: int) -> None:
+            for name, column in counts.items():
+                setattr(self, name, int(column[end - 1]))
+
+        return Quiet(steps, advance)
 
     def load(self, state: dict[str, Any]) -> None:
         super().load(state)

@@ -10,13 +10,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.columns import (
+    Bools,
+    Columns,
+    Floats,
+    Ints,
+    Quiet,
+    clears_at,
+    counting,
+    first,
+    run_lengths,
+)
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import CLEARED, Severity, Verdict
+from rlguard_backend.stability.events import CLEARED, SEVERITY_RANK, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, rounded
 from rlguard_backend.stability.thresholds import Thresholds
 
+WARN, CRITICAL = SEVERITY_RANK["warn"], SEVERITY_RANK["critical"]
 COLLAPSE_ADVICE = [
     "Lower LR or epochs (slows learning).",
     "KL to the initial policy with the k3+ gradient (costs pass@1).",
@@ -76,6 +90,110 @@ class EntropyCollapse(Detector):
             self._blowup(view),
             no_signal,
         )
+
+    def quiet_prefix(self, cols: Columns) -> Quiet:
+        th, n, warm = self.th, cols.n, cols.warm
+        clear_steps = th["clear_steps"]
+        # E5 (every step): the zero-grad share of the window after each step's point.
+        grads, window = cols.value("grad_norm"), self.zero_grads
+        flags = None if grads is None else np.where(grads == 0.0, 1.0, 0.0)
+        share = _share_column(window, flags, n)
+        zero_std = cols.smoothed["frac_zero_std"]
+        no_groups = _at_least(zero_std, th["no_signal_groups"], n)
+        signal = warm & (no_groups | (share >= th["zero_grad_share"]))
+        signal_quiet = run_lengths(~signal, self.signal_quiet)
+        key = "no_learning_signal"
+        steps = self.speaks_at(cols, key, signal, WARN, signal_quiet >= clear_steps)
+        entropy, rho = cols.value("entropy"), cols.rho
+        if entropy is None or rho is None:
+
+            def advance_signal(begin: int, end: int) -> None:
+                self._advance_signal(flags, signal_quiet, begin, end)
+
+            return Quiet(steps, advance_signal)
+        # E1/E2: a severity where rho < spent_ratio and the reward was not bought.
+        low_rho = rho < th["spent_ratio"]
+        identical = _at_least(zero_std, th["identical_groups"], n)
+        spent = low_rho & (cols.stagnant | (not cols.reward_known))
+        unsolved = np.zeros(n, dtype=np.bool_)
+        smoothed_reward = cols.smoothed["reward_mean"]
+        if cols.reward_known and smoothed_reward is not None:
+            ceiling = cols.r_max - th["solved_margin"] * (cols.r_max - cols.r_min)
+            unsolved = smoothed_reward < ceiling
+        short = _below(cols.length_ratio, th["short_length_ratio"], n)
+        severe = identical | short | (rho < th["collapse_ratio"])
+        critical = (spent & severe) | (low_rho & identical & unsolved)
+        severity = warm & low_rho & (spent | (identical & unsolved))
+        collapse = run_lengths(severity, self.collapse_streak)
+        firing = severity & (collapse >= th["persistence"])
+        rank = np.where(critical, CRITICAL, WARN) - (0 if cols.reward_known else 1)  # capped
+        recovered = run_lengths(rho > th["clear_ratio"], self.recovered_streak)
+        improving = run_lengths(cols.improving, self.improving_streak)
+        clears = (recovered >= clear_steps) | (improving >= clear_steps)
+        steps = min(steps, self.speaks_at(cols, "entropy_collapse", firing, rank, clears))
+        # collapse_active: set where E1/E2 fire, dropped where their clear rule holds.
+        index = np.arange(n)
+        fired = np.maximum.accumulate(np.where(firing, index, -1))
+        settled = np.maximum.accumulate(np.where(clears & ~firing, index, -1))
+        active = np.where(fired == settled, self.collapse_active, fired > settled)
+        # E3: wherever entropy is low outside a collapse, the reward plateau decides: feed().
+        smoothed = cols.smoothed["entropy"]
+        assert smoothed is not None
+        low = (smoothed < th["exhausted_entropy"]) | (rho < th["exhausted_ratio"])
+        steps = min(steps, first(low & warm & ~active))
+        steps = min(steps, self._clearing("entropy_exhausted", self.exhausted_quiet, n))
+        # E4
+        start = cols.baselines["entropy"] or 0.0
+        limit = max(th["blowup_factor"] * start, start + th["blowup_margin"])
+        blowup = warm & (smoothed > limit)
+        blowup_streak = run_lengths(blowup, self.blowup_streak)
+        blowup_quiet = run_lengths(~blowup, self.blowup_quiet)
+        blowup_firing = blowup_streak >= th["blowup_persistence"]
+        steps = min(
+            steps,
+            self.speaks_at(
+                cols, "entropy_blowup", blowup_firing, WARN, blowup_quiet >= clear_steps
+            ),
+        )
+        rewards = cols.value("reward_mean")
+        fit = None
+        if rewards is not None and cols.reward_known:
+            fit = warm & (entropy <= 50)
+
+        def advance(begin: int, end: int) -> None:
+            self._advance_signal(flags, signal_quiet, begin, end)
+            if fit is not None and rewards is not None:
+                taken = fit[begin:end]
+                points = zip(
+                    entropy[begin:end][taken].tolist(),
+                    rewards[begin:end][taken].tolist(),
+                    strict=True,
+                )
+                for h, reward in points:
+                    self._add_fit_point(h, reward)
+            last = end - 1
+            self.collapse_streak = int(collapse[last])
+            self.recovered_streak = int(recovered[last])
+            self.improving_streak = int(improving[last])
+            self.collapse_active = bool(active[last])
+            self.exhausted_streak = 0
+            self.exhausted_quiet += end - begin
+            self.blowup_streak, self.blowup_quiet = (
+                int(blowup_streak[last]),
+                int(blowup_quiet[last]),
+            )
+
+        return Quiet(steps, advance)
+
+    def _clearing(self, key: str, quiet: int, n: int) -> int:
+        """The step at which `key`'s clear rule holds while it is open, its count of quiet
+        steps going up by one each step from `quiet`; n when it is not open."""
+        return clears_at(key in self.open_keys, counting(quiet, n), self.th["clear_steps"])
+
+    def _advance_signal(self, flags: Floats | None, quiet: Ints, begin: int, end: int) -> None:
+        if flags is not None:
+            self.zero_grads.extend(flags[begin:end].tolist())
+        self.signal_quiet = int(quiet[end - 1])
 
     def _facts(self, view: StepView, rho: float) -> dict[str, Any]:
         return {
@@ -247,6 +365,29 @@ class EntropyCollapse(Detector):
         slope = (n * sxy - sx * sy) / denominator  # = -a
         intercept = (sy - slope * sx) / n  # = b
         return intercept + slope
+
+
+def _at_least(column: Floats | None, limit: float, n: int) -> Bools:
+    """`value is not None and value >= limit` after each step."""
+    return np.zeros(n, dtype=np.bool_) if column is None else column >= limit
+
+
+def _below(column: Floats | None, limit: float, n: int) -> Bools:
+    """`value is not None and value < limit` after each step."""
+    return np.zeros(n, dtype=np.bool_) if column is None else column < limit
+
+
+def _share_column(window: Window, flags: Floats | None, n: int) -> Floats:
+    """_share(window) after each step, the step's flag (1.0 for a zero grad norm) pushed."""
+    if flags is None:
+        return np.full(n, _share(window))
+    size = window.maxlen or 0
+    everything = np.concatenate((np.array(window, dtype=np.float64), flags))
+    totals = np.concatenate(([0.0], np.cumsum(everything)))  # whole numbers: exact
+    ends = len(window) + np.arange(1, n + 1)
+    counts = np.minimum(ends, size)
+    shares = (totals[ends] - totals[ends - counts]) / counts
+    return np.where(counts >= 5, shares, 0.0)
 
 
 def _share(zero_grads: Window) -> float:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from rlguard_backend.stability.base import Detector
+from rlguard_backend.stability.columns import Columns, Quiet, run_lengths, silent
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import CLEARED, Verdict
+from rlguard_backend.stability.events import CLEARED, SEVERITY_RANK, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, rounded
 from rlguard_backend.stability.thresholds import Thresholds
@@ -36,6 +39,35 @@ class EntropyCovLeading(Detector):
         if "cov_logp_adv" not in seen:
             return "optional probe probe/cov_logp_adv not logged: no leading indicator"
         return None
+
+    def quiet_prefix(self, cols: Columns) -> Quiet:
+        th, n = self.th, cols.n
+        covariances = cols.value("cov_logp_adv")
+        if covariances is None:
+            return silent(n)
+        window = self.covariances
+        positive = np.concatenate((np.array(window, dtype=np.float64), covariances)) > 0
+        totals = np.concatenate(([0], np.cumsum(positive)))
+        ends = len(window) + np.arange(1, n + 1)
+        sizes = np.minimum(ends, window.maxlen or 0)
+        share = (totals[ends] - totals[ends - sizes]) / sizes
+        early = (
+            np.ones(n, dtype=np.bool_) if cols.rho is None else cols.rho > th["min_entropy_ratio"]
+        )
+        leading = (
+            cols.warm & (sizes >= th["window_points"]) & (share >= th["positive_share"]) & early
+        )
+        quiet = run_lengths(share < th["clear_share"], self.quiet)
+        key = "entropy_cov_leading"
+        steps = self.speaks_at(
+            cols, key, leading, SEVERITY_RANK["info"], quiet >= th["clear_steps"]
+        )
+
+        def advance(begin: int, end: int) -> None:
+            window.extend(covariances[begin:end].tolist())
+            self.quiet = int(quiet[end - 1])
+
+        return Quiet(steps, advance)
 
     def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
         th = self.th

@@ -11,9 +11,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.columns import (
+    NOT_QUIET,
+    Columns,
+    Floats,
+    Quiet,
+    ago,
+    first,
+    integral,
+    push_points,
+    run_lengths,
+    silent,
+)
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import CLEARED, Verdict
+from rlguard_backend.stability.events import CLEARED, SEVERITY_RANK, Verdict
 from rlguard_backend.stability.kl_reference import current_beta, penalty_share
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
@@ -67,6 +81,60 @@ class KlPenalty(Detector):
             self._strong(view, kl, beta, stagnant, clears),
             self._binding(view, kl, stagnant, clears),
         )
+
+    def quiet_prefix(self, cols: Columns) -> Quiet:
+        th, n = self.th, cols.n
+        kl, beta = cols.smoothed["kl_ref"], self._beta_column(cols)
+        if cols.value("kl_ref") is None or kl is None or beta is None:
+            return silent(n)
+        positive = beta > 0
+        if not positive.any():
+            return silent(n)
+        lag = th["binding_lookback_steps"]
+        if self.context.kl_placement == "reward" or not positive.all() or not integral(lag):
+            return NOT_QUIET  # the penalty share, or beta switching on and off: step by step
+        improving = run_lengths(cols.improving, self.improving_streak)
+        clears = improving >= th["clear_steps"]
+        stagnant = (cols.since >= th["min_step"]) & cols.reward_known & cols.stagnant
+        unmoved = kl < th["small_kl"]
+        if cols.rho is not None:
+            unmoved &= cols.rho > th["unmoved_entropy_ratio"]
+        strong = run_lengths(stagnant & unmoved, self.strong_streak)
+        before, known = ago(self.history, cols.steps, kl, lag)
+        change = np.full(n, np.inf)
+        np.divide(kl, before, out=change, where=known & (before > 0))
+        flat = np.abs(change - 1) < th["binding_flatness"]
+        binding = run_lengths(stagnant & (kl >= th["small_kl"]) & flat, self.binding_streak)
+        # Firing while open and not due for an update says nothing (AlertBook.emits).
+        strong_firing = strong >= th["persistence"]
+        binding_firing = binding >= th["binding_persistence"]
+        reported = SEVERITY_RANK[capped("warn", cols.rho is None)]
+        steps = min(
+            first(cols.emitting(self.id, "kl_penalty_strong", strong_firing, reported)),
+            first(cols.emitting(self.id, "kl_binding", binding_firing, SEVERITY_RANK["info"])),
+            # Both clear on an improving reward while not firing.
+            first(clears & ~strong_firing) if "kl_penalty_strong" in self.open_keys else n,
+            first(clears & ~binding_firing) if "kl_binding" in self.open_keys else n,
+        )
+
+        def advance(begin: int, end: int) -> None:
+            push_points(self.history, cols.step_list[begin:end], kl[begin:end])
+            self.improving_streak = int(improving[end - 1])
+            self.strong_streak, self.binding_streak = int(strong[end - 1]), int(binding[end - 1])
+
+        return Quiet(steps, advance)
+
+    def _beta_column(self, cols: Columns) -> Floats | None:
+        """current_beta() at each step: the logged coefficient, else the configured one."""
+        first_key, second_key = "kl_coef", "reward_kl_coef"
+        if self.context.kl_placement == "reward":
+            first_key, second_key = second_key, first_key
+        for key in (first_key, second_key):
+            column = cols.value(key)
+            if column is not None:
+                return column
+        beta = self.context.kl_coef
+        return None if beta is None else np.full(cols.n, beta)
 
     def _flat(self, step: int, kl: float) -> bool:
         """KL within binding_flatness of its value binding_lookback_steps ago."""

@@ -10,13 +10,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.columns import (
+    NOT_QUIET,
+    Columns,
+    Quiet,
+    ago,
+    clears_at,
+    counting,
+    integral,
+    push_points,
+    run_lengths,
+    silent,
+)
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import CLEARED, Severity, Verdict
+from rlguard_backend.stability.events import CLEARED, SEVERITY_RANK, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
 from rlguard_backend.stability.thresholds import Thresholds
 
+WARN, CRITICAL = SEVERITY_RANK["warn"], SEVERITY_RANK["critical"]
 RUNAWAY_ADVICE = [
     "Sweep beta on a log grid while logging KL.",
     "Use an adaptive controller toward a target KL (verl kl_ctrl.type=adaptive).",
@@ -77,6 +92,50 @@ class KlRunaway(Detector):
         before = self.history.ago(view.step, self.th["lookback_steps"])
         growth = 1.0 if before is None else (kl / before if before > 0 else float("inf"))
         return self._runaway(view, kl, before, growth), self._share(view)
+
+    def quiet_prefix(self, cols: Columns) -> Quiet:
+        th, n = self.th, cols.n
+        kl = cols.smoothed["kl_ref"]
+        if cols.value("kl_ref") is None or kl is None:
+            return silent(n)
+        lookback = th["lookback_steps"]
+        if self.context.kl_placement == "reward" or not integral(lookback):
+            return NOT_QUIET  # the penalty-share rule runs step by step
+        before, known = ago(self.history, cols.steps, kl, lookback)
+        growth = np.ones(n)
+        np.divide(kl, before, out=growth, where=known & (before > 0))
+        growth[known & ~(before > 0)] = np.inf
+        middle, known_middle = ago(self.history, cols.steps, kl, lookback / 2)
+        accelerating = known & known_middle & (kl - middle >= middle - before)
+        growing = (
+            cols.warm
+            & (kl >= th["floor"])
+            & (growth >= th["growth"])
+            & accelerating
+            & ~cols.improving
+        )
+        streak = run_lengths(growing, self.growth_streak)
+        calm = run_lengths(
+            (growth < th["clear_growth"]) & (kl < th["level_warn"]), self.calm_streak
+        )
+        critical = kl >= th["level_critical"]
+        persistent = streak >= th["persistence"]
+        warn = ~critical & ((kl >= th["level_warn"]) | persistent)
+        rank = np.where(critical, CRITICAL, WARN)
+        if not cols.reward_known:  # the growth rule alone, judged without a reward: capped
+            rank = rank - (warn & persistent)
+        share_quiet = counting(self.share_quiet, n)  # no share outside in-reward KL
+        steps = min(
+            self.speaks_at(cols, "kl_runaway", critical | warn, rank, calm >= th["clear_steps"]),
+            clears_at("kl_penalty_ineffective" in self.open_keys, share_quiet, th["clear_steps"]),
+        )
+
+        def advance(begin: int, end: int) -> None:
+            push_points(self.history, cols.step_list[begin:end], kl[begin:end])
+            self.growth_streak, self.calm_streak = int(streak[end - 1]), int(calm[end - 1])
+            self.share_streak, self.share_quiet = 0, int(share_quiet[end - 1])
+
+        return Quiet(steps, advance)
 
     def _accelerating(self, step: int, kl: float, before: float | None) -> bool:
         """Not decelerating: k̄_t - k̄_{t-25} >= k̄_{t-25} - k̄_{t-50}."""

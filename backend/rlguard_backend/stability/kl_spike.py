@@ -12,7 +12,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
 from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.columns import (
+    NOT_QUIET,
+    Bools,
+    Columns,
+    Floats,
+    Quiet,
+    clears_at,
+    counting,
+    first,
+    run_lengths,
+)
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import CLEARED, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
@@ -80,6 +94,56 @@ class KlSpike(Detector):
         if clipfrac is not None:
             self.clipfracs.append(clipfrac)
         return grad_spike, kl_spike
+
+    def quiet_prefix(self, cols: Columns) -> Quiet:
+        th, n, counts = self.th, cols.n, self.quiet
+        steps, moved = n, {}  # moved: quiet count after each step, per key
+        grads = cols.value("grad_norm")
+        if grads is not None:
+            if len(self.grads) < (self.grads.maxlen or 0):
+                return NOT_QUIET  # the medians of a window still filling: left to feed()
+            spiking = self._grad_spikes(grads)
+            moved["grad_spike"] = run_lengths(~spiking, counts["grad_spike"])
+            steps = first(spiking)
+        kls = cols.value("ppo_kl")
+        sizes = None if kls is None else np.abs(kls)
+        if sizes is not None:
+            if self._on_policy:
+                firing = sizes > th["on_policy_tolerance"]
+                moved["logprob_mismatch"] = run_lengths(~firing, counts["logprob_mismatch"])
+            else:  # past a budget a spike is possible: feed() decides from the medians
+                firing = (sizes > self._warn_floor) | (sizes > self._critical_above)
+                moved["kl_spike"] = counting(counts["kl_spike"], n)
+            steps = min(steps, first(firing))
+        for key, quiet in moved.items():
+            steps = min(steps, clears_at(key in self.open_keys, quiet, th["clear_steps"]))
+        clipfracs = cols.value("clipfrac")
+
+        def advance(begin: int, end: int) -> None:
+            if grads is not None:
+                self.grads.push_all(grads[begin:end].tolist())
+            if sizes is not None:
+                self.ppo_kls.push_all(sizes[begin:end].tolist())
+            if clipfracs is not None:
+                self.clipfracs.extend(clipfracs[begin:end].tolist())
+            for key, quiet in moved.items():
+                counts[key] = int(quiet[end - 1])
+
+        return Quiet(steps, advance)
+
+    def _grad_spikes(self, grads: Floats) -> Bools:
+        """_grad_spike's verdict at each step, from a full window: spiking or not."""
+        th, window = self.th, self.grads
+        size = len(window)
+        if size < th["min_history_points"]:
+            return np.zeros(len(grads), dtype=np.bool_)
+        history = np.concatenate((np.array(window, dtype=np.float64), grads))
+        ordered = np.sort(sliding_window_view(history, size)[: len(grads)], axis=1)
+        middle = size // 2  # SortedWindow.median of the window before each step's point
+        typical = ordered[:, middle]
+        if size % 2 == 0:
+            typical = (ordered[:, middle - 1] + typical) / 2
+        return (typical > 0) & (grads > th["grad_factor"] * typical)
 
     def _severity(self, size: float) -> tuple[Severity | None, float | None]:
         """Severity of a per-update KL of `size` past the warn floor, and the typical one."""

@@ -12,13 +12,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.columns import (
+    NOT_QUIET,
+    Columns,
+    Ints,
+    Quiet,
+    ago,
+    integral,
+    push_points,
+    run_lengths,
+    silent,
+)
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import CLEARED, Severity, Verdict
+from rlguard_backend.stability.events import CLEARED, SEVERITY_RANK, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
 from rlguard_backend.stability.thresholds import Thresholds
 
+INFO, WARN, CRITICAL = SEVERITY_RANK["info"], SEVERITY_RANK["warn"], SEVERITY_RANK["critical"]
 LENGTH_ADVICE = [
     "Inspect samples for repetition, gibberish or reward hacking.",
     "Use token-level loss aggregation, overlong filtering or a soft overlong penalty (DAPO).",
@@ -59,6 +73,68 @@ class LengthHacking(Detector):
             self._collapse(view, ratio),
             self._entropy_rise(view, ratio),
         )
+
+    def quiet_prefix(self, cols: Columns) -> Quiet:
+        th, n, warm = self.th, cols.n, cols.warm
+        ratio = cols.length_ratio
+        if cols.value("response_length") is None or ratio is None:
+            return silent(n)
+        truncated = cols.smoothed["response_clip_ratio"]
+        lag = th["rise_lookback_steps"]
+        logged = cols.value("response_clip_ratio") is not None
+        if (truncated is not None and not logged) or not integral(lag):
+            return NOT_QUIET  # a truncation EMA with no new points: left to feed()
+        streaks, quiet = {}, {}
+        if truncated is None:
+            long = np.zeros(n, dtype=np.bool_)
+            condition = long
+        else:
+            long = ratio > th["blowup_factor"]
+            before, known = ago(self.truncation_history, cols.steps, truncated, lag)
+            rising = known & (truncated - before > th["truncation_rise"])
+            condition = warm & long & (truncated > th["truncation"]) & rising & ~cols.improving
+        key = "length_blowup"
+        streaks[key] = run_lengths(condition, self.streaks[key])
+        settled = ~long if truncated is None else ~long | (truncated < th["truncation"])
+        quiet[key] = run_lengths(settled, self.quiet[key])
+        short = ratio < th["collapse_factor"]
+        key = "length_collapse"
+        streaks[key], quiet[key] = (
+            run_lengths(warm & short, self.streaks[key]),
+            run_lengths(~short, self.quiet[key]),
+        )
+        factor = th["rise_factor"]
+        both = np.zeros(n, dtype=np.bool_)
+        if cols.rho is not None:
+            both = (cols.rho > factor) & (ratio > factor)
+        key = "entropy_length_rise"
+        streaks[key], quiet[key] = (
+            run_lengths(warm & both, self.streaks[key]),
+            run_lengths(~both, self.quiet[key]),
+        )
+        ranks: dict[str, int | Ints] = {"length_collapse": WARN, "entropy_length_rise": INFO}
+        ranks["length_blowup"] = WARN
+        if truncated is not None:
+            ranks["length_blowup"] = np.where(truncated > th["truncation_critical"], CRITICAL, WARN)
+        if not cols.reward_known:  # capped
+            ranks["length_blowup"] = ranks["length_blowup"] - 1
+        steps = n
+        for key in self.keys:
+            firing, settled = streaks[key] >= th["persistence"], quiet[key] >= th["clear_steps"]
+            steps = min(steps, self.speaks_at(cols, key, firing, ranks[key], settled))
+
+        def advance(begin: int, end: int) -> None:
+            if truncated is not None:
+                push_points(
+                    self.truncation_history, cols.step_list[begin:end], truncated[begin:end]
+                )
+            for key in self.keys:
+                self.streaks[key], self.quiet[key] = (
+                    int(streaks[key][end - 1]),
+                    int(quiet[key][end - 1]),
+                )
+
+        return Quiet(steps, advance)
 
     def _blowup(self, view: StepView, ratio: float, truncated: float | None) -> Verdict | None:
         th = self.th

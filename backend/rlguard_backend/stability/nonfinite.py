@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from rlguard_backend.stability.base import Detector
+from rlguard_backend.stability.columns import NOT_QUIET, Columns, Quiet, clears_at, counting, first
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import CLEARED, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
@@ -68,6 +71,35 @@ class NonFinite(Detector):
                 quiet[key] += 1
             return ()
         return [self._track(key, found, view) for key, found in zip(self.keys, facts, strict=True)]
+
+    def quiet_prefix(self, cols: Columns) -> Quiet:
+        if self.bad_grad_steps:  # trimmed step by step: left to feed()
+            return NOT_QUIET
+        th = self.th
+        facts = np.zeros(cols.n, dtype=np.bool_)  # steps where a rule has facts: it fires
+        kl_loss, ppo_kl = cols.value("kl_loss"), cols.value("ppo_kl")
+        if kl_loss is not None:
+            facts |= kl_loss >= th["kl_loss_clamp"]
+        if ppo_kl is not None:
+            facts |= np.abs(ppo_kl) >= th["ppo_kl_clamp"]
+        sequence_kl = cols.value("kl_ref_seq")
+        if sequence_kl is not None:
+            facts |= sequence_kl < th["sequence_kl_negative"]
+        truncated, reward = cols.value("response_clip_ratio"), cols.value("reward_mean")
+        if truncated is not None and reward is not None:
+            floor = cols.r_min + th["floor_margin"] * (cols.r_max - cols.r_min)
+            facts |= (truncated >= th["truncation_at_floor"]) & (reward <= floor)
+        steps = first(facts)
+        for key in self.open_keys:
+            steps = min(
+                steps, clears_at(True, counting(self.quiet[key], cols.n), th["clear_steps"])
+            )
+
+        def advance(begin: int, end: int) -> None:
+            for key in self.keys:
+                self.quiet[key] += end - begin
+
+        return Quiet(steps, advance)
 
     def missing(self, seen: frozenset[str]) -> str | None:
         if not seen & {*WATCHED_SIGNALS, "grad_norm"}:

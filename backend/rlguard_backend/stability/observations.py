@@ -6,6 +6,9 @@ from collections.abc import Callable, Mapping
 from operator import add, itemgetter, mul, sub
 from typing import Any, NamedTuple
 
+import numpy as np
+
+from rlguard_backend.stability.columns import Bools, Columns, Floats, Ints
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.primitives import (
@@ -13,6 +16,7 @@ from rlguard_backend.stability.primitives import (
     RiseBound,
     Series,
     Trend,
+    _consecutive_x,
     fit_line,
     is_finite,
     json_safe,
@@ -321,6 +325,187 @@ class Observations:
         view.kl_spike_jump = False
         return view
 
+    def columns(self, steps: list[int], values: dict[str, Floats]) -> Columns | None:
+        """The Columns of steps that follow the last one observed, every signal finite on each.
+
+        None when they need the per-step path: before the first step, or while a logged
+        smoothed signal has no baseline yet. Changes nothing: advance() does.
+        """
+        if self.first_step is None:
+            return None
+        kl_ref = self._reference_kl_column(values)
+        if kl_ref is not None:
+            values["kl_ref"] = kl_ref
+        cols = Columns(steps, values)
+        view, n, ema_steps = self.view, cols.n, self._steps_of_emas()
+        for name in SMOOTHED_SIGNALS:
+            current, column = view.smoothed[name], values.get(name)
+            if column is None:
+                cols.smoothed[name] = None if current is None else np.full(n, current)
+                continue
+            last = ema_steps[name]
+            if current is None or last is None or view.baselines[name] is None:
+                return None
+            cols.smoothed[name] = self._ema_column(name, current, last, steps, column)
+        cols.baselines = view.baselines
+        cols.since = cols.steps - self.first_step
+        cols.warmup_steps = view.warmup_steps
+        cols.warm = cols.since >= view.warmup_steps
+        cols.rho = _ratio_column(cols.smoothed["entropy"], view.baselines["entropy"])
+        cols.length_ratio = _ratio_column(
+            cols.smoothed["response_length"], view.baselines["response_length"]
+        )
+        self._reward_columns(cols)
+        return cols
+
+    def advance(self, cols: Columns, begin: int, end: int) -> None:
+        """Observe steps begin..end-1 of `cols` as observe() one at a time would (the steps
+        before them observed already)."""
+        view, last = self.view, cols.step_list[end - 1]
+        ema_steps = self._steps_of_emas()
+        moved = [name for name in SMOOTHED_SIGNALS if name in cols.values]
+        for name in moved:
+            column = cols.smoothed[name]
+            assert column is not None
+            view.smoothed[name], ema_steps[name] = float(column[end - 1]), last
+        # Every moved signal has its baseline: the next step may take the one-pass update.
+        self._group = self._group_of(tuple(moved)) if len(moved) > 1 else None
+        self._together = last if len(moved) > 1 else None
+        rewards = cols.value("reward_mean")
+        if rewards is not None:
+            low, high = self.reward_low, self.reward_high
+            taken = rewards[begin:end]
+            self.reward_low = float(taken.min()) if low is None else min(low, float(taken.min()))
+            self.reward_high = float(taken.max()) if high is None else max(high, float(taken.max()))
+            window = self.rewards
+            window.steps.extend(cols.step_list[begin:end])
+            window.values.extend(taken.tolist())
+            del window.steps[:-REWARD_WINDOW_POINTS], window.values[:-REWARD_WINDOW_POINTS]
+            self._rise_bound = RiseBound(self._trend_points)  # its sums: recomputed when next due
+            view.reward = self._reward_state()
+
+    def _ema_column(
+        self, name: str, current: float, last: int, steps: list[int], values: Floats
+    ) -> Floats:
+        """The EMA after each step: _smooth's `current += alpha * (value - current)`, in order."""
+        alpha_one, half_life = self._alpha_one[name], self._half_lives[name]
+        out: list[float] = []
+        append = out.append
+        if steps[0] == last + 1 and steps[-1] - steps[0] == len(steps) - 1:  # one step apart
+            for value in values.tolist():
+                current += alpha_one * (value - current)
+                append(current)
+            return np.array(out)
+        for step, value in zip(steps, values.tolist(), strict=True):
+            gap = step - last
+            alpha = alpha_one if gap == 1 else _alpha(half_life, gap)
+            current += alpha * (value - current)
+            append(current)
+            last = step
+        return np.array(out)
+
+    def _reference_kl_column(self, values: dict[str, Floats]) -> Floats | None:
+        """_reference_kl for columns; kl_ref_seq only with a length at every step (else the
+        batch is not column-wise: see the suite)."""
+        for name in self._kl_order:
+            if name in values:
+                return values[name]
+        if "kl_ref_seq" in values:
+            length = values.get("response_length")
+            if length is None:
+                return None
+            return values["kl_ref_seq"] / length
+        return None
+
+    def _reward_columns(self, cols: Columns) -> None:
+        """The reward trend's verdicts after each step (RewardState's improving, stagnant and
+        bounds), exact: the rise bound only spares the fits it proves cannot pass."""
+        reward = self.view.reward
+        rewards = cols.value("reward_mean")
+        n = cols.n
+        if rewards is None:  # the view's reward state stays as it is over these steps
+            cols.reward_known = reward.known
+            cols.improving = np.full(n, reward.improving)
+            cols.stagnant = np.full(n, reward.stagnant)
+            cols.r_min, cols.r_max = np.full(n, reward.r_min), np.full(n, reward.r_max)
+            return
+        common = self._common
+        cols.reward_known = True
+        first_low = rewards[0] if self.reward_low is None else self.reward_low
+        first_high = rewards[0] if self.reward_high is None else self.reward_high
+        low = np.minimum.accumulate(np.concatenate(([first_low], rewards)))[1:]
+        high = np.maximum.accumulate(np.concatenate(([first_high], rewards)))[1:]
+        if self._bounds is not None:
+            cols.r_min, cols.r_max = np.full(n, self._bounds[0]), np.full(n, self._bounds[1])
+        else:
+            low = np.where(low == 0.0, 0.0, low)  # `reward_low or 0.0` turns -0.0 into 0.0
+            high = np.where(high == 0.0, 0.0, high)
+            unit = (low >= 0.0) & (high <= 1.0)
+            spread = ~unit & (high > low)
+            cols.r_min = np.where(spread, low, 0.0)
+            cols.r_max = np.where(spread, high, 1.0)
+        span = cols.r_max - cols.r_min
+        limits = common["improving_rise"] * span
+        steps = self.rewards.steps + cols.step_list
+        values = self.rewards.values + rewards.tolist()
+        points = min(self._trend_points, REWARD_WINDOW_POINTS)
+        ends = np.arange(len(self.rewards) + 1, len(values) + 1)
+        improving, settled = self._trend_verdicts(steps, values, ends, points, limits)
+        for t in np.flatnonzero(~settled).tolist():  # too close to call in numpy: exactly
+            end = int(ends[t])
+            start = max(0, end - points)
+            trend = self._improving_trend(steps[start:end], values[start:end], limits[t])
+            improving[t] = trend is not None
+        cols.improving = improving
+        smoothed, start_value = cols.smoothed["reward_mean"], self.view.baselines["reward_mean"]
+        if smoothed is None or start_value is None:
+            cols.stagnant = np.zeros(n, dtype=np.bool_)
+        else:
+            gains = smoothed - start_value
+            cols.stagnant = ~improving & (gains < common["stagnant_gain"] * span)
+
+    def _trend_verdicts(
+        self, steps: list[int], values: list[float], ends: Ints, points: int, limits: Floats
+    ) -> tuple[Bools, Bools]:
+        """For the trend ending at each of `ends`: improving or not, and whether that is
+        settled. _improving_trend's formulas in numpy, whose sums round differently: a
+        verdict is settled only when it holds with a margin far above any rounding (1e-9 of
+        the terms, against ~1e-14); full windows of consecutive steps only."""
+        n = len(ends)
+        improving, settled = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
+        rows = np.flatnonzero(ends >= points)
+        if points < 5 or not rows.size:
+            return improving, settled
+        all_steps = np.array(steps, dtype=np.int64)
+        starts = ends[rows] - points
+        rows = rows[all_steps[ends[rows] - 1] - all_steps[starts] == points - 1]
+        starts = ends[rows] - points
+        windows = np.array(values)[starts[:, None] + np.arange(points)]
+        xs, sx, x_spread = _consecutive_x(points)
+        sy = windows.sum(axis=1)
+        centred_sxy = windows @ np.array(xs) - sx * sy / points
+        slope = centred_sxy / x_spread
+        rise = slope * (points - 1)
+        size = np.abs(windows).max(axis=1)
+        rise_margin = 1e-9 * points * points * size + 1e-300
+        limit = limits[rows]
+        flat = rise + rise_margin <= limit
+        rising = rise - rise_margin > limit  # slope > 0 there: limits are never negative
+        squares = (windows * windows).sum(axis=1)
+        explained = slope * centred_sxy
+        residual = squares - sy * sy / points - explained
+        residual_margin = 1e-9 * (squares + np.abs(explained)) + 1e-300
+        spread = (points - 2) * x_spread
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_low = slope * (1 - 1e-9) / np.sqrt((residual + residual_margin) / spread)
+            t_high = slope * (1 + 1e-9) / np.sqrt((residual - residual_margin) / spread)
+        above = self._common["improving_t_stat"]
+        separated = residual - residual_margin > 0
+        yes = rising & separated & (t_low > above)
+        no = flat | (rising & separated & (t_high <= above))
+        improving[rows], settled[rows] = yes, yes | no
+        return improving, settled
+
     def _reference_kl(self, values: dict[str, float]) -> tuple[float | None, str]:
         """reference_kl() with the placement's order worked out once."""
         for name in self._kl_order:
@@ -404,6 +589,15 @@ class Observations:
             return seen_low, seen_high, note
         return 0.0, 1.0, "assumed [0, 1]"
 
+    def _improving_trend(self, steps: list[int], values: list[float], limit: float) -> Trend | None:
+        """The trend of these points when it shows improvement (a fitted rise above `limit`
+        and a t-statistic above improving_t_stat), else None."""
+        line = fit_line(steps, values)
+        if line is None or line.fitted_rise <= limit:
+            return None
+        trend = line.trend()
+        return trend if trend.t_stat > self._common["improving_t_stat"] else None
+
     def _reward_state(self) -> RewardState:
         """Depends only on the reward window, bounds and the reward EMA and baseline: all three
         change only when a finite reward arrives, so it is rebuilt only then."""
@@ -418,10 +612,8 @@ class Observations:
         limit = common["improving_rise"] * span
         trend, improving = None, False
         if not self._surely_below(limit):
-            line = fit_line(rewards.steps[-points:], rewards.values[-points:])
-            if line is not None and line.fitted_rise > limit:
-                trend = line.trend()
-                improving = trend.t_stat > common["improving_t_stat"]
+            trend = self._improving_trend(rewards.steps[-points:], rewards.values[-points:], limit)
+            improving = trend is not None
         smoothed, start = self.view.smoothed["reward_mean"], self.view.baselines["reward_mean"]
         gain = None if smoothed is None or start is None else smoothed - start
         stagnant = not improving and gain is not None and gain < common["stagnant_gain"] * span
@@ -450,6 +642,13 @@ def _alpha(half_life_steps: float, gap: int) -> float:
 
 def _ratio(current: float | None, start: float | None) -> float | None:
     """A smoothed value over its baseline (rho for entropy), None while either is unknown."""
+    if current is None or not start:
+        return None
+    return current / start
+
+
+def _ratio_column(current: Floats | None, start: float | None) -> Floats | None:
+    """_ratio after each step (None when the start is unknown or zero, as _ratio says)."""
     if current is None or not start:
         return None
     return current / start

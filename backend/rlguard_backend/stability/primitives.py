@@ -115,6 +115,11 @@ class SortedWindow(Window):
         insort(ordered, x)
         self.append(x)
 
+    def push_all(self, values: list[float]) -> None:
+        """push() each value in order."""
+        self.extend(values)
+        self._sorted = sorted(self)
+
     def median(self) -> float:
         """median(self), bit for bit."""
         ordered = self._sorted

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
 from operator import itemgetter
 from typing import Any
+
+import numpy as np
 
 from rlguard_backend.signals import ALIAS_PRIORITY, canonical_signal
 from rlguard_backend.stability.base import Detector
 from rlguard_backend.stability.clipfrac import ClipFraction
+from rlguard_backend.stability.columns import Columns, Quiet
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.entropy import EntropyCollapse
 from rlguard_backend.stability.entropy_cov import EntropyCovLeading
@@ -38,6 +42,8 @@ DETECTOR_TYPES: tuple[type[Detector], ...] = (
 )
 STATE_VERSION = 3  # 2: streaks are plain ints; 3: windows packed, their sizes not in state
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
+MIN_COLUMN_STEPS = 8  # fewer steps go through feed(): the columns' set-up would cost more
+COLUMN_BACKOFF_STEPS = 50  # after column-wise attempts fed nothing: feed() 100, then 200 steps
 _NON_FINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -68,6 +74,9 @@ class DetectorSuite:
         self._seen: set[str] = set()
         self._plans: dict[tuple[str, ...], _Plan] = {}
         self._last_plan: _Plan | None = None  # the previous step's
+        self.fast_steps = 0  # steps fed column-wise (feed_many), over this object's life
+        self._column_misses = 0  # column-wise attempts in a row that fed nothing
+        self._column_wait = 0  # steps to feed() before the next column-wise attempt
         self._observations.view.emits = self._alerts.emits
         if state:
             self._load(_restore_non_finite(state))
@@ -103,6 +112,37 @@ class DetectorSuite:
                 event = alerts.apply(detector.id, verdict, step, secondary)
                 if event is not None:
                     events.append(event)
+        return events
+
+    def feed_many(self, steps: Sequence[tuple[int, Mapping[str, float]]]) -> list[AlertEvent]:
+        """feed() each step in order: the same events and the same state, usually faster.
+
+        The leading steps that log the same keys, all finite floats, go column-wise for as
+        long as every detector can show that none of its rules fires or clears on them
+        (columns.py); the rest go through feed().
+        """
+        events: list[AlertEvent] = []
+        cols = None
+        if len(steps) >= MIN_COLUMN_STEPS and self._column_wait <= 0:
+            cols = self._columns(steps)  # None when the batch does not start column-wise
+        at = 0
+        quiet: dict[int, tuple[int, Quiet]] = {}  # detector index -> (from step index, quiet)
+        while at < len(steps):
+            if cols is not None and cols.n - at >= MIN_COLUMN_STEPS:
+                done = self._feed_quiet(cols, at, quiet)
+                # None fed: the run is busy: feed() the next steps before trying again,
+                # twice as many after each miss in a row.
+                self._column_misses = 0 if done else self._column_misses + 1
+                self._column_wait = (
+                    0 if done else COLUMN_BACKOFF_STEPS << min(self._column_misses, 2)
+                )
+                cols = cols if done else None
+                at += done
+            if at < len(steps):  # the step a rule fires or clears at, or one not column-wise
+                step, values = steps[at]
+                events += self.feed(step, values)
+                self._column_wait -= 1
+                at += 1
         return events
 
     def readable(self, values: Mapping[str, float]) -> dict[str, float]:
@@ -161,6 +201,71 @@ class DetectorSuite:
         # A detector none of whose signals these keys carry has nothing to do on their steps.
         detectors = [d for d in self._detectors if d.reads is None or d.reads & ranked.keys()]
         return _Plan(keys, singles, several, detectors)
+
+    def _columns(self, steps: Sequence[tuple[int, Mapping[str, float]]]) -> Columns | None:
+        """The Columns of the leading steps of `steps` that can go column-wise: past the last
+        step fed, in step order, with this run's known key set, every value a finite float
+        (MIN_COLUMN_STEPS at least); None when there are too few. Changes nothing."""
+        last = self._last_step
+        if last is None:
+            return None
+        keys = tuple(steps[0][1])
+        plan = self._plan_of(steps[0][1])
+        take = plan.take
+        if take is None:
+            return None
+        numbers: list[int] = []
+        for step, values in steps:
+            if type(step) is not int or step <= last or tuple(values) != keys:
+                break
+            numbers.append(step)
+            last = step
+        rows = [take(values) for _, values in steps[: len(numbers)]]
+        if len(rows) < MIN_COLUMN_STEPS or set(map(type, chain.from_iterable(rows))) != _FLOATS:
+            return None
+        matrix = np.array(rows, dtype=np.float64)
+        finite = np.isfinite(matrix).all(axis=1)
+        if not finite.all():
+            del numbers[int(np.argmin(finite)) :]
+            matrix = matrix[: len(numbers)]
+            if len(numbers) < MIN_COLUMN_STEPS:
+                return None
+        columns = {name: matrix[:, j] for j, name in enumerate(plan.names)}
+        cols = self._observations.columns(numbers, columns)
+        if cols is None or (
+            "kl_ref" in cols.values and not np.isfinite(cols.values["kl_ref"]).all()
+        ):
+            return None
+        cols.alerts, cols.detectors, cols.names = self._alerts, plan.detectors, plan.names
+        return cols
+
+    def _feed_quiet(self, cols: Columns, at: int, quiet: dict[int, tuple[int, Quiet]]) -> int:
+        """Feed the steps of `cols` from index `at` on for as long as no detector says
+        anything; returns how many.
+
+        `quiet` keeps each detector's verdict on the columns between calls for one batch: the
+        observations of every step are in `cols` from the start, and a detector that was
+        silent on the step feed() took in between (at - 1) is where its verdict said it would
+        be, so only the detectors that spoke there look again.
+        """
+        tail = None
+        end = cols.n
+        for index, detector in enumerate(cols.detectors):
+            entry = quiet.get(index)
+            if entry is None or entry[0] + entry[1].steps < at:
+                if tail is None:
+                    tail = cols.tail(at) if at else cols
+                entry = quiet[index] = at, detector.quiet_prefix(tail)
+            end = min(end, entry[0] + entry[1].steps)
+            if end <= at:
+                return 0
+        self._observations.advance(cols, at, end)
+        for base, verdict in quiet.values():
+            verdict.advance(at - base, end - base)
+        self._seen.update(cols.names)
+        self._last_step = cols.step_list[end - 1]
+        self.fast_steps += end - at
+        return end - at
 
     def _after_nan(self) -> bool:
         """Alerts raised while D1's non-finite CRITICAL is open are secondary to it."""
@@ -262,6 +367,7 @@ class _Plan:
 
 
 _FLOATS_ONLY = {float}
+_FLOATS = frozenset(_FLOATS_ONLY)
 
 
 def _finite(values: dict[str, float]) -> dict[str, float]:

@@ -1,0 +1,744 @@
+"""feed_many: a batch of steps gives exactly the events, in order, and the state of feeding its
+steps one by one with feed().
+
+Every case feeds one suite step by step and another batch by batch (optionally rebuilt from
+its dumped state between batches) and compares events and dump_state() after every batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from benchmarks import detectors as detector_bench
+from benchmarks import ingest as ingest_bench
+from rlguard_backend.stability import DETECTOR_TYPES, AlertEvent, DetectorSuite
+
+from .scenarios import SCENARIOS, Scenario, base_config, clip01, healthy, s8
+
+Run = list[tuple[int, dict[str, Any]]]
+SEEDS = (0, 1, 2)
+
+
+def split(run: Run, sizes: Sequence[int]) -> list[Run]:
+    """Consecutive batches of the given sizes (cycled; a 0 is an empty batch) covering `run`."""
+    assert any(size > 0 for size in sizes)
+    batches, start, index = [], 0, 0
+    while start < len(run):
+        size = sizes[index % len(sizes)]
+        batches.append(run[start : start + size])
+        start, index = start + size, index + 1
+    return batches
+
+
+def random_sizes(seed: int, total: int, high: int = 150, empty_share: float = 0.0) -> list[int]:
+    """Batch sizes drawn from 1..high (0 with probability empty_share) summing to >= total."""
+    rng = random.Random(seed)
+    sizes: list[int] = []
+    while sum(sizes) < total:
+        sizes.append(0 if rng.random() < empty_share else rng.randint(1, high))
+    return sizes
+
+
+def first_difference(want: Any, have: Any, path: str) -> str | None:
+    """Where two JSON-like structures first differ, by JSON text or by type; None if nowhere."""
+    if isinstance(want, dict) and isinstance(have, dict):
+        for key in sorted(want.keys() | have.keys(), key=str):
+            if key not in have or key not in want:
+                side = "per-step feed" if key in want else "feed_many"
+                return f"{path}[{key!r}] only in the {side} suite's"
+            found = first_difference(want[key], have[key], f"{path}[{key!r}]")
+            if found:
+                return found
+        return None
+    if isinstance(want, list) and isinstance(have, list) and len(want) == len(have):
+        for index, (a, b) in enumerate(zip(want, have, strict=True)):
+            found = first_difference(a, b, f"{path}[{index}]")
+            if found:
+                return found
+        return None
+    if type(want) is not type(have) or _text(want) != _text(have):
+        return (
+            f"{path}: per-step feed {want!r} ({type(want).__name__}), "
+            f"feed_many {have!r} ({type(have).__name__})"
+        )
+    return None
+
+
+def _text(value: Any) -> str:
+    try:
+        return json.dumps(value, sort_keys=True)
+    except TypeError:  # not JSON at all (a numpy scalar): never equal to what feed() gives
+        return f"<not JSON: {value!r}>"
+
+
+PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
+
+
+def foreign(value: Any, path: str) -> str | None:
+    """The first value not of a plain JSON type itself (a numpy float is a float subclass and
+    encodes like one), None if there is none."""
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            found = foreign(key, f"{path} key") or foreign(item, f"{path}[{key!r}]")
+            if found:
+                return found
+    elif kind is list:
+        for index, item in enumerate(value):
+            found = foreign(item, f"{path}[{index}]")
+            if found:
+                return found
+    elif kind not in PLAIN:
+        return f"{path}: feed_many's {value!r} is a {kind.__name__}"
+    return None
+
+
+def event_difference(want: list[AlertEvent], have: Any) -> str | None:
+    """The first differing event (by ==, JSON text or type), None when both lists agree."""
+    if type(have) is not list:
+        return f"feed_many returned a {type(have).__name__}, not a list"
+    for index, (a, b) in enumerate(zip(want, have, strict=False)):
+        if type(b) is not AlertEvent or a != b:
+            return f"event {index}: per-step feed {a!r}, feed_many {b!r}"
+        found = foreign(vars(b), f"event {index}")
+        if found is None and _text(vars(a)) != _text(vars(b)):
+            found = first_difference(vars(a), vars(b), f"event {index}")
+        if found:
+            return found
+    if len(want) != len(have):
+        extra = (want if len(want) > len(have) else have)[min(len(want), len(have))]
+        return f"{len(want)} events per step, {len(have)} from feed_many; first extra {extra!r}"
+    return None
+
+
+def check_batches(
+    label: str,
+    config: dict[str, Any],
+    run: Run,
+    sizes: Sequence[int],
+    thresholds: dict[str, Any] | None = None,
+    rebuild: bool = False,
+) -> tuple[list[AlertEvent], DetectorSuite]:
+    """Feed `run` step by step to one suite and in batches of `sizes` through feed_many to
+    another; after every batch both must have given the same events and dumped the same state.
+
+    rebuild=True restores the batch-fed suite from its JSON-encoded state after every batch.
+    Returns all events and the batch-fed suite (the last one built).
+    """
+    stepwise = DetectorSuite(config, thresholds)
+    batched = DetectorSuite(config, thresholds)
+    events: list[AlertEvent] = []
+    for index, batch in enumerate(split(run, sizes)):
+        where = f"{label}, batch {index} ({len(batch)} entries"
+        where += f", steps {batch[0][0]}..{batch[-1][0]})" if batch else ")"
+        copies = [(step, dict(values)) for step, values in batch]
+        want = [event for step, values in copies for event in stepwise.feed(step, values)]
+        have = batched.feed_many(batch)
+        difference = event_difference(want, have)
+        assert difference is None, f"{where}: events differ: {difference}"
+        assert batch == copies, f"{where}: feed_many changed its input"
+        want_state, have_state = stepwise.dump_state(), batched.dump_state()
+        have_text = json.dumps(have_state, sort_keys=True)
+        if json.dumps(want_state, sort_keys=True) != have_text:
+            found = first_difference(want_state, have_state, "state")
+            raise AssertionError(f"{where}: dump_state differs: {found}")
+        found = foreign(have_state, "state")  # the same text, but of other types
+        assert found is None, f"{where}: dump_state differs: {found}"
+        assert batched.missing() == stepwise.missing(), f"{where}: missing() differs"
+        if rebuild:
+            batched = DetectorSuite(config, thresholds, state=json.loads(have_text))
+        events += want
+    return events, batched
+
+
+def kinds(events: list[AlertEvent]) -> Counter[tuple[str, str, str]]:
+    return Counter((event.detector, event.key, event.action) for event in events)
+
+
+def fired(events: list[AlertEvent]) -> set[tuple[str, str]]:
+    return {(event.detector, event.key) for event in events}
+
+
+# The §4 scenarios of scenarios.py.
+
+BY_SIZE = [(s, seed, rebuild) for s in SCENARIOS for seed in SEEDS for rebuild in (False, True)]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "seed", "rebuild"),
+    BY_SIZE,
+    ids=[f"{s.name}-seed{seed}{'-rebuilt' * r}" for s, seed, r in BY_SIZE],
+)
+def test_scenarios_in_batches_of_100(scenario: Scenario, seed: int, rebuild: bool) -> None:
+    events, _ = check_batches(
+        f"{scenario.name} seed {seed}", scenario.config, scenario.run(seed), [100], rebuild=rebuild
+    )
+    assert events or not scenario.must_fire
+
+
+SIZINGS: dict[str, list[int] | None] = {"1": [1], "7": [7], "37": [37], "random": None}
+BY_SIZING = [(s, name) for s in SCENARIOS for name in SIZINGS]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "sizing"), BY_SIZING, ids=[f"{s.name}-by{name}" for s, name in BY_SIZING]
+)
+def test_scenarios_in_batches_of_other_sizes(scenario: Scenario, sizing: str) -> None:
+    seed = 5
+    sizes = SIZINGS[sizing] or random_sizes(seed, scenario.steps)
+    label = f"{scenario.name} seed {seed} sizes {sizes}"
+    events, _ = check_batches(label, scenario.config, scenario.run(seed), sizes)
+    assert events or not scenario.must_fire
+
+
+# The benchmarks' runs.
+
+
+@pytest.mark.parametrize("rebuild", [False, True], ids=["cached", "rebuilt"])
+@pytest.mark.parametrize("collapsing", [False, True], ids=["healthy", "collapsing"])
+def test_detector_benchmark_runs(collapsing: bool, rebuild: bool) -> None:
+    run = detector_bench.make_run(collapsing)
+    label = f"benchmarks.detectors make_run({collapsing}) seed {detector_bench.SEED}"
+    events, _ = check_batches(label, detector_bench.CONFIG, run, [100], rebuild=rebuild)
+    assert events
+    if collapsing:
+        assert ("entropy_collapse", "entropy_collapse", "update") in kinds(events)
+
+
+@pytest.mark.parametrize("config", [{}, detector_bench.CONFIG], ids=["no-config", "config"])
+def test_ingest_benchmark_run(config: dict[str, Any]) -> None:
+    run: Run = [(step, ingest_bench.step_values(step)) for step in range(3000)]
+    check_batches(f"benchmarks.ingest steps, config {config}", config, run, [100])
+
+
+def test_fast_path_taken_on_the_healthy_benchmark_run() -> None:
+    """feed_many must not silently fall back to feed() on every step of a quiet run."""
+    run, size = detector_bench.make_run(False), 100
+    suite = DetectorSuite(detector_bench.CONFIG)
+    suite.feed_many(run[:size])
+    after_first = suite.fast_steps
+    for start in range(size, len(run), size):
+        suite.feed_many(run[start : start + size])
+    fast, fed = suite.fast_steps - after_first, len(run) - size
+    assert fast >= 0.8 * fed, f"{fast} of the {fed} steps after the first batch took the fast path"
+    assert "fast_steps" not in json.dumps(suite.dump_state())
+
+
+# Faults injected at random steps, inside batches.
+
+FAULTS = (
+    "nan",
+    "posinf",
+    "neginf",
+    "clamp",
+    "outlier",
+    "dropped_key",
+    "key_sets",
+    "key_order",
+    "step_gap",
+    "int_value",
+    "bool_value",
+    "string_value",
+    "stale_step",
+    "unknown_key",
+    "empty_batch",
+)
+NON_FINITE = {"nan": math.nan, "posinf": math.inf, "neginf": -math.inf}
+NON_FINITE_KEYS = ("actor/entropy", "actor/grad_norm", "actor/kl_loss", "critic/score/mean")
+
+
+def _fault(kind: str, t: int, values: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """`values` with one fault of `kind` at training step t."""
+    keys = list(values)
+    if kind in NON_FINITE:
+        values[rng.choice(NON_FINITE_KEYS)] = NON_FINITE[kind]
+    elif kind == "clamp":  # D1's other rules: pinned at the k3 / log-ratio clamp, floor
+        choice = rng.randrange(3)
+        if choice == 0:
+            values["actor/kl_loss"] = 9.95
+        elif choice == 1:
+            values["actor/ppo_kl"] = 19.95
+        else:
+            values["response_length/clip_ratio"], values["critic/score/mean"] = 1.0, 0.0
+    elif kind == "outlier":  # finite, but far off: single-step rules fire (D4, D1, ...)
+        key = rng.choice(keys)
+        values[key] = values[key] * rng.choice((-3.0, 0.0, 30.0, 1e6)) + rng.random() * 0.5
+    elif kind == "dropped_key":
+        del values[rng.choice(keys)]
+    elif kind == "key_sets":  # many different key sets (more than the suite caches)
+        for key in rng.sample(keys, rng.randint(1, len(keys) - 2)):
+            del values[key]
+    elif kind == "key_order":
+        rng.shuffle(keys)
+        values = {key: values[key] for key in keys}
+    elif kind == "int_value":
+        if rng.random() < 0.5:
+            values["actor/kl_coef"] = 1
+        else:
+            key = rng.choice(keys)
+            values[key] = round(values[key])
+    elif kind == "bool_value":
+        values[rng.choice(keys)] = rng.random() < 0.5
+    elif kind == "string_value":
+        values[rng.choice(keys)] = rng.choice(["0.5", "nan", "", "n/a"])
+    elif kind == "unknown_key":
+        values["system/gpu0/util"] = 90.0 + t % 7
+        if rng.random() < 0.3:
+            values["custom/anything"] = math.nan
+    return values
+
+
+def collapsing(t: int, values: dict[str, Any], rng: random.Random, steps: int) -> dict[str, Any]:
+    """A healthy step's values changed: entropy collapsed with identical groups at 150..399,
+    recovered from 400 on (with rising reward)."""
+    if 150 <= t < 400:
+        values["actor/entropy"] = 0.03 + 0.005 * rng.gauss(0, 1)
+        values["frac_reward_zero_std"] = clip01(0.9 + 0.02 * rng.gauss(0, 1))
+        values["critic/score/mean"] = 0.5 + 0.03 * rng.gauss(0, 1)
+    elif t >= 400:
+        values["actor/entropy"] = 0.5 + 0.01 * rng.gauss(0, 1)
+        values["critic/score/mean"] = 0.5 + 0.6 * (t - 400) / steps + 0.03 * rng.gauss(0, 1)
+    return values
+
+
+def fuzzed_run(kind: str, seed: int, steps: int = 500, base: str = "healthy") -> Run:
+    """A run with faults of `kind` (or of every kind, "mixed") in bursts at random steps.
+
+    base "healthy": scenarios.healthy(); "collapse": collapse_and_recover(), whose alerts open,
+    update and clear around the faults.
+    """
+    rng = random.Random(seed)
+    run: Run = []
+    step, burst, burst_kind = -1, 0, kind
+    for t in range(steps):
+        values: dict[str, Any] = healthy(t, rng)
+        if base == "collapse":
+            values = collapsing(t, values, rng, steps)
+        if burst == 0 and rng.random() < (0.02 if kind == "mixed" else 0.03):
+            burst = rng.choice((1, 1, 1, 2, 3, 12))
+            burst_kind = rng.choice(FAULTS) if kind == "mixed" else kind
+        faulty, burst = burst > 0, max(0, burst - 1)
+        step += rng.randint(2, 60) if faulty and burst_kind == "step_gap" else 1
+        if faulty:
+            values = _fault(burst_kind, t, values, rng)
+        run.append((step, values))
+        if faulty and burst_kind == "stale_step":  # a repeat or an older step: ignored
+            stale = {key: math.nan for key in values}
+            run.append((step - rng.randint(0, min(step, 5)), stale))
+    return run
+
+
+BY_FAULT = [
+    (kind, seed, base)
+    for kind in FAULTS
+    for seed, base in ((10, "healthy"), (11, "healthy"), (12, "collapse"), (13, "collapse"))
+]
+
+
+@pytest.mark.parametrize("rebuild", [False, True], ids=["cached", "rebuilt"])
+@pytest.mark.parametrize(
+    ("kind", "seed", "base"),
+    BY_FAULT,
+    ids=[f"{kind}-seed{seed}-{base}" for kind, seed, base in BY_FAULT],
+)
+def test_faults_injected_inside_batches(kind: str, seed: int, base: str, rebuild: bool) -> None:
+    run = fuzzed_run(kind, seed, base=base)
+    empty_share = 0.3 if kind == "empty_batch" else 0.0
+    sizes = random_sizes(seed, len(run), high=80, empty_share=empty_share)
+    label = f"fault {kind} on {base} run seed {seed} sizes {sizes}"
+    events, _ = check_batches(label, base_config(500), run, sizes, rebuild=rebuild)
+    if kind in (*NON_FINITE, "clamp"):
+        assert any(event.detector == "nonfinite" for event in events)
+    if kind == "outlier":
+        assert any(event.detector != "entropy_collapse" for event in events)
+    if base == "collapse":
+        assert any(event.detector == "entropy_collapse" for event in events)
+
+
+@pytest.mark.parametrize("rebuild", [False, True], ids=["cached", "rebuilt"])
+@pytest.mark.parametrize("seed", range(20, 26))
+def test_mixed_faults_inside_batches(seed: int, rebuild: bool) -> None:
+    run = fuzzed_run("mixed", seed, steps=1500)
+    sizes = random_sizes(seed, len(run), empty_share=0.05)
+    events, _ = check_batches(
+        f"mixed faults seed {seed} sizes {sizes}", base_config(1500), run, sizes, rebuild=rebuild
+    )
+    assert events
+
+
+def test_stale_steps_at_batch_starts_and_whole_stale_batches() -> None:
+    run = [(t, healthy(t, random.Random(t))) for t in range(200)]
+    stale = {key: math.nan for key in run[0][1]}
+    batches: list[Run] = []
+    for start in range(0, 200, 20):
+        batch = run[start : start + 20]
+        if start:  # the last step of the previous batch again, then an older one
+            batch = [(start - 1, stale), (start - 7, stale), *batch]
+        batches += [batch, [(start + 19, stale), (start, stale)], []]
+    flat = [entry for batch in batches for entry in batch]
+    check_batches("stale steps at batch starts", base_config(200), flat, [len(b) for b in batches])
+
+
+# Runs built to make rules fire mid-batch and clear again, under various run configs.
+
+
+def collapse_and_recover(seed: int, steps: int = 700, scale: tuple[float, float] = (0, 1)) -> Run:
+    """Healthy until 150, entropy collapsed until 400, then recovered; rewards mapped from
+    [0, 1] onto [scale[0], scale[1]]."""
+    rng, run = random.Random(seed), []
+    low, high = scale
+    for t in range(steps):
+        values = collapsing(t, healthy(t, rng), rng, steps)
+        values["critic/score/mean"] = low + (high - low) * values["critic/score/mean"]
+        run.append((t, values))
+    return run
+
+
+@pytest.mark.parametrize("rebuild", [False, True], ids=["cached", "rebuilt"])
+@pytest.mark.parametrize("sizing", ["100", "37", "random"])
+def test_entropy_collapse_opens_updates_and_clears_mid_batch(sizing: str, rebuild: bool) -> None:
+    seed = 30
+    sizes = random_sizes(seed, 700) if sizing == "random" else [int(sizing)]
+    events, _ = check_batches(
+        f"collapse and recover seed {seed} sizes {sizes}",
+        base_config(700),
+        collapse_and_recover(seed),
+        sizes,
+        rebuild=rebuild,
+    )
+    found = kinds(events)
+    for action in ("open", "update", "resolve"):
+        assert found[("entropy_collapse", "entropy_collapse", action)], (action, found)
+
+
+def spikes_on_policy(seed: int, steps: int = 400) -> Run:
+    """U == 1: ppo_kl must be 0, yet it is 0.01 at 100..103 and 200..319."""
+    rng, run = random.Random(seed), []
+    for t in range(steps):
+        values = healthy(t, rng)
+        if 100 <= t < 104 or 200 <= t < 320:
+            values["actor/ppo_kl"] = 0.01 * math.exp(0.1 * rng.gauss(0, 1))
+        run.append((t, values))
+    return run
+
+
+@pytest.mark.parametrize("sizing", ["100", "random"])
+def test_one_update_per_batch(sizing: str) -> None:
+    """clip_inactive opens at the first step and stays open; logprob_mismatch opens, updates,
+    clears."""
+    seed = 31
+    sizes = random_sizes(seed, 400) if sizing == "random" else [100]
+    config = base_config(400, updates_per_batch=1)
+    events, suite = check_batches(
+        f"U=1 seed {seed} sizes {sizes}", config, spikes_on_policy(seed), sizes
+    )
+    found = kinds(events)
+    assert found[("clipfrac", "clip_inactive", "open")] == 1
+    assert not found[("clipfrac", "clip_inactive", "resolve")]
+    for action in ("open", "update", "resolve"):
+        assert found[("kl_spike", "logprob_mismatch", action)], (action, found)
+    assert "clipfrac|clip_inactive" in suite.dump_state()["alerts"]
+
+
+def reward_kl_run(seed: int, steps: int = 500) -> Run:
+    """In-reward KL with its coefficient and the reward spread logged: the penalty is negligible
+    until 200 (kl_penalty_ineffective), then dominant while reward stagnates (D5)."""
+    rng, run = random.Random(seed), []
+    for t in range(steps):
+        values = healthy(t, rng)
+        del values["actor/kl_loss"], values["actor/kl_coef"]
+        values["actor/reward_kl_penalty"] = 0.05 * math.exp(0.05 * rng.gauss(0, 1))
+        values["actor/reward_kl_penalty_coeff"] = 1e-4 if t < 200 else 0.02
+        values["reward_std"] = 0.3 + 0.01 * rng.gauss(0, 1)
+        if t >= 200:
+            values["critic/score/mean"] = 0.25 + 0.03 * rng.gauss(0, 1)
+        run.append((t, values))
+    return run
+
+
+@pytest.mark.parametrize("controller", ["fixed", "adaptive"])
+def test_reward_kl_placement(controller: str) -> None:
+    seed = 32
+    config = base_config(
+        500,
+        kl_placement="reward",
+        kl_estimator="k1",
+        kl_controller=controller,
+        kl_target=0.1,
+        kl_horizon=10000,
+        sequences_per_step=1024,
+    )
+    sizes = random_sizes(seed, 500)
+    events, _ = check_batches(
+        f"in-reward KL ({controller}) seed {seed} sizes {sizes}", config, reward_kl_run(seed), sizes
+    )
+    assert {("kl_runaway", "kl_penalty_ineffective"), ("kl_penalty", "kl_penalty_strong")} <= fired(
+        events
+    )
+
+
+REWARD_CONFIGS = {
+    "bounds": base_config(700, reward_min=-5.0, reward_max=20.0),
+    "no-bounds": {k: v for k, v in base_config(700).items() if not k.startswith("reward_")},
+    "wrong-bounds": base_config(700),
+}
+
+
+@pytest.mark.parametrize("name", list(REWARD_CONFIGS))
+def test_rewards_outside_unit_interval(name: str) -> None:
+    seed = 33
+    run = collapse_and_recover(seed, scale=(-5.0, 20.0))
+    sizes = random_sizes(seed, len(run))
+    events, _ = check_batches(
+        f"rewards in [-5, 20], {name} seed {seed}", REWARD_CONFIGS[name], run, sizes
+    )
+    assert events
+
+
+def test_long_warmup_only_non_finite_rules_fire() -> None:
+    seed = 34
+    run = s8(random.Random(seed), 400)
+    config = base_config(400, planned_steps=1_000_000)
+    events, _ = check_batches(f"S8 with planned_steps 1e6 seed {seed}", config, run, [100, 37])
+    assert events and {event.detector for event in events} == {"nonfinite"}
+
+
+THRESHOLD_CASES = {
+    "per-run": ({"entropy_collapse": {"persistence": 1}, "common.update_interval_steps": 7}, None),
+    "server": ({}, {"entropy_collapse.persistence": 1, "common": {"update_interval_steps": 13}}),
+    "both": (
+        {"entropy_collapse": {"clear_steps": 3}, "length": {"persistence": 2}},
+        {"entropy_collapse.clear_steps": 30, "kl_spike": {"grad_factor": 2.0}},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(THRESHOLD_CASES))
+def test_threshold_overrides(name: str) -> None:
+    per_run, server = THRESHOLD_CASES[name]
+    config = base_config(700, rlguard_thresholds=per_run)
+    seed = 35
+    sizes = random_sizes(seed, 700)
+    events, _ = check_batches(
+        f"thresholds {name} seed {seed} sizes {sizes}",
+        config,
+        collapse_and_recover(seed),
+        sizes,
+        thresholds=server,
+    )
+    assert ("entropy_collapse", "entropy_collapse", "update") in kinds(events)
+
+
+def probes_run(seed: int, steps: int = 500) -> Run:
+    """The covariance probe and the upper / lower / dual clip fractions, each firing a while.
+
+    cov_logp_adv positive until 200 (entropy_cov_leading), then negative; upper clipping 5x the
+    lower at 100..159 (clip_asymmetry); dual clip at 250..289 (dual_clip). Some steps log a
+    second key for a signal, or the preferred key with a value that is no number.
+    """
+    rng, run = random.Random(seed), []
+    for t in range(steps):
+        values: dict[str, Any] = healthy(t, rng)
+        values["probe/cov_logp_adv"] = (0.05 if t < 200 else -0.05) + 0.02 * rng.gauss(0, 1)
+        lopsided = 100 <= t < 160
+        values["actor/ppo_ratio_high_clipfrac"] = 0.05 if lopsided else 0.003
+        values["actor/ppo_ratio_low_clipfrac"] = 0.002 if lopsided else 0.003
+        values["actor/pg_clipfrac_lower"] = 0.01 if 250 <= t < 290 else 0.0
+        if t % 13 == 0:
+            values["clip_ratio/high_mean"] = "n/a"  # preferred key, no number: the other wins
+        if t % 17 == 0:
+            values["clip_ratio/region_mean"] = values["actor/pg_clipfrac"] * 1.1
+            values["actor/entropy_cov"] = values["probe/cov_logp_adv"]
+        run.append((t, values))
+    return run
+
+
+@pytest.mark.parametrize("rebuild", [False, True], ids=["cached", "rebuilt"])
+@pytest.mark.parametrize("sizing", ["100", "random"])
+def test_covariance_probe_and_clip_sides(sizing: str, rebuild: bool) -> None:
+    seed = 36
+    sizes = random_sizes(seed, 500) if sizing == "random" else [100]
+    config = base_config(500, clip_ratio=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0)
+    events, _ = check_batches(
+        f"probes seed {seed} sizes {sizes}", config, probes_run(seed), sizes, rebuild=rebuild
+    )
+    found = kinds(events)
+    for key in ("entropy_cov_leading", "clip_asymmetry", "dual_clip"):
+        detector = "entropy_cov_leading" if key == "entropy_cov_leading" else "clipfrac"
+        assert found[(detector, key, "open")] and found[(detector, key, "resolve")], (key, found)
+
+
+def test_cases_exercise_every_detector() -> None:
+    """The runs above make every detector speak, so equal events are not vacuous."""
+    runs = [(s.config, s.run(0)) for s in SCENARIOS]
+    runs += [(base_config(500), probes_run(36)), (base_config(700), collapse_and_recover(30))]
+    detectors = set()
+    for config, run in runs:
+        suite = DetectorSuite(config)
+        detectors |= {event.detector for step, values in run for event in suite.feed(step, values)}
+    assert detectors == {kind.id for kind in DETECTOR_TYPES}
+
+
+# Each rule firing, and clearing, in the middle of batches that otherwise go column-wise: the
+# column-wise path must stop exactly where feed() would speak, and move every count as it does.
+
+QUIET_CONFIG = {
+    "updates_per_batch": 4,
+    "kl_placement": "loss",
+    "kl_coef": 0.001,
+    "ppo_kl_target": 0.01,
+    "reward_min": 0.0,
+    "reward_max": 1.0,
+}
+CHANGE_AT, CHANGE_UNTIL, STEPS = 260, 420, 700
+
+
+def quiet_step(t: int) -> dict[str, float]:
+    """A run in which nothing happens: every signal the detectors read, with a small wobble."""
+    wobble = math.sin(t * 0.7)
+    return {
+        "actor/entropy": 0.6 + 0.004 * wobble,
+        "actor/ppo_kl": 1e-4 * (1.5 + wobble),
+        "actor/pg_clipfrac": 0.002 * (1.5 + wobble),
+        "actor/pg_clipfrac_lower": 0.0,
+        "actor/kl_loss": 0.004 + 2e-4 * wobble,
+        "actor/kl_coef": 0.001,
+        "actor/grad_norm": 0.5 + 0.05 * wobble,
+        "actor/pg_loss": 0.01 * wobble,
+        "critic/score/mean": 0.3 + 0.6 * t / STEPS + 0.01 * wobble,  # improving
+        "frac_reward_zero_std": 0.2 + 0.01 * wobble,
+        "response_length/mean": 300 + 3 * wobble,
+        "response_length/clip_ratio": 0.01 + 0.001 * wobble,
+        "system/gpu0/util": 90 + wobble,
+    }
+
+
+def _flat_reward(t: int) -> float:
+    """A reward back at its start and flat: stagnant (several rules need it)."""
+    return 0.3 + 0.01 * math.sin(t * 0.7)
+
+
+def _ramp(t: int) -> float:
+    """0 before CHANGE_AT, rising to 1 over 20 steps, 1 until CHANGE_UNTIL, then 0 again."""
+    return 0.0 if t >= CHANGE_UNTIL else clip01((t - CHANGE_AT) / 20)
+
+
+CHANGES: dict[str, tuple[str, Any]] = {
+    # rule -> (the alert it raises, how a step changes while it holds)
+    "kl_binding": (
+        "kl_binding",
+        lambda t, v, r: v.update(
+            {"actor/kl_loss": 0.004 + 0.03 * r, "critic/score/mean": _flat_reward(t)}
+        ),
+    ),
+    "kl_growth": (
+        "kl_runaway",
+        lambda t, v, r: v.update(
+            {
+                "actor/kl_loss": 0.004 + r * 0.03 * math.exp((t - 260) / 40),
+                "critic/score/mean": _flat_reward(t),
+            }
+        ),
+    ),
+    "length_blowup": (
+        "length_blowup",
+        lambda t, v, r: v.update(
+            {
+                "response_length/mean": 300 + 450 * r,
+                "response_length/clip_ratio": 0.01 + r * min(0.6, 0.01 * max(0, t - 270)),
+                "critic/score/mean": _flat_reward(t),
+            }
+        ),
+    ),
+    "length_collapse": (
+        "length_collapse",
+        lambda t, v, r: v.update({"response_length/mean": 300 - 240 * r}),
+    ),
+    "entropy_blowup": (
+        "entropy_blowup",
+        lambda t, v, r: v.update({"actor/entropy": 0.6 + 1.6 * r}),
+    ),
+    "entropy_length_rise": (
+        "entropy_length_rise",
+        lambda t, v, r: v.update(
+            {"actor/entropy": 0.6 + 0.4 * r, "response_length/mean": 300 + 200 * r}
+        ),
+    ),
+    "entropy_collapse": (
+        "entropy_collapse",
+        lambda t, v, r: v.update(
+            {"actor/entropy": 0.6 - 0.55 * r, "critic/score/mean": _flat_reward(t)}
+        ),
+    ),
+    "clip_saturation": (
+        "clipfrac",
+        lambda t, v, r: v.update({"actor/pg_clipfrac": 0.002 + 0.25 * r}),
+    ),
+    "no_learning_signal": (
+        "no_learning_signal",
+        lambda t, v, r: v.update({"actor/grad_norm": 0.0 if r > 0.5 else v["actor/grad_norm"]}),
+    ),
+    "grad_spike": (
+        "grad_spike",
+        lambda t, v, r: v.update({"actor/grad_norm": 30.0 if t in (300, 333) else 0.5}),
+    ),
+    "kl_spike": (
+        "kl_spike",
+        lambda t, v, r: v.update({"actor/ppo_kl": 0.05 if t in (301, 377) else 1e-4}),
+    ),
+    "pinned": ("pinned_at_clamp", lambda t, v, r: v.update({"actor/kl_loss": 10.0 * (r == 1)})),
+}
+
+
+def changed_run(rule: str) -> Run:
+    change = CHANGES[rule][1]
+    run = []
+    for t in range(STEPS):
+        values = quiet_step(t)
+        if CHANGE_AT <= t < CHANGE_UNTIL + 60:
+            change(t, values, _ramp(t))
+        run.append((t, values))
+    return run
+
+
+def test_the_quiet_run_says_nothing_and_goes_column_wise() -> None:
+    events, suite = check_batches("quiet", QUIET_CONFIG, changed_run("kl_binding")[:250], [100])
+    assert events == [] and suite.fast_steps >= 140
+
+
+@pytest.mark.parametrize("sizes", [[100], [37], [250]], ids=["by100", "by37", "by250"])
+@pytest.mark.parametrize("rule", sorted(CHANGES))
+def test_a_rule_firing_and_clearing_inside_column_wise_batches(rule: str, sizes: list[int]) -> None:
+    key = CHANGES[rule][0]
+    # A clamped KL loss is also past kl_runaway's levels, which would speak first.
+    thresholds = {"kl_runaway.level_warn": 50, "kl_runaway.level_critical": 100}
+    label, run = f"{rule} sizes {sizes}", changed_run(rule)
+    events, suite = check_batches(
+        label, QUIET_CONFIG, run, sizes, thresholds if rule == "pinned" else None
+    )
+    actions = {event.action for event in events if event.key == key}
+    assert "open" in actions, (key, kinds(events))
+    # Quiet stretches before and after the change went column-wise.
+    assert suite.fast_steps >= 0.25 * STEPS, suite.fast_steps
+
+
+@pytest.mark.parametrize("sizes", [[100], [250]], ids=["by100", "by250"])
+def test_a_high_but_steady_kl_goes_column_wise_without_a_runaway(sizes: list[int]) -> None:
+    """KL above the growth rule's floor, accelerating, reward flat, but growing far less than
+    x1.5 in 50 steps: only the growth test keeps the rule silent."""
+    run = [
+        (t, {**values, "actor/kl_loss": 0.1 + 1e-8 * t * t, "critic/score/mean": _flat_reward(t)})
+        for t, values in changed_run("kl_binding")
+    ]
+    events, suite = check_batches(f"steady KL sizes {sizes}", QUIET_CONFIG, run, sizes)
+    assert not [event for event in events if event.detector == "kl_runaway"]
+    # All but the first batch and the alert's updates (kl_binding fires throughout): a rule
+    # taken to fire too early would stop the column-wise path at every few steps instead.
+    assert suite.fast_steps >= STEPS - sizes[0] - 2 * len(events), suite.fast_steps
