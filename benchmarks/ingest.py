@@ -18,7 +18,7 @@ Baselines in the same run, with plain sqlite3 / psycopg and no service around th
   three arrays), inserted with ``executemany``: the floor of rlguard's own layout.
 Prints one JSON object.
 
-    python -m benchmarks.ingest [--batches 300] [--rounds 3] [--no-postgres]
+    python -m benchmarks.ingest [--batches 300] [--rounds 3] [--no-postgres] [--shape both]
 
 ``--batches`` counts bulk batches; the live shape sends as many points (20x the batches).
 """
@@ -384,6 +384,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--shape", choices=("bulk", "live", "both"), default="both")
     args = parser.parse_args()
     assert len(LIVE_KEY_NAMES) == LIVE_KEYS
     bulk = make_batches(args.batches + 5)
@@ -401,7 +402,9 @@ def main() -> None:
         "client_threads": CLIENT_THREADS,
     }
     with tempfile.TemporaryDirectory() as folder:
-        for suffix, batches in (("", bulk), ("_live", live)):
+        for name, suffix, batches in (("bulk", "", bulk), ("live", "_live", live)):
+            if args.shape not in (name, "both"):
+                continue
             shape = shape_figures(batches, args.rounds, not args.no_postgres, Path(folder))
             result.update({f"{database}{suffix}": found for database, found in shape.items()})
     print(json.dumps(result))

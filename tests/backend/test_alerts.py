@@ -16,9 +16,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event, select
 
 from benchmarks._support import service
+from rlguard_backend import detection
 from rlguard_backend.config import Settings
 from rlguard_backend.main import create_app
-from rlguard_backend.models import WebhookDelivery
+from rlguard_backend.models import DetectorState, WebhookDelivery
 from tests.conftest import new_run_id
 from tests.detectors.scenarios import SCENARIOS
 
@@ -285,7 +286,6 @@ def test_webhook_delivered_once_after_failed_attempts(
 
 def test_detector_state_from_another_release_is_rebuilt(client: TestClient) -> None:
     from rlguard_backend.db import write_session
-    from rlguard_backend.models import DetectorState
 
     run_id = new_run_id()
     _create(client, run_id, COLLAPSE.config)
@@ -330,3 +330,25 @@ def test_quiet_batch_reads_the_run_once_and_no_state(sqlite_url: str) -> None:
     assert any("UPDATE detector_state" in s for s in statements), statements
     assert len([s for s in statements if "FROM runs" in s]) == 1, statements
     assert not [s for s in statements if "detector_state.state" in s], statements
+
+
+def test_bulk_batches_go_column_wise_in_the_service(sqlite_url: str) -> None:
+    """Batches of 100 steps: each starts with the step held back from the previous batch
+    (trimmed to the keys the detectors read), then its own steps go column-wise."""
+    app = create_app(Settings(database_url=sqlite_url))
+    with TestClient(app) as client:
+        run_id = new_run_id()
+        _create(client, run_id, HEALTHY.config)
+        steps = _steps(HEALTHY.run(seed=3))
+        for entry in steps:  # keys the detectors do not read: the held-back step drops them
+            entry["values"]["system/gpu0/util"] = 90.0
+        assert len(steps) >= 300 and _send(client, run_id, steps, size=100) == []
+        with app.state.session_factory() as session:
+            row = session.get(DetectorState, (run_id, "suite"))
+            assert row is not None
+            cached = detection._SUITES.get(run_id, row.generation)
+    assert cached is not None
+    suite, pending = cached
+    assert pending is not None and pending[0] == steps[-1]["step"]
+    # All but the first batch (the baselines and windows fill) and the held-back steps.
+    assert suite.fast_steps >= 0.8 * (len(steps) - 100), suite.fast_steps

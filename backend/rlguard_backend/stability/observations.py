@@ -490,6 +490,9 @@ class Observations:
         rise_margin = 1e-9 * points * points * size + 1e-300
         limit = limits[rows]
         flat = rise + rise_margin <= limit
+        if flat.all():  # the usual window: no fitted rise comes near the limit
+            settled[rows] = True
+            return improving, settled
         rising = rise - rise_margin > limit  # slope > 0 there: limits are never negative
         squares = (windows * windows).sum(axis=1)
         explained = slope * centred_sxy

@@ -122,14 +122,22 @@ class DetectorSuite:
         (columns.py); the rest go through feed().
         """
         events: list[AlertEvent] = []
-        cols = None
-        if len(steps) >= MIN_COLUMN_STEPS and self._column_wait <= 0:
-            cols = self._columns(steps)  # None when the batch does not start column-wise
         at = 0
-        quiet: dict[int, tuple[int, Quiet]] = {}  # detector index -> (from step index, quiet)
+        if len(steps) > 1 and tuple(steps[0][1]) != tuple(steps[1][1]):
+            # A batch's steps share their keys, but the step held back from the previous
+            # batch (trimmed to the keys the detectors read) may lead it: fed first.
+            step, values = steps[0]
+            events += self.feed(step, values)
+            self._column_wait -= 1
+            at = 1
+        cols = None
+        if len(steps) - at >= MIN_COLUMN_STEPS and self._column_wait <= 0:
+            cols = self._columns(steps[at:])  # None when these steps do not start column-wise
+        start = at  # the columns' first step
+        quiet: dict[int, tuple[int, Quiet]] = {}  # detector index -> (from column, its verdict)
         while at < len(steps):
-            if cols is not None and cols.n - at >= MIN_COLUMN_STEPS:
-                done = self._feed_quiet(cols, at, quiet)
+            if cols is not None and cols.n - (at - start) >= MIN_COLUMN_STEPS:
+                done = self._feed_quiet(cols, at - start, quiet)
                 # None fed: the run is busy: feed() the next steps before trying again,
                 # twice as many after each miss in a row.
                 self._column_misses = 0 if done else self._column_misses + 1
@@ -215,21 +223,28 @@ class DetectorSuite:
         if take is None:
             return None
         numbers: list[int] = []
+        rows = []
         for step, values in steps:
             if type(step) is not int or step <= last or tuple(values) != keys:
                 break
+            rows.append(take(values))
             numbers.append(step)
             last = step
-        rows = [take(values) for _, values in steps[: len(numbers)]]
-        if len(rows) < MIN_COLUMN_STEPS or set(map(type, chain.from_iterable(rows))) != _FLOATS:
+        count = len(rows)
+        if count < MIN_COLUMN_STEPS or set(map(type, chain.from_iterable(rows))) != _FLOATS:
             return None
-        matrix = np.array(rows, dtype=np.float64)
-        finite = np.isfinite(matrix).all(axis=1)
-        if not finite.all():
-            del numbers[int(np.argmin(finite)) :]
-            matrix = matrix[: len(numbers)]
-            if len(numbers) < MIN_COLUMN_STEPS:
-                return None
+        width = len(plan.names)
+        matrix = np.fromiter(chain.from_iterable(rows), np.float64, count * width)
+        matrix = matrix.reshape(count, width)
+        total = float(matrix.sum())
+        if total - total != 0.0:  # a value not finite (or a sum overflowed): check each
+            finite = np.isfinite(matrix).all(axis=1)
+            if not finite.all():  # the steps before the first one with such a value
+                count = int(np.argmin(finite))
+                if count < MIN_COLUMN_STEPS:
+                    return None
+                del numbers[count:]
+                matrix = matrix[:count]
         columns = {name: matrix[:, j] for j, name in enumerate(plan.names)}
         cols = self._observations.columns(numbers, columns)
         if cols is None or (
