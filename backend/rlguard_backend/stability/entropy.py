@@ -113,20 +113,23 @@ class EntropyCollapse(Detector):
             return Quiet(steps, advance_signal)
         # E1/E2: a severity where rho < spent_ratio and the reward was not bought.
         low_rho = rho < th["spent_ratio"]
-        identical = _at_least(zero_std, th["identical_groups"], n)
-        spent = low_rho & (cols.stagnant | (not cols.reward_known))
-        unsolved = np.zeros(n, dtype=np.bool_)
-        smoothed_reward = cols.smoothed["reward_mean"]
-        if cols.reward_known and smoothed_reward is not None:
-            ceiling = cols.r_max - th["solved_margin"] * (cols.r_max - cols.r_min)
-            unsolved = smoothed_reward < ceiling
-        short = _below(cols.length_ratio, th["short_length_ratio"], n)
-        severe = identical | short | (rho < th["collapse_ratio"])
-        critical = (spent & severe) | (low_rho & identical & unsolved)
-        severity = warm & low_rho & (spent | (identical & unsolved))
+        severity = low_rho  # all False while rho stays above spent_ratio
+        rank: int | Ints = WARN
+        if low_rho.any():
+            identical = _at_least(zero_std, th["identical_groups"], n)
+            spent = low_rho & (cols.stagnant | (not cols.reward_known))
+            unsolved = np.zeros(n, dtype=np.bool_)
+            smoothed_reward = cols.smoothed["reward_mean"]
+            if cols.reward_known and smoothed_reward is not None:
+                ceiling = cols.r_max - th["solved_margin"] * (cols.r_max - cols.r_min)
+                unsolved = smoothed_reward < ceiling
+            short = _below(cols.length_ratio, th["short_length_ratio"], n)
+            severe = identical | short | (rho < th["collapse_ratio"])
+            critical = (spent & severe) | (low_rho & identical & unsolved)
+            severity = warm & low_rho & (spent | (identical & unsolved))
+            rank = np.where(critical, CRITICAL, WARN) - (0 if cols.reward_known else 1)  # capped
         collapse = run_lengths(severity, self.collapse_streak)
         firing = severity & (collapse >= th["persistence"])
-        rank = np.where(critical, CRITICAL, WARN) - (0 if cols.reward_known else 1)  # capped
         recovered = run_lengths(rho > th["clear_ratio"], self.recovered_streak)
         improving = run_lengths(cols.improving, self.improving_streak)
         clears = (recovered >= clear_steps) | (improving >= clear_steps)

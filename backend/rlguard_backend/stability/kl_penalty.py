@@ -100,11 +100,13 @@ class KlPenalty(Detector):
         if cols.rho is not None:
             unmoved &= cols.rho > th["unmoved_entropy_ratio"]
         strong = run_lengths(stagnant & unmoved, self.strong_streak)
-        before, known = ago(self.history, cols.steps, kl, lag)
-        change = np.full(n, np.inf)
-        np.divide(kl, before, out=change, where=known & (before > 0))
-        flat = np.abs(change - 1) < th["binding_flatness"]
-        binding = run_lengths(stagnant & (kl >= th["small_kl"]) & flat, self.binding_streak)
+        candidates = stagnant & (kl >= th["small_kl"])
+        if candidates.any():  # KL flat over the lookback decides
+            before, known = ago(self.history, cols.steps, kl, lag)
+            change = np.full(n, np.inf)
+            np.divide(kl, before, out=change, where=known & (before > 0))
+            candidates &= np.abs(change - 1) < th["binding_flatness"]
+        binding = run_lengths(candidates, self.binding_streak)
         # Firing while open and not due for an update says nothing (AlertBook.emits).
         strong_firing = strong >= th["persistence"]
         binding_firing = binding >= th["binding_persistence"]

@@ -138,12 +138,16 @@ class KlSpike(Detector):
         if size < th["min_history_points"]:
             return np.zeros(len(grads), dtype=np.bool_)
         history = np.concatenate((np.array(window, dtype=np.float64), grads))
+        factor, low = th["grad_factor"], history.min()
+        if factor > 0 < low and grads.max() <= factor * low:
+            # Every window's median is at least its smallest value: no grad can spike.
+            return np.zeros(len(grads), dtype=np.bool_)
         ordered = np.sort(sliding_window_view(history, size)[: len(grads)], axis=1)
         middle = size // 2  # SortedWindow.median of the window before each step's point
         typical = ordered[:, middle]
         if size % 2 == 0:
             typical = (ordered[:, middle - 1] + typical) / 2
-        return (typical > 0) & (grads > th["grad_factor"] * typical)
+        return (typical > 0) & (grads > factor * typical)
 
     def _severity(self, size: float) -> tuple[Severity | None, float | None]:
         """Severity of a per-update KL of `size` past the warn floor, and the typical one."""
