@@ -7,7 +7,7 @@ WARN), ``no_learning_signal`` (E5 WARN). rho = smoothed entropy / its start (H0)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -172,8 +172,7 @@ class EntropyCollapse(Detector):
                     rewards[begin:end][taken].tolist(),
                     strict=True,
                 )
-                for h, reward in points:
-                    self._add_fit_point(h, reward)
+                self._add_fit_points(points)
             last = end - 1
             self.collapse_streak = int(collapse[last])
             self.recovered_streak = int(recovered[last])
@@ -350,6 +349,14 @@ class EntropyCollapse(Detector):
             evidence={"zero_grad_share": zero_share, "zero_std_fraction": rounded(zero_std)},
             advice=["Filter zero-std groups (dynamic sampling, DAPO) or adjust the data mix."],
         )
+
+    def _add_fit_points(self, points: Iterable[tuple[float, float]]) -> None:
+        """_add_fit_point for each (entropy, reward) in order, the sums kept in locals."""
+        n, sx, sy, sxx, sxy = self.fit_sums
+        for entropy, reward in points:
+            x = 2.718281828459045**entropy
+            n, sx, sy, sxx, sxy = n + 1, sx + x, sy + reward, sxx + x * x, sxy + x * reward
+        self.fit_sums = [n, sx, sy, sxx, sxy]
 
     def _add_fit_point(self, entropy: float, reward: float) -> None:
         x = 2.718281828459045**entropy

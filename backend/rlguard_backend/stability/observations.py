@@ -235,6 +235,7 @@ class Observations:
         )
         self._trend_points = int(common["reward_trend_points"])
         self._rise_bound = RiseBound(self._trend_points)  # a cache: rebuilt after load
+        self._reward_stale = False  # view.reward lags the reward window (after advance())
         planned = context.planned_steps or 0.0
         warmup = max(common["warmup_steps"], common["warmup_fraction"] * planned)
         # Current EMA values and baselines, kept up to date in place (the view shares them).
@@ -268,7 +269,7 @@ class Observations:
         view.baselines.update((name, base.value) for name, base in self.baselines.items())
         self.rewards.load(state["rewards"])
         self.reward_low, self.reward_high = state["reward_low"], state["reward_high"]
-        view.reward = self._reward_state()
+        view.reward, self._reward_stale = self._reward_state(), False
 
     def observe(
         self,
@@ -314,6 +315,9 @@ class Observations:
         if reward is not None:
             self._observe_reward(step, reward)
             view.reward = self._reward_state()
+            self._reward_stale = False
+        elif self._reward_stale:
+            view.reward, self._reward_stale = self._reward_state(), False
         view.step = step
         view.steps_since_start = since = step - self.first_step
         view.warm = since >= view.warmup_steps
@@ -382,7 +386,7 @@ class Observations:
             window.values.extend(taken.tolist())
             del window.steps[:-REWARD_WINDOW_POINTS], window.values[:-REWARD_WINDOW_POINTS]
             self._rise_bound = RiseBound(self._trend_points)  # its sums: recomputed when next due
-            view.reward = self._reward_state()
+            self._reward_stale = True  # view.reward: rebuilt when next read
 
     def _ema_column(
         self, name: str, current: float, last: int, steps: list[int], values: Floats
@@ -420,6 +424,8 @@ class Observations:
     def _reward_columns(self, cols: Columns) -> None:
         """The reward trend's verdicts after each step (RewardState's improving, stagnant and
         bounds), exact: the rise bound only spares the fits it proves cannot pass."""
+        if self._reward_stale:
+            self.view.reward, self._reward_stale = self._reward_state(), False
         reward = self.view.reward
         rewards = cols.value("reward_mean")
         n = cols.n
