@@ -4,11 +4,11 @@ Per step, the detectors cost tens of µs of Python: the usual step of a healthy 
 EMAs, windows and counters. DetectorSuite.feed_many instead builds one Columns for the leading
 steps of a batch (one array per signal: raw values, EMAs, warmup, reward trend verdicts), asks
 each detector how many of those steps it is certainly silent for (no rule fires, no open alert
-clears), and advances every state over that prefix at once; the steps after it go through
-feed() one by one. Everything here reproduces the per-step arithmetic bit for bit: element-wise
-IEEE operations, which numpy rounds as Python does, and sequential loops wherever the per-step
-code accumulates (EMAs, sums). Reductions whose rounding differs (sums over windows) only ever
-decide whether the exact per-step computation is needed.
+clears), and advances every state over them at once; feed() takes the step where something
+speaks, and the same columns serve the steps after it. Everything here reproduces the per-step
+arithmetic bit for bit: element-wise IEEE operations, which numpy rounds as Python does, and
+sequential loops wherever the per-step code accumulates (EMAs, sums). Reductions whose rounding
+differs (sums over windows) only ever decide whether the exact per-step computation is needed.
 """
 
 from __future__ import annotations

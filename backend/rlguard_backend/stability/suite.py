@@ -117,9 +117,9 @@ class DetectorSuite:
     def feed_many(self, steps: Sequence[tuple[int, Mapping[str, float]]]) -> list[AlertEvent]:
         """feed() each step in order: the same events and the same state, usually faster.
 
-        The leading steps that log the same keys, all finite floats, go column-wise for as
-        long as every detector can show that none of its rules fires or clears on them
-        (columns.py); the rest go through feed().
+        The steps that log the same keys, all finite floats, go column-wise wherever every
+        detector can show that none of its rules fires or clears (columns.py); feed() takes
+        the others, one at a time.
         """
         events: list[AlertEvent] = []
         at = 0
