@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import orjson
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from rlguard_backend import sql
 from rlguard_backend.config import Webhook
 from rlguard_backend.errors import NotFound
 from rlguard_backend.models import Alert, Run, WebhookDelivery, as_utc, utcnow
@@ -39,6 +41,42 @@ def to_public(alert: Alert) -> AlertPublic:
         created_at=as_utc(alert.created_at),
         updated_at=as_utc(alert.updated_at),
     )
+
+
+_UPDATE_OPEN = (
+    "UPDATE alerts SET severity = ?, message = ?, evidence = ?, advice = ?, secondary = ?, "
+    "last_step = ?, updated_at = ? WHERE run_id = ? AND detector = ? AND key = ? "
+    "AND status = 'open'"
+)
+
+
+def update_open(session: Session, run_id: str, events: Iterable[AlertEvent]) -> list[AlertEvent]:
+    """Store "update" events (an open alert's refreshed message and evidence) with one plain
+    UPDATE each, as apply_events would store them; returns the events whose alert is not open
+    in the database (resolved over REST meanwhile): apply_events opens those again.
+
+    The usual event of a batch: an alert that keeps firing is refreshed every 50 steps. Use it
+    before the session has loaded the run's alerts as objects (they would not see the UPDATE).
+    """
+    left = []
+    now = utcnow()
+    for event in events:
+        assert event.action == "update", event.action
+        params = (
+            event.severity,
+            event.message,
+            orjson.dumps(event.evidence).decode(),  # json_safe: no non-finite floats
+            orjson.dumps(event.advice).decode(),
+            event.secondary,
+            event.last_step,
+            now,
+            run_id,
+            event.detector,
+            event.key,
+        )
+        if not sql.execute(session, _UPDATE_OPEN, params):
+            left.append(event)
+    return left
 
 
 def apply_events(

@@ -156,8 +156,13 @@ def detect_steps(
     _save_state(session, run_id, suite, pending, suites)
     if not events:
         return []
+    events = _latest_updates(events)
+    if all(event.action == "update" for event in events):  # open alerts still firing
+        events = alerts.update_open(session, run_id, events)
+        if not events:
+            return []
     run = _run(session, run_id)
-    return alerts.apply_events(session, run, _latest_updates(events), settings.webhooks)
+    return alerts.apply_events(session, run, events, settings.webhooks)
 
 
 def _run(session: Session, run_id: str) -> Run:

@@ -352,3 +352,28 @@ def test_bulk_batches_go_column_wise_in_the_service(sqlite_url: str) -> None:
     assert pending is not None and pending[0] == steps[-1]["step"]
     # All but the first batch (the baselines and windows fill) and the held-back steps.
     assert suite.fast_steps >= 0.8 * (len(steps) - 100), suite.fast_steps
+
+
+def test_an_alert_resolved_by_hand_while_it_keeps_firing_opens_again(client: TestClient) -> None:
+    """A batch whose events only refresh open alerts updates their rows in place; one whose
+    alert was resolved over REST meanwhile opens a new alert instead of touching the old one."""
+    run_id = new_run_id()
+    _create(client, run_id, COLLAPSE.config)
+    steps = _steps(COLLAPSE.run(seed=2))
+    _send(client, run_id, steps[:200], size=100)
+    before = {a["key"]: a for a in client.get(f"/api/v1/runs/{run_id}/alerts").json()["data"]}
+    collapse = before["entropy_collapse"]
+    resolved = client.patch(f"/api/v1/alerts/{collapse['id']}", json={"status": "resolved"})
+    assert resolved.json()["status"] == "resolved"
+    body = {"batch_id": "after-resolve", "steps": steps[200:300]}  # still collapsed: it fires
+    opened = client.post(f"/api/v1/runs/{run_id}/batches", json=body).json()["alerts"]
+    after = client.get(f"/api/v1/runs/{run_id}/alerts").json()["data"]
+    again = [a for a in after if a["key"] == "entropy_collapse" and a["status"] == "open"]
+    assert [a["key"] for a in opened] == ["entropy_collapse"] and len(again) == 1
+    assert again[0]["id"] != collapse["id"] and again[0]["last_step"] > collapse["last_step"]
+    old = next(a for a in after if a["id"] == collapse["id"])
+    assert (old["status"], old["last_step"]) == ("resolved", collapse["last_step"])
+    refreshed = [
+        a for a in after if a["status"] == "open" and a["id"] in {b["id"] for b in before.values()}
+    ]
+    assert refreshed and all(a["last_step"] > before[a["key"]]["last_step"] for a in refreshed)
