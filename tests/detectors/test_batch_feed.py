@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -742,3 +743,26 @@ def test_a_high_but_steady_kl_goes_column_wise_without_a_runaway(sizes: list[int
     # All but the first batch and the alert's updates (kl_binding fires throughout): a rule
     # taken to fire too early would stop the column-wise path at every few steps instead.
     assert suite.fast_steps >= STEPS - sizes[0] - 2 * len(events), suite.fast_steps
+
+
+@pytest.mark.parametrize("size", [1e300, 1e200, 1e160])
+def test_huge_finite_values_go_column_wise_silently_and_exactly(size: float) -> None:
+    """Sums that overflow in one summation order and not another are left to the exact fit,
+    and numpy's overflow warnings stay quiet (Python's float arithmetic gives inf silently)."""
+    run = [
+        (
+            t,
+            {
+                "actor/entropy": 0.5 + 1e-3 * (t % 7),
+                "critic/score/mean": size * ((t % 5) - 2) / 4 + size * t / 600,
+                "actor/kl_loss": 0.001,
+                "actor/grad_norm": 1e307,  # a batch's values sum past the largest float
+                "response_length/mean": 300.0 + t,
+            },
+        )
+        for t in range(300)
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, suite = check_batches(f"values of {size}", {}, run, [100])
+    assert suite.fast_steps >= 150, suite.fast_steps

@@ -132,12 +132,14 @@ class DetectorSuite:
             at = 1
         cols = None
         if len(steps) - at >= MIN_COLUMN_STEPS and self._column_wait <= 0:
-            cols = self._columns(steps[at:])  # None when these steps do not start column-wise
+            with _ieee():
+                cols = self._columns(steps[at:])  # None when these do not start column-wise
         start = at  # the columns' first step
         quiet: dict[int, tuple[int, Quiet]] = {}  # detector index -> (from column, its verdict)
         while at < len(steps):
             if cols is not None and cols.n - (at - start) >= MIN_COLUMN_STEPS:
-                done = self._feed_quiet(cols, at - start, quiet)
+                with _ieee():
+                    done = self._feed_quiet(cols, at - start, quiet)
                 # None fed: the run is busy: feed() the next steps before trying again,
                 # twice as many after each miss in a row.
                 self._column_misses = 0 if done else self._column_misses + 1
@@ -236,7 +238,7 @@ class DetectorSuite:
         width = len(plan.names)
         matrix = np.fromiter(chain.from_iterable(rows), np.float64, count * width)
         matrix = matrix.reshape(count, width)
-        total = float(matrix.sum())
+        total = float(matrix.sum())  # huge finite values may sum to inf: checked below
         if total - total != 0.0:  # a value not finite (or a sum overflowed): check each
             finite = np.isfinite(matrix).all(axis=1)
             if not finite.all():  # the steps before the first one with such a value
@@ -382,6 +384,13 @@ class _Plan:
 
 
 _FLOATS_ONLY = {float}
+
+
+def _ieee() -> np.errstate:
+    """Overflow to inf and the like, silently, as Python's float arithmetic does in feed()."""
+    return np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore")
+
+
 _FLOATS = frozenset(_FLOATS_ONLY)
 
 
