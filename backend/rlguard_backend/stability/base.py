@@ -6,7 +6,16 @@ import copy
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from rlguard_backend.stability.columns import NOT_QUIET, Bools, Columns, Ints, Quiet, first
+from rlguard_backend.stability.columns import (
+    NOT_QUIET,
+    Bools,
+    Columns,
+    Ints,
+    Quiet,
+    clears_at,
+    counting,
+    first,
+)
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity, Verdict, weaker
 from rlguard_backend.stability.observations import StepView
@@ -63,6 +72,11 @@ class Detector:
         if key in self.open_keys:
             at = min(at, first(settled & ~firing))
         return at
+
+    def quiet_clears_at(self, key: str, quiet: int, n: int) -> int:
+        """The step at which `key`'s clear rule (clear_steps quiet steps, counted from `quiet`
+        and one more at each step) holds while its alert is open; n when it is not open."""
+        return clears_at(key in self.open_keys, counting(quiet, n), self.th["clear_steps"])
 
     def missing(self, seen: frozenset[str]) -> str | None:
         """Why this detector is degraded or disabled, or None when it runs fully."""

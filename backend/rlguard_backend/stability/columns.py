@@ -139,6 +139,16 @@ def clears_at(open_now: bool, quiet: Ints, clear_steps: float) -> int:
     return first(quiet >= clear_steps) if open_now else len(quiet)
 
 
+def window_shares(window: Bools, marks: Bools, size: int) -> tuple[Floats, Ints]:
+    """For a window of at most `size` values (its values' marks: `window`) to which each new
+    value (its mark: `marks`) is appended in turn: the share of marked values and the window's
+    length after each. Counts of whole numbers: exact, as the per-step sums are."""
+    totals = np.concatenate(([0], np.cumsum(np.concatenate((window, marks)))))
+    ends = len(window) + np.arange(1, len(marks) + 1)
+    counts = np.minimum(ends, size)
+    return (totals[ends] - totals[ends - counts]) / counts, counts
+
+
 def ago(history: Lookback, steps: Ints, values: Floats, lag: float) -> tuple[Floats, Bools]:
     """history.ago(step, lag) at each step, after that step's point (steps, values) is pushed.
 

@@ -19,10 +19,9 @@ from rlguard_backend.stability.columns import (
     Floats,
     Ints,
     Quiet,
-    clears_at,
-    counting,
     first,
     run_lengths,
+    window_shares,
 )
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import CLEARED, SEVERITY_RANK, Severity, Verdict
@@ -144,7 +143,7 @@ class EntropyCollapse(Detector):
         assert smoothed is not None
         low = (smoothed < th["exhausted_entropy"]) | (rho < th["exhausted_ratio"])
         steps = min(steps, first(low & warm & ~active))
-        steps = min(steps, self._clearing("entropy_exhausted", self.exhausted_quiet, n))
+        steps = min(steps, self.quiet_clears_at("entropy_exhausted", self.exhausted_quiet, n))
         # E4
         start = cols.baselines["entropy"] or 0.0
         limit = max(th["blowup_factor"] * start, start + th["blowup_margin"])
@@ -186,11 +185,6 @@ class EntropyCollapse(Detector):
             )
 
         return Quiet(steps, advance)
-
-    def _clearing(self, key: str, quiet: int, n: int) -> int:
-        """The step at which `key`'s clear rule holds while it is open, its count of quiet
-        steps going up by one each step from `quiet`; n when it is not open."""
-        return clears_at(key in self.open_keys, counting(quiet, n), self.th["clear_steps"])
 
     def _advance_signal(self, flags: Floats | None, quiet: Ints, begin: int, end: int) -> None:
         if flags is not None:
@@ -391,12 +385,8 @@ def _share_column(window: Window, flags: Floats | None, n: int) -> Floats:
     """_share(window) after each step, the step's flag (1.0 for a zero grad norm) pushed."""
     if flags is None:
         return np.full(n, _share(window))
-    size = window.maxlen or 0
-    everything = np.concatenate((np.array(window, dtype=np.float64), flags))
-    totals = np.concatenate(([0.0], np.cumsum(everything)))  # whole numbers: exact
-    ends = len(window) + np.arange(1, n + 1)
-    counts = np.minimum(ends, size)
-    shares = (totals[ends] - totals[ends - counts]) / counts
+    marked = np.array(window, dtype=np.float64) == 1.0
+    shares, counts = window_shares(marked, flags == 1.0, window.maxlen or 0)
     return np.where(counts >= 5, shares, 0.0)
 
 

@@ -13,7 +13,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlguard_backend.stability.base import Detector
-from rlguard_backend.stability.columns import Columns, Quiet, run_lengths, silent
+from rlguard_backend.stability.columns import (
+    Columns,
+    Quiet,
+    run_lengths,
+    silent,
+    window_shares,
+)
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import CLEARED, SEVERITY_RANK, Verdict
 from rlguard_backend.stability.observations import StepView
@@ -46,11 +52,8 @@ class EntropyCovLeading(Detector):
         if covariances is None:
             return silent(n)
         window = self.covariances
-        positive = np.concatenate((np.array(window, dtype=np.float64), covariances)) > 0
-        totals = np.concatenate(([0], np.cumsum(positive)))
-        ends = len(window) + np.arange(1, n + 1)
-        sizes = np.minimum(ends, window.maxlen or 0)
-        share = (totals[ends] - totals[ends - sizes]) / sizes
+        positive = np.array(window, dtype=np.float64) > 0
+        share, sizes = window_shares(positive, covariances > 0, window.maxlen or 0)
         early = (
             np.ones(n, dtype=np.bool_) if cols.rho is None else cols.rho > th["min_entropy_ratio"]
         )

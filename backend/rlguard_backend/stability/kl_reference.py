@@ -18,8 +18,6 @@ from rlguard_backend.stability.columns import (
     Columns,
     Quiet,
     ago,
-    clears_at,
-    counting,
     integral,
     push_points,
     run_lengths,
@@ -124,16 +122,17 @@ class KlRunaway(Detector):
         rank = np.where(critical, CRITICAL, WARN)
         if not cols.reward_known:  # the growth rule alone, judged without a reward: capped
             rank = rank - (warn & persistent)
-        share_quiet = counting(self.share_quiet, n)  # no share outside in-reward KL
         steps = min(
             self.speaks_at(cols, "kl_runaway", critical | warn, rank, calm >= th["clear_steps"]),
-            clears_at("kl_penalty_ineffective" in self.open_keys, share_quiet, th["clear_steps"]),
+            # No share outside in-reward KL: its rule counts quiet steps.
+            self.quiet_clears_at("kl_penalty_ineffective", self.share_quiet, n),
         )
 
         def advance(begin: int, end: int) -> None:
             push_points(self.history, cols.step_list[begin:end], kl[begin:end])
             self.growth_streak, self.calm_streak = int(streak[end - 1]), int(calm[end - 1])
-            self.share_streak, self.share_quiet = 0, int(share_quiet[end - 1])
+            self.share_streak = 0
+            self.share_quiet += end - begin
 
         return Quiet(steps, advance)
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlguard_backend.stability.base import Detector
-from rlguard_backend.stability.columns import NOT_QUIET, Columns, Quiet, clears_at, counting, first
+from rlguard_backend.stability.columns import NOT_QUIET, Columns, Quiet, first
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import CLEARED, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
@@ -91,9 +91,7 @@ class NonFinite(Detector):
             facts |= (truncated >= th["truncation_at_floor"]) & (reward <= floor)
         steps = first(facts)
         for key in self.open_keys:
-            steps = min(
-                steps, clears_at(True, counting(self.quiet[key], cols.n), th["clear_steps"])
-            )
+            steps = min(steps, self.quiet_clears_at(key, self.quiet[key], cols.n))
 
         def advance(begin: int, end: int) -> None:
             for key in self.keys:

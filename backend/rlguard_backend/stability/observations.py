@@ -483,8 +483,7 @@ class Observations:
         if points < 5 or not rows.size:
             return improving, settled
         all_steps = np.array(steps, dtype=np.int64)
-        starts = ends[rows] - points
-        rows = rows[all_steps[ends[rows] - 1] - all_steps[starts] == points - 1]
+        rows = rows[all_steps[ends[rows] - 1] - all_steps[ends[rows] - points] == points - 1]
         starts = ends[rows] - points
         windows = np.array(values)[starts[:, None] + np.arange(points)]
         size = np.abs(windows).max(axis=1)

@@ -233,7 +233,7 @@ class DetectorSuite:
             numbers.append(step)
             last = step
         count = len(rows)
-        if count < MIN_COLUMN_STEPS or set(map(type, chain.from_iterable(rows))) != _FLOATS:
+        if count < MIN_COLUMN_STEPS or set(map(type, chain.from_iterable(rows))) != _FLOATS_ONLY:
             return None
         width = len(plan.names)
         matrix = np.fromiter(chain.from_iterable(rows), np.float64, count * width)
@@ -389,9 +389,6 @@ _FLOATS_ONLY = {float}
 def _ieee() -> np.errstate:
     """Overflow to inf and the like, silently, as Python's float arithmetic does in feed()."""
     return np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore")
-
-
-_FLOATS = frozenset(_FLOATS_ONLY)
 
 
 def _finite(values: dict[str, float]) -> dict[str, float]:
