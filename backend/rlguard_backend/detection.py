@@ -11,7 +11,7 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -27,7 +27,7 @@ from rlguard_backend.schemas import (
     StepIn,
     float_to_wire,
 )
-from rlguard_backend.stability import AlertEvent, DetectorSuite
+from rlguard_backend.stability import AlertEvent, DetectorSuite, StepColumns
 
 log = logging.getLogger("rlguard_backend.detection")
 SUITE_ROW = "suite"
@@ -125,14 +125,17 @@ def detect_steps(
     session: Session,
     run_id: str,
     config: Mapping[str, Any],
-    steps: Iterable[StepIn],
+    steps: Sequence[StepIn],
     settings: Settings,
     suites: SuiteCache = _SUITES,
+    columns: Mapping[str, Sequence[float]] | None = None,
 ) -> list[Alert]:
     """Feed a batch's steps; returns the alerts it opened or escalated.
 
     The caller has read the run's ``config`` with its row locked (``ingest.lock_run``): the
-    run row itself is loaded only when there are alerts to write.
+    run row itself is loaded only when there are alerts to write. ``columns``, when given,
+    are the steps' values by key (``ingest.Ingested.columns``): the detectors read them as
+    they are.
     """
     # The usual batch finds this process's own suite still current: only the generation is
     # read, not the state.
@@ -149,8 +152,25 @@ def detect_steps(
             backtest(session, _run(session, run_id), settings, {}, apply=True)
             return _open_alerts(session, run_id)
     suite, pending = cached
-    ready, pending = _ready_steps(suite.last_step, pending, steps)
-    events = suite.feed_many(ready)
+    if columns is not None and _follows(suite.last_step, pending, steps):
+        # The usual batch: new steps after the pending one, whose values need no merging.
+        # Only the keys the detectors read: the pending step, kept with those alone, then
+        # joins the batch's columns when it logged the same ones.
+        read = suite.readable_keys(tuple(columns))
+        numbers = [entry.step for entry in steps]
+        if pending is not None and tuple(pending[1]) == read:
+            values = pending[1]
+            numbers.insert(0, pending[0])
+            batch = StepColumns(numbers, {key: (values[key], *columns[key]) for key in read})
+            events = []
+        else:
+            events = suite.feed(*pending) if pending is not None else []
+            batch = StepColumns(numbers, {key: columns[key] for key in read})
+        events += suite.feed_many(batch[:-1])
+        pending = batch[-1]
+    else:
+        ready, pending = _ready_steps(suite.last_step, pending, steps)
+        events = suite.feed_many(ready)
     if pending is not None:  # kept (and stored) with only what the detectors will read
         pending = pending[0], suite.readable(pending[1])
     _save_state(session, run_id, suite, pending, suites)
@@ -171,6 +191,14 @@ def _run(session: Session, run_id: str) -> Run:
     if run is None:
         raise repository.run_not_found(run_id)
     return run
+
+
+def _follows(last_fed: int | None, pending: Pending, steps: Sequence[StepIn]) -> bool:
+    """Whether every step of the batch comes after the last one fed and the pending one."""
+    if not steps:
+        return False
+    first = steps[0].step
+    return (last_fed is None or first > last_fed) and (pending is None or first > pending[0])
 
 
 def _ready_steps(

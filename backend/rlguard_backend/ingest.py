@@ -6,6 +6,7 @@ import json
 import math
 import zlib
 from collections import defaultdict
+from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any, NamedTuple
 
@@ -70,11 +71,13 @@ def parse_batch(raw: bytes, max_points: int) -> BatchIn:
     return batch
 
 
-def _by_key(batch: BatchIn) -> dict[str, Columns]:
-    """Each key's points as columns in step order; a later duplicate of a step wins."""
+def _by_key(batch: BatchIn) -> tuple[dict[str, Columns], bool]:
+    """Each key's points as columns in step order (a later duplicate of a step wins), and
+    whether every step logs the same keys, the steps strictly increasing: then each key's
+    columns hold the batch's steps in its order."""
     entries = batch.steps
     if not entries:
-        return {}
+        return {}, False
     steps = [entry.step for entry in entries]
     times = [math.nan if entry.time is None else entry.time for entry in entries]
     names = tuple(entries[0].values)
@@ -84,9 +87,10 @@ def _by_key(batch: BatchIn) -> dict[str, Columns]:
         # The usual batch: every step logs the same keys in the same order; zip transposes
         # the steps' values into the keys' columns in one C-level pass.
         columns = zip(*[tuple(entry.values.values()) for entry in entries], strict=True)
-        return {
+        by_key = {
             name: Columns(steps, values, times) for name, values in zip(names, columns, strict=True)
         }
+        return by_key, True
     latest: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
     for entry, moment in zip(entries, times, strict=True):
         for key, value in entry.values.items():
@@ -97,14 +101,16 @@ def _by_key(batch: BatchIn) -> dict[str, Columns]:
         grouped[key] = Columns(
             ordered, [by_step[s][0] for s in ordered], [by_step[s][1] for s in ordered]
         )
-    return grouped
+    return grouped, False
 
 
 class Ingested(NamedTuple):
-    """What storing a batch found: the answer, and the run's config read on the way."""
+    """What storing a batch found: the answer, the run's config read on the way, and the
+    batch's values by key when every step logs the same keys, in step order (else None)."""
 
     ack: BatchAck
     config: dict[str, Any]
+    columns: dict[str, Sequence[float]] | None = None
 
 
 def lock_run(session: Session, run_id: str) -> tuple[int | None, dict[str, Any]]:
@@ -142,8 +148,9 @@ def ingest_batch(session: Session, run_id: str, batch: BatchIn) -> Ingested:
         "INSERT INTO ingested_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)",
         (run_id, batch.batch_id, count, now),
     )
-    grouped = _by_key(batch)
+    grouped, uniform = _by_key(batch)
     newest = _store(session, run_id, _aliases(config), grouped) if grouped else None
+    columns = {key: c.values for key, c in grouped.items()} if uniform and grouped else None
     if newest is not None and (run_last_step is None or newest > run_last_step):
         run_last_step = newest
     sql.execute(
@@ -151,7 +158,7 @@ def ingest_batch(session: Session, run_id: str, batch: BatchIn) -> Ingested:
         "UPDATE runs SET last_step = ?, updated_at = ?, last_heartbeat_at = ? WHERE id = ?",
         (run_last_step, now, now, run_id),
     )
-    return Ingested(ack, config)
+    return Ingested(ack, config, columns)
 
 
 def _aliases(config: dict[str, Any]) -> dict[str, str] | None:

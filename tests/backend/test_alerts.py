@@ -20,6 +20,7 @@ from rlguard_backend import detection
 from rlguard_backend.config import Settings
 from rlguard_backend.main import create_app
 from rlguard_backend.models import DetectorState, WebhookDelivery
+from rlguard_backend.stability import DetectorSuite
 from tests.conftest import new_run_id
 from tests.detectors.scenarios import SCENARIOS
 
@@ -332,9 +333,29 @@ def test_quiet_batch_reads_the_run_once_and_no_state(sqlite_url: str) -> None:
     assert not [s for s in statements if "detector_state.state" in s], statements
 
 
+def _service_suite(app: Any, run_id: str) -> tuple[DetectorSuite, Any]:
+    """The live suite the service keeps for the run, and its pending step."""
+    with app.state.session_factory() as session:
+        row = session.get(DetectorState, (run_id, "suite"))
+        assert row is not None
+        cached = detection._SUITES.get(run_id, row.generation)
+    assert cached is not None
+    return cached
+
+
+def _stepwise_state(config: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The state of a suite fed every step but the last, one at a time."""
+    suite = detection.make_suite(config, Settings())
+    for entry in steps[:-1]:
+        suite.feed(entry["step"], {k: float(v) for k, v in entry["values"].items()})
+    return suite.dump_state()
+
+
 def test_bulk_batches_go_column_wise_in_the_service(sqlite_url: str) -> None:
-    """Batches of 100 steps: each starts with the step held back from the previous batch
-    (trimmed to the keys the detectors read), then its own steps go column-wise."""
+    """Batches of 100 steps go to the detectors as the ingest's columns, the step held back
+    from the previous batch (trimmed to the keys the detectors read) at their head: the
+    detectors end where step-by-step feeding ends, with every step after the first batch
+    column-wise."""
     app = create_app(Settings(database_url=sqlite_url))
     with TestClient(app) as client:
         run_id = new_run_id()
@@ -343,15 +364,29 @@ def test_bulk_batches_go_column_wise_in_the_service(sqlite_url: str) -> None:
         for entry in steps:  # keys the detectors do not read: the held-back step drops them
             entry["values"]["system/gpu0/util"] = 90.0
         assert len(steps) >= 300 and _send(client, run_id, steps, size=100) == []
-        with app.state.session_factory() as session:
-            row = session.get(DetectorState, (run_id, "suite"))
-            assert row is not None
-            cached = detection._SUITES.get(run_id, row.generation)
-    assert cached is not None
-    suite, pending = cached
+        suite, pending = _service_suite(app, run_id)
     assert pending is not None and pending[0] == steps[-1]["step"]
-    # All but the first batch (the baselines and windows fill) and the held-back steps.
-    assert suite.fast_steps >= 0.8 * (len(steps) - 100), suite.fast_steps
+    assert "system/gpu0/util" not in pending[1]
+    assert suite.dump_state() == _stepwise_state(HEALTHY.config, steps)
+    # All but the first batch (the baselines and windows fill) and the last step, pending.
+    assert suite.fast_steps >= len(steps) - 100, suite.fast_steps
+
+
+def test_bulk_batches_whose_keys_change_between_batches(sqlite_url: str) -> None:
+    """A batch that logs other detector keys than the step held back from the one before:
+    that step is fed on its own, then the batch's columns; the state is still step-by-step's."""
+    app = create_app(Settings(database_url=sqlite_url))
+    with TestClient(app) as client:
+        run_id = new_run_id()
+        _create(client, run_id, HEALTHY.config)
+        steps = _steps(HEALTHY.run(seed=4))
+        for entry in steps:
+            if entry["step"] // 100 % 2:  # every other batch lacks the grad norm
+                entry["values"].pop("actor/grad_norm", None)
+        assert _send(client, run_id, steps, size=100) == []
+        suite, _ = _service_suite(app, run_id)
+    assert suite.dump_state() == _stepwise_state(HEALTHY.config, steps)
+    assert suite.fast_steps >= len(steps) - 100 - len(steps) // 100, suite.fast_steps
 
 
 def test_an_alert_resolved_by_hand_while_it_keeps_firing_opens_again(client: TestClient) -> None:

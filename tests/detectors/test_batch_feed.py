@@ -13,13 +13,14 @@ import random
 import warnings
 from collections import Counter
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 import pytest
 
 from benchmarks import detectors as detector_bench
 from benchmarks import ingest as ingest_bench
-from rlguard_backend.stability import DETECTOR_TYPES, AlertEvent, DetectorSuite
+from rlguard_backend.stability import DETECTOR_TYPES, AlertEvent, DetectorSuite, StepColumns
 
 from .scenarios import SCENARIOS, Scenario, base_config, clip01, healthy, s8
 
@@ -126,11 +127,13 @@ def check_batches(
     sizes: Sequence[int],
     thresholds: dict[str, Any] | None = None,
     rebuild: bool = False,
+    columnar: bool = False,
 ) -> tuple[list[AlertEvent], DetectorSuite]:
     """Feed `run` step by step to one suite and in batches of `sizes` through feed_many to
     another; after every batch both must have given the same events and dumped the same state.
 
-    rebuild=True restores the batch-fed suite from its JSON-encoded state after every batch.
+    rebuild=True restores the batch-fed suite from its JSON-encoded state after every batch;
+    columnar=True hands feed_many each batch that can be one as StepColumns.
     Returns all events and the batch-fed suite (the last one built).
     """
     stepwise = DetectorSuite(config, thresholds)
@@ -141,7 +144,7 @@ def check_batches(
         where += f", steps {batch[0][0]}..{batch[-1][0]})" if batch else ")"
         copies = [(step, dict(values)) for step, values in batch]
         want = [event for step, values in copies for event in stepwise.feed(step, values)]
-        have = batched.feed_many(batch)
+        have = batched.feed_many(as_columns(batch) if columnar else batch)
         difference = event_difference(want, have)
         assert difference is None, f"{where}: events differ: {difference}"
         assert batch == copies, f"{where}: feed_many changed its input"
@@ -157,6 +160,21 @@ def check_batches(
             batched = DetectorSuite(config, thresholds, state=json.loads(have_text))
         events += want
     return events, batched
+
+
+def as_columns(batch: Run) -> Sequence[tuple[int, dict[str, Any]]]:
+    """The batch as StepColumns when it can be one (as the ingest makes them: steps strictly
+    increasing, each logging the same keys, every value a float), else as it is."""
+    if not batch:
+        return batch
+    keys = tuple(batch[0][1])
+    steps = [step for step, _ in batch]
+    if any(a >= b for a, b in pairwise(steps)) or any(
+        tuple(values) != keys or any(type(v) is not float for v in values.values())
+        for _, values in batch
+    ):
+        return batch
+    return StepColumns(steps, {key: [values[key] for _, values in batch] for key in keys})
 
 
 def kinds(events: list[AlertEvent]) -> Counter[tuple[str, str, str]]:
@@ -626,6 +644,11 @@ def _flat_reward(t: int) -> float:
     return 0.3 + 0.01 * math.sin(t * 0.7)
 
 
+def _plateau_reward(t: int) -> float:
+    """The quiet run's reward frozen at its CHANGE_AT level: gained, then flat."""
+    return 0.3 + 0.6 * CHANGE_AT / STEPS + 0.01 * math.sin(t * 0.7)
+
+
 def _ramp(t: int) -> float:
     """0 before CHANGE_AT, rising to 1 over 20 steps, 1 until CHANGE_UNTIL, then 0 again."""
     return 0.0 if t >= CHANGE_UNTIL else clip01((t - CHANGE_AT) / 20)
@@ -676,6 +699,23 @@ CHANGES: dict[str, tuple[str, Any]] = {
         "entropy_collapse",
         lambda t, v, r: v.update(
             {"actor/entropy": 0.6 - 0.55 * r, "critic/score/mean": _flat_reward(t)}
+        ),
+    ),
+    # Entropy spent, reward risen and then flat: not a collapse (the reward was bought).
+    "entropy_exhausted": (
+        "entropy_exhausted",
+        lambda t, v, r: v.update(
+            {"actor/entropy": 0.6 - 0.55 * r, "critic/score/mean": _plateau_reward(t)}
+        ),
+    ),
+    "entropy_exhausted_warn": (  # half the groups all-equal: WARN rather than INFO
+        "entropy_exhausted",
+        lambda t, v, r: v.update(
+            {
+                "actor/entropy": 0.6 - 0.55 * r,
+                "critic/score/mean": _plateau_reward(t),
+                "frac_reward_zero_std": 0.2 + 0.45 * r,
+            }
         ),
     ),
     "clip_saturation": (
@@ -745,6 +785,29 @@ def test_a_high_but_steady_kl_goes_column_wise_without_a_runaway(sizes: list[int
     assert suite.fast_steps >= STEPS - sizes[0] - 2 * len(events), suite.fast_steps
 
 
+@pytest.mark.parametrize("sizes", [[100], [37]], ids=["by100", "by37"])
+@pytest.mark.parametrize("reward", ["improving", "plateau"])
+def test_low_entropy_runs_go_column_wise(reward: str, sizes: list[int]) -> None:
+    """Entropy below E3's 0.2 nats from the start, as in many good runs: the reward trend
+    decides E3 on every step, column-wise; a plateau opens it, and its updates go by feed()."""
+    run = [
+        (
+            t,
+            {
+                **values,
+                "actor/entropy": 0.12 + 0.004 * math.sin(t * 0.7),
+                **({"critic/score/mean": _plateau_reward(t)} if reward == "plateau" else {}),
+            },
+        )
+        for t, values in changed_run("kl_binding")[:CHANGE_AT]
+    ]
+    events, suite = check_batches(f"low entropy, {reward}, sizes {sizes}", QUIET_CONFIG, run, sizes)
+    exhausted = {event.action for event in events if event.key == "entropy_exhausted"}
+    assert exhausted == ({"open", "update"} if reward == "plateau" else set()), kinds(events)
+    # All but the first 100 steps (warm-up, the reward window filling) and the alert's events.
+    assert suite.fast_steps >= len(run) - 100 - 2 * len(events), suite.fast_steps
+
+
 @pytest.mark.parametrize("size", [1e300, 1e200, 1e160])
 def test_huge_finite_values_go_column_wise_silently_and_exactly(size: float) -> None:
     """Sums that overflow in one summation order and not another are left to the exact fit,
@@ -766,3 +829,60 @@ def test_huge_finite_values_go_column_wise_silently_and_exactly(size: float) -> 
         warnings.simplefilter("error")
         _, suite = check_batches(f"values of {size}", {}, run, [100])
     assert suite.fast_steps >= 150, suite.fast_steps
+
+
+# Batches given column-wise, as the ingest hands them over (StepColumns).
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_scenarios_given_as_columns(scenario: Scenario) -> None:
+    check_batches(
+        f"{scenario.name} seed 0 as StepColumns",
+        scenario.config,
+        scenario.run(0),
+        [100],
+        columnar=True,
+    )
+
+
+@pytest.mark.parametrize("kind", FAULTS)
+def test_faults_given_as_columns(kind: str) -> None:
+    """Non-finite values inside columns: the column-wise steps end before the first."""
+    run = fuzzed_run(kind, 10, base="healthy")
+    sizes = random_sizes(10, len(run), high=80, empty_share=0.3 if kind == "empty_batch" else 0)
+    label = f"fault {kind} as StepColumns sizes {sizes}"
+    check_batches(label, base_config(500), run, sizes, columnar=True)
+
+
+@pytest.mark.parametrize("rule", sorted(CHANGES))
+def test_rules_given_as_columns(rule: str) -> None:
+    thresholds = {"kl_runaway.level_warn": 50, "kl_runaway.level_critical": 100}
+    events, suite = check_batches(
+        f"{rule} as StepColumns",
+        QUIET_CONFIG,
+        changed_run(rule),
+        [100],
+        thresholds if rule == "pinned" else None,
+        columnar=True,
+    )
+    assert CHANGES[rule][0] in {event.key for event in events}
+    assert suite.fast_steps >= 0.25 * STEPS, suite.fast_steps
+
+
+def test_step_columns_index_and_slice_as_a_list_does() -> None:
+    steps = [3, 5, 8, 13]
+    columns = {"a": [0.5, 1.5, 2.5, 3.5], "b": (-1.0, -2.0, -3.0, -4.0)}
+    given = StepColumns(steps, columns)
+    listed = [(s, {"a": a, "b": b}) for s, a, b in zip(steps, *columns.values(), strict=True)]
+    assert len(given) == 4 and list(given) == listed
+    for index in (0, 3, -1, -4):
+        assert given[index] == listed[index]
+    for cut in (slice(1, None), slice(None, -1), slice(1, 3), slice(3, 1), slice(None, None, 2)):
+        part = given[cut]
+        assert list(part) == listed[cut], cut
+    tail = given[1:][1:]
+    assert isinstance(tail, StepColumns) and list(tail) == listed[2:]
+    assert tail.numbers() == [8, 13] and list(tail.column("b")) == [-3.0, -4.0]
+    for index in (4, -5):
+        with pytest.raises(IndexError, match="out of range"):
+            given[index]

@@ -80,9 +80,11 @@ def _store_batch(
     """The unit of work of one batch: points, rollups, detectors and alerts, one commit."""
     try:
         with write_session(factory) as session:
-            ack, config = ingest.ingest_batch(session, run_id, batch)  # locks the run (PG)
+            ack, config, columns = ingest.ingest_batch(session, run_id, batch)  # locks the run
             if not ack.duplicate and settings.detectors_enabled:
-                opened = detection.detect_steps(session, run_id, config, batch.steps, settings)
+                opened = detection.detect_steps(
+                    session, run_id, config, batch.steps, settings, columns=columns
+                )
                 ack.alerts = [alerts.to_public(alert) for alert in opened]
             session.commit()
             return ack

@@ -17,7 +17,15 @@ Detector ids and their alert keys:
 """
 
 from rlguard_backend.stability.events import Action, AlertEvent, Severity
-from rlguard_backend.stability.suite import DETECTOR_TYPES, DetectorSuite
+from rlguard_backend.stability.suite import DETECTOR_TYPES, DetectorSuite, StepColumns
 from rlguard_backend.stability.thresholds import DEFAULTS
 
-__all__ = ["DEFAULTS", "DETECTOR_TYPES", "Action", "AlertEvent", "DetectorSuite", "Severity"]
+__all__ = [
+    "DEFAULTS",
+    "DETECTOR_TYPES",
+    "Action",
+    "AlertEvent",
+    "DetectorSuite",
+    "Severity",
+    "StepColumns",
+]

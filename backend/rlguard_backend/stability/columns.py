@@ -58,6 +58,12 @@ class Columns:
         self.alerts = AlertBook(0)  # the suite's open alerts
         self.detectors: list[Any] = []  # the detectors with something to read here, in order
         self.names: tuple[str, ...] = ()  # the canonical signals logged
+        # E3's reward plateau (RewardState.long_trend) after each step, (flat, settled) for
+        # (min_points, t_limit): costly, so worked out over all the steps when first asked for
+        # (Observations sets how), kept in `derived`, which every tail shares.
+        self.plateau_of: Callable[[int, float], tuple[Bools, Bools]] | None = None
+        self.derived: dict[tuple[int, float], tuple[Bools, Bools]] = {}
+        self.offset = 0  # index of this view's first step in the columns `derived` covers
 
     def tail(self, start: int) -> Columns:
         """The same columns from step index `start` on."""
@@ -74,7 +80,20 @@ class Columns:
         out.length_ratio = None if self.length_ratio is None else self.length_ratio[start:]
         out.improving, out.stagnant = self.improving[start:], self.stagnant[start:]
         out.r_min, out.r_max = self.r_min[start:], self.r_max[start:]
+        out.offset = self.offset + start
         return out
+
+    def plateau(self, min_points: int, t_limit: float) -> tuple[Bools, Bools]:
+        """After each step: whether the reward window's trend has a t-statistic below
+        `t_limit` over `min_points` points or more (E3's plateau), and whether that is settled
+        here; the steps where it is not go through feed()."""
+        key = (min_points, t_limit)
+        found = self.derived.get(key)
+        if found is None:
+            assert self.plateau_of is not None
+            found = self.derived[key] = self.plateau_of(min_points, t_limit)
+        flat, settled = found
+        return flat[self.offset :], settled[self.offset :]
 
     def emitting(self, detector: str, key: str, firing: Bools, rank: int | Ints) -> Bools:
         """Where a rule firing (at severity `rank`, SEVERITY_RANK) makes an event: always
@@ -112,10 +131,22 @@ def silent(steps: int) -> Quiet:
 NOT_QUIET = silent(0)  # a detector without a column-wise path: every step goes through feed()
 
 
+def anywhere(mask: Bools) -> bool:
+    """mask.any(), in a third of its time on a batch (no Python-level wrapper)."""
+    return len(mask) > 0 and bool(mask[mask.argmax()])
+
+
+def everywhere(mask: Bools) -> bool:
+    """mask.all(), likewise."""
+    return len(mask) == 0 or bool(mask[mask.argmin()])
+
+
 def run_lengths(condition: Bools, before: int) -> Ints:
     """`streak = streak + 1 if condition else 0` after each step, from `streak = before`."""
-    if not condition.any():  # the usual rule of a quiet run: reset at every step
+    if not anywhere(condition):  # the usual rule of a quiet run: reset at every step
         return np.zeros(len(condition), dtype=np.int64)
+    if everywhere(condition):  # the usual clear rule of a quiet run: one more at every step
+        return np.arange(before + 1, before + len(condition) + 1, dtype=np.int64)
     index = np.arange(1, len(condition) + 1)
     last_false = np.maximum.accumulate(np.where(condition, 0, index))
     counts = index - last_false
@@ -125,8 +156,8 @@ def run_lengths(condition: Bools, before: int) -> Ints:
 
 def first(mask: Bools) -> int:
     """Index of the first True, or len(mask) when there is none."""
-    hits = np.flatnonzero(mask)
-    return int(hits[0]) if hits.size else len(mask)
+    at = int(mask.argmax()) if len(mask) else 0
+    return at if at < len(mask) and mask[at] else len(mask)
 
 
 def counting(before: int, n: int) -> Ints:

@@ -19,6 +19,7 @@ from rlguard_backend.stability.columns import (
     Floats,
     Ints,
     Quiet,
+    anywhere,
     first,
     run_lengths,
     window_shares,
@@ -29,7 +30,7 @@ from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, rounded
 from rlguard_backend.stability.thresholds import Thresholds
 
-WARN, CRITICAL = SEVERITY_RANK["warn"], SEVERITY_RANK["critical"]
+INFO, WARN, CRITICAL = SEVERITY_RANK["info"], SEVERITY_RANK["warn"], SEVERITY_RANK["critical"]
 COLLAPSE_ADVICE = [
     "Lower LR or epochs (slows learning).",
     "KL to the initial policy with the k3+ gradient (costs pass@1).",
@@ -114,7 +115,7 @@ class EntropyCollapse(Detector):
         low_rho = rho < th["spent_ratio"]
         severity = low_rho  # all False while rho stays above spent_ratio
         rank: int | Ints = WARN
-        if low_rho.any():
+        if anywhere(low_rho):
             identical = _at_least(zero_std, th["identical_groups"], n)
             spent = low_rho & (cols.stagnant | (not cols.reward_known))
             unsolved = np.zeros(n, dtype=np.bool_)
@@ -138,12 +139,29 @@ class EntropyCollapse(Detector):
         fired = np.maximum.accumulate(np.where(firing, index, -1))
         settled = np.maximum.accumulate(np.where(clears & ~firing, index, -1))
         active = np.where(fired == settled, self.collapse_active, fired > settled)
-        # E3: wherever entropy is low outside a collapse, the reward plateau decides: feed().
+        # E3: wherever entropy is low outside a collapse, the reward plateau decides (feed()
+        # takes the steps where numpy cannot settle it).
         smoothed = cols.smoothed["entropy"]
         assert smoothed is not None
         low = (smoothed < th["exhausted_entropy"]) | (rho < th["exhausted_ratio"])
-        steps = min(steps, first(low & warm & ~active))
-        steps = min(steps, self.quiet_clears_at("entropy_exhausted", self.exhausted_quiet, n))
+        exhausted = low & warm & ~active
+        if anywhere(exhausted):
+            flat, known = cols.plateau(int(th["exhausted_min_points"]), th["exhausted_t_stat"])
+            steps = min(steps, first(exhausted & ~known))
+            exhausted &= flat
+        exhausted_streak = run_lengths(exhausted, self.exhausted_streak)
+        exhausted_quiet = run_lengths(~exhausted, self.exhausted_quiet)
+        groups = _at_least(zero_std, th["exhausted_groups_warn"], n)
+        steps = min(
+            steps,
+            self.speaks_at(
+                cols,
+                "entropy_exhausted",
+                exhausted_streak >= th["exhausted_persistence"],
+                np.where(groups, WARN, INFO),
+                exhausted_quiet >= clear_steps,
+            ),
+        )
         # E4
         start = cols.baselines["entropy"] or 0.0
         limit = max(th["blowup_factor"] * start, start + th["blowup_margin"])
@@ -177,8 +195,8 @@ class EntropyCollapse(Detector):
             self.recovered_streak = int(recovered[last])
             self.improving_streak = int(improving[last])
             self.collapse_active = bool(active[last])
-            self.exhausted_streak = 0
-            self.exhausted_quiet += end - begin
+            self.exhausted_streak = int(exhausted_streak[last])
+            self.exhausted_quiet = int(exhausted_quiet[last])
             self.blowup_streak, self.blowup_quiet = (
                 int(blowup_streak[last]),
                 int(blowup_quiet[last]),

@@ -20,6 +20,8 @@ from rlguard_backend.stability.columns import (
     Floats,
     Quiet,
     ago,
+    anywhere,
+    everywhere,
     first,
     integral,
     push_points,
@@ -88,10 +90,10 @@ class KlPenalty(Detector):
         if cols.value("kl_ref") is None or kl is None or beta is None:
             return silent(n)
         positive = beta > 0
-        if not positive.any():
+        if not anywhere(positive):
             return silent(n)
         lag = th["binding_lookback_steps"]
-        if self.context.kl_placement == "reward" or not positive.all() or not integral(lag):
+        if self.context.kl_placement == "reward" or not everywhere(positive) or not integral(lag):
             return NOT_QUIET  # the penalty share, or beta switching on and off: step by step
         improving = run_lengths(cols.improving, self.improving_streak)
         clears = improving >= th["clear_steps"]
@@ -101,7 +103,7 @@ class KlPenalty(Detector):
             unmoved &= cols.rho > th["unmoved_entropy_ratio"]
         strong = run_lengths(stagnant & unmoved, self.strong_streak)
         candidates = stagnant & (kl >= th["small_kl"])
-        if candidates.any():  # KL flat over the lookback decides
+        if anywhere(candidates):  # KL flat over the lookback decides
             before, known = ago(self.history, cols.steps, kl, lag)
             change = np.full(n, np.inf)
             np.divide(kl, before, out=change, where=known & (before > 0))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from operator import add, itemgetter, mul, sub
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlguard_backend.stability.columns import Bools, Columns, Floats, Ints
+from rlguard_backend.stability.columns import Bools, Columns, Floats, Ints, everywhere
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.primitives import (
@@ -434,6 +435,7 @@ class Observations:
             cols.improving = np.full(n, reward.improving)
             cols.stagnant = np.full(n, reward.stagnant)
             cols.r_min, cols.r_max = np.full(n, reward.r_min), np.full(n, reward.r_max)
+            cols.plateau_of = partial(_steady_plateau, reward.long_trend, n)
             return
         common = self._common
         cols.reward_known = True
@@ -456,6 +458,7 @@ class Observations:
         values = self.rewards.values + rewards.tolist()
         points = min(self._trend_points, REWARD_WINDOW_POINTS)
         ends = np.arange(len(self.rewards) + 1, len(values) + 1)
+        cols.plateau_of = partial(_plateau_verdicts, steps, values, ends)
         improving, settled = self._trend_verdicts(steps, values, ends, points, limits)
         for t in np.flatnonzero(~settled).tolist():  # too close to call in numpy: exactly
             end = int(ends[t])
@@ -490,7 +493,7 @@ class Observations:
         # Beyond ~1e150 a sum of squares overflows in one summation order and not in another:
         # such windows are left to the exact fit.
         moderate = size < 1e150
-        if not moderate.all():
+        if not everywhere(moderate):
             rows, windows, size = rows[moderate], windows[moderate], size[moderate]
         xs, sx, x_spread = _consecutive_x(points)
         sy = windows.sum(axis=1)
@@ -500,7 +503,7 @@ class Observations:
         rise_margin = 1e-9 * points * points * size + 1e-300
         limit = limits[rows]
         flat = rise + rise_margin <= limit
-        if flat.all():  # the usual window: no fitted rise comes near the limit
+        if everywhere(flat):  # the usual window: no fitted rise comes near the limit
             settled[rows] = True
             return improving, settled
         rising = rise - rise_margin > limit  # slope > 0 there: limits are never negative
@@ -633,6 +636,58 @@ class Observations:
         return RewardState(
             True, improving, stagnant, gain, r_min, r_max, note, rewards, points, trend
         )
+
+
+def _steady_plateau(
+    trend: Trend | None, n: int, min_points: int, t_limit: float
+) -> tuple[Bools, Bools]:
+    """Columns.plateau over steps that log no reward: the window's trend stays `trend`."""
+    flat = trend is not None and trend.points >= min_points and trend.t_stat < t_limit
+    return np.full(n, flat), np.ones(n, dtype=np.bool_)
+
+
+def _plateau_verdicts(
+    steps: list[int], values: list[float], ends: Ints, min_points: int, t_limit: float
+) -> tuple[Bools, Bools]:
+    """Columns.plateau over steps that log a reward: the reward window after each step is
+    the points of (steps, values) before its `ends` entry, its last REWARD_WINDOW_POINTS.
+
+    linear_trend's t-statistic in numpy, whose sums round differently: settled only where the
+    verdict holds with margins far above any rounding (1e-9 of the terms, as _trend_verdicts),
+    over full windows of consecutive steps. A window of fewer than min_points points (or 5)
+    has no plateau; other windows are left unsettled."""
+    n = len(ends)
+    flat, settled = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
+    points = REWARD_WINDOW_POINTS
+    settled[np.minimum(ends, points) < max(min_points, 5)] = True  # no trend, or too short
+    rows = np.flatnonzero(ends >= points)
+    if min_points > points or not rows.size:
+        return flat, settled
+    all_steps = np.array(steps, dtype=np.int64)
+    rows = rows[all_steps[ends[rows] - 1] - all_steps[ends[rows] - points] == points - 1]
+    windows = np.array(values)[(ends[rows] - points)[:, None] + np.arange(points)]
+    size = np.abs(windows).max(axis=1)
+    moderate = size < 1e150  # beyond, sums of squares may overflow in one order only
+    rows, windows, size = rows[moderate], windows[moderate], size[moderate]
+    xs, sx, x_spread = _consecutive_x(points)
+    sy = windows.sum(axis=1)
+    centred_sxy = windows @ np.array(xs) - sx * sy / points
+    slope = centred_sxy / x_spread
+    slope_margin = (1e-9 * points * points * size + 1e-300) / (points - 1)
+    squares = (windows * windows).sum(axis=1)
+    explained = slope * centred_sxy
+    residual = squares - sy * sy / points - explained
+    residual_margin = 1e-9 * (squares + np.abs(explained)) + 1e-300
+    spread = (points - 2) * x_spread
+    falling = slope + slope_margin <= 0.0  # t <= 0: flat
+    rising = (slope - slope_margin > 0.0) & (residual - residual_margin > 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_low = (slope - slope_margin) / np.sqrt((residual + residual_margin) / spread)
+        t_high = (slope + slope_margin) / np.sqrt((residual - residual_margin) / spread)
+    below = rising & (t_high < t_limit)
+    flat[rows] = falling | below
+    settled[rows] = falling | below | (rising & (t_low >= t_limit))
+    return flat, settled
 
 
 _SMOOTHED = frozenset(SMOOTHED_SIGNALS)

@@ -6,14 +6,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
 from operator import itemgetter
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from rlguard_backend.signals import ALIAS_PRIORITY, canonical_signal
 from rlguard_backend.stability.base import Detector
 from rlguard_backend.stability.clipfrac import ClipFraction
-from rlguard_backend.stability.columns import Columns, Quiet
+from rlguard_backend.stability.columns import Columns, Floats, Quiet
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.entropy import EntropyCollapse
 from rlguard_backend.stability.entropy_cov import EntropyCovLeading
@@ -43,7 +43,9 @@ DETECTOR_TYPES: tuple[type[Detector], ...] = (
 STATE_VERSION = 3  # 2: streaks are plain ints; 3: windows packed, their sizes not in state
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
 MIN_COLUMN_STEPS = 8  # fewer steps go through feed(): the columns' set-up would cost more
-COLUMN_BACKOFF_STEPS = 50  # after column-wise attempts fed nothing: feed() 100, then 200 steps
+# After a column-wise attempt that fed nothing, feed() this many steps before the next; twice
+# as many after two misses in a row, four times after three or more.
+COLUMN_BACKOFF_STEPS = 25
 _NON_FINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -144,7 +146,7 @@ class DetectorSuite:
                 # twice as many after each miss in a row.
                 self._column_misses = 0 if done else self._column_misses + 1
                 self._column_wait = (
-                    0 if done else COLUMN_BACKOFF_STEPS << min(self._column_misses, 2)
+                    0 if done else COLUMN_BACKOFF_STEPS << min(self._column_misses - 1, 2)
                 )
                 cols = cols if done else None
                 at += done
@@ -161,6 +163,10 @@ class DetectorSuite:
         Feeding them alone gives the same events and state as feeding the whole step.
         """
         return {key: values[key] for key in self._plan_of(values).read}
+
+    def readable_keys(self, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """The keys readable() keeps of a step that logs `keys`, in the order it keeps them."""
+        return self._plan_of_keys(keys).read
 
     def missing(self) -> dict[str, str]:
         """Detector id -> why it is degraded or disabled (missing signals or run context)."""
@@ -219,12 +225,20 @@ class DetectorSuite:
         last = self._last_step
         if last is None:
             return None
+        if isinstance(steps, StepColumns):
+            plan = self._plan_of_keys(steps.keys)
+            numbers = steps.numbers()
+            if plan.take is None or len(numbers) < MIN_COLUMN_STEPS or numbers[0] <= last:
+                return None
+            # One signal per row: the values as they came, no per-step work.
+            matrix = np.array([steps.column(key) for _, key in plan.singles], dtype=np.float64)
+            return self._finite_columns(plan, numbers, matrix)
         keys = tuple(steps[0][1])
         plan = self._plan_of(steps[0][1])
         take = plan.take
         if take is None:
             return None
-        numbers: list[int] = []
+        numbers = []
         rows = []
         for step, values in steps:
             if type(step) is not int or step <= last or tuple(values) != keys:
@@ -237,17 +251,21 @@ class DetectorSuite:
             return None
         width = len(plan.names)
         matrix = np.fromiter(chain.from_iterable(rows), np.float64, count * width)
-        matrix = matrix.reshape(count, width)
+        return self._finite_columns(plan, numbers, matrix.reshape(count, width).T)
+
+    def _finite_columns(self, plan: _Plan, numbers: list[int], matrix: Floats) -> Columns | None:
+        """_columns from the values of `plan.names` (one row each) at steps `numbers`: the
+        steps before the first with a value that is not finite."""
         total = float(matrix.sum())  # huge finite values may sum to inf: checked below
         if total - total != 0.0:  # a value not finite (or a sum overflowed): check each
-            finite = np.isfinite(matrix).all(axis=1)
+            finite = np.isfinite(matrix).all(axis=0)
             if not finite.all():  # the steps before the first one with such a value
                 count = int(np.argmin(finite))
                 if count < MIN_COLUMN_STEPS:
                     return None
                 del numbers[count:]
-                matrix = matrix[:count]
-        columns = {name: matrix[:, j] for j, name in enumerate(plan.names)}
+                matrix = matrix[:, :count]
+        columns = {name: matrix[j] for j, name in enumerate(plan.names)}
         cols = self._observations.columns(numbers, columns)
         if cols is None or (
             "kl_ref" in cols.values and not np.isfinite(cols.values["kl_ref"]).all()
@@ -290,7 +308,9 @@ class DetectorSuite:
 
     def _plan_of(self, values: Mapping[str, float]) -> _Plan:
         """The plan of this step's key set: steps repeat the same keys, so it is made once."""
-        keys = tuple(values)
+        return self._plan_of_keys(tuple(values))
+
+    def _plan_of_keys(self, keys: tuple[str, ...]) -> _Plan:
         plan = self._last_plan
         if plan is None or plan.keys != keys:  # equal tuples of the same strings: fast
             plan = self._plans.get(keys) or self._new_plan(keys)
@@ -347,6 +367,54 @@ class DetectorSuite:
         self._seen.update(canonical)
         finite = _finite(canonical)
         return canonical, sources, canonical if len(finite) == len(canonical) else finite
+
+
+class StepColumns(Sequence[tuple[int, dict[str, float]]]):
+    """Steps given column-wise, as the ingest holds a batch: step ``steps[i]`` logs
+    ``columns[key][i]`` for every key; the steps strictly increasing, every value a float (as
+    the ingest's schema makes them). feed_many reads the columns as they are; indexing
+    builds one step's dict, and slicing gives a StepColumns of the same columns."""
+
+    def __init__(
+        self,
+        steps: Sequence[int],
+        columns: Mapping[str, Sequence[float]],
+        start: int = 0,
+        stop: int | None = None,
+    ) -> None:
+        self.steps, self.columns, self.keys = steps, columns, tuple(columns)
+        self.start, self.stop = start, len(steps) if stop is None else stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, dict[str, float]]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[int, dict[str, float]]]: ...
+
+    def __getitem__(
+        self, index: int | slice
+    ) -> tuple[int, dict[str, float]] | Sequence[tuple[int, dict[str, float]]]:
+        if isinstance(index, slice):
+            start, stop, stride = index.indices(len(self))
+            if stride != 1:
+                return [self[i] for i in range(start, stop, stride)]
+            return StepColumns(
+                self.steps, self.columns, self.start + start, self.start + max(start, stop)
+            )
+        at = index + len(self) if index < 0 else index
+        if not 0 <= at < len(self):
+            raise IndexError(f"step index {index} out of range for {len(self)} steps")
+        at += self.start
+        return self.steps[at], {key: column[at] for key, column in self.columns.items()}
+
+    def numbers(self) -> list[int]:
+        return list(self.steps[self.start : self.stop])
+
+    def column(self, key: str) -> Sequence[float]:
+        return self.columns[key][self.start : self.stop]
 
 
 class _Plan:
