@@ -83,11 +83,20 @@ class Detector:
         return None
 
     def dump(self) -> dict[str, Any]:
-        return {
-            name: _dump(value)
-            for name, value in vars(self).items()
+        attributes = vars(self)
+        names = self.__dict__.get("_state_names")
+        if names is None or len(attributes) != names[0]:  # attributes added since: again
+            names = (len(attributes) + 1, self._names_of_state(attributes))
+            self._state_names = names
+        return {name: _dump(attributes[name]) for name in names[1]}
+
+    @staticmethod
+    def _names_of_state(attributes: dict[str, Any]) -> tuple[str, ...]:
+        return tuple(
+            name
+            for name in attributes
             if name not in _CONFIG_ATTRIBUTES and not name.startswith("_")
-        }
+        )
 
     def load(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
@@ -96,6 +105,8 @@ class Detector:
 
 def _dump(value: Any) -> Any:
     """A state attribute as JSON takes it: a copy, with non-finite floats as strings."""
+    if type(value) is int or value is None:  # streaks and counters, most of the state
+        return value
     if isinstance(value, _STATEFUL):
         return value.dump()
     if isinstance(value, dict):

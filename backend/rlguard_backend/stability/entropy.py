@@ -403,8 +403,11 @@ def _share_column(window: Window, flags: Floats | None, n: int) -> Floats:
     """_share(window) after each step, the step's flag (1.0 for a zero grad norm) pushed."""
     if flags is None:
         return np.full(n, _share(window))
+    marks = flags == 1.0
+    if not anywhere(marks) and 1.0 not in window:  # no zero grad norm anywhere: 0 throughout
+        return np.zeros(n)
     marked = np.array(window, dtype=np.float64) == 1.0
-    shares, counts = window_shares(marked, flags == 1.0, window.maxlen or 0)
+    shares, counts = window_shares(marked, marks, window.maxlen or 0)
     return np.where(counts >= 5, shares, 0.0)
 
 

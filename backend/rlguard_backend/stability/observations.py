@@ -425,12 +425,12 @@ class Observations:
     def _reward_columns(self, cols: Columns) -> None:
         """The reward trend's verdicts after each step (RewardState's improving, stagnant and
         bounds), exact: the rise bound only spares the fits it proves cannot pass."""
-        if self._reward_stale:
-            self.view.reward, self._reward_stale = self._reward_state(), False
-        reward = self.view.reward
         rewards = cols.value("reward_mean")
         n = cols.n
         if rewards is None:  # the view's reward state stays as it is over these steps
+            if self._reward_stale:
+                self.view.reward, self._reward_stale = self._reward_state(), False
+            reward = self.view.reward
             cols.reward_known = reward.known
             cols.improving = np.full(n, reward.improving)
             cols.stagnant = np.full(n, reward.stagnant)
