@@ -135,10 +135,13 @@ class EntropyCollapse(Detector):
         clears = (recovered >= clear_steps) | (improving >= clear_steps)
         steps = min(steps, self.speaks_at(cols, "entropy_collapse", firing, rank, clears))
         # collapse_active: set where E1/E2 fire, dropped where their clear rule holds.
-        index = np.arange(n)
-        fired = np.maximum.accumulate(np.where(firing, index, -1))
-        settled = np.maximum.accumulate(np.where(clears & ~firing, index, -1))
-        active = np.where(fired == settled, self.collapse_active, fired > settled)
+        if self.collapse_active or anywhere(firing):
+            index = np.arange(n)
+            fired = np.maximum.accumulate(np.where(firing, index, -1))
+            settled = np.maximum.accumulate(np.where(clears & ~firing, index, -1))
+            active = np.where(fired == settled, self.collapse_active, fired > settled)
+        else:  # not active, and nothing sets it
+            active = np.zeros(n, dtype=np.bool_)
         # E3: wherever entropy is low outside a collapse, the reward plateau decides (feed()
         # takes the steps where numpy cannot settle it).
         smoothed = cols.smoothed["entropy"]

@@ -18,6 +18,7 @@ from rlguard_backend.stability.columns import (
     Columns,
     Quiet,
     ago,
+    first,
     integral,
     push_points,
     run_lengths,
@@ -103,27 +104,36 @@ class KlRunaway(Detector):
         growth = np.ones(n)
         np.divide(kl, before, out=growth, where=known & (before > 0))
         growth[known & ~(before > 0)] = np.inf
-        middle, known_middle = ago(self.history, cols.steps, kl, lookback / 2)
-        accelerating = known & known_middle & (kl - middle >= middle - before)
-        growing = (
-            cols.warm
-            & (kl >= th["floor"])
-            & (growth >= th["growth"])
-            & accelerating
-            & ~cols.improving
-        )
-        streak = run_lengths(growing, self.growth_streak)
         calm = run_lengths(
             (growth < th["clear_growth"]) & (kl < th["level_warn"]), self.calm_streak
         )
-        critical = kl >= th["level_critical"]
-        persistent = streak >= th["persistence"]
-        warn = ~critical & ((kl >= th["level_warn"]) | persistent)
-        rank = np.where(critical, CRITICAL, WARN)
-        if not cols.reward_known:  # the growth rule alone, judged without a reward: capped
-            rank = rank - (warn & persistent)
+        if float(kl.max()) < min(th["floor"], th["level_warn"], th["level_critical"]):
+            # Below the growth rule's floor and both levels: nothing fires, streaks reset.
+            streak = np.zeros(n, dtype=np.int64)
+            speaks = n
+            if "kl_runaway" in self.open_keys:
+                speaks = first(calm >= th["clear_steps"])
+        else:
+            middle, known_middle = ago(self.history, cols.steps, kl, lookback / 2)
+            accelerating = known & known_middle & (kl - middle >= middle - before)
+            growing = (
+                cols.warm
+                & (kl >= th["floor"])
+                & (growth >= th["growth"])
+                & accelerating
+                & ~cols.improving
+            )
+            streak = run_lengths(growing, self.growth_streak)
+            critical = kl >= th["level_critical"]
+            persistent = streak >= th["persistence"]
+            warn = ~critical & ((kl >= th["level_warn"]) | persistent)
+            rank = np.where(critical, CRITICAL, WARN)
+            if not cols.reward_known:  # the growth rule alone, without a reward: capped
+                rank = rank - (warn & persistent)
+            firing = critical | warn
+            speaks = self.speaks_at(cols, "kl_runaway", firing, rank, calm >= th["clear_steps"])
         steps = min(
-            self.speaks_at(cols, "kl_runaway", critical | warn, rank, calm >= th["clear_steps"]),
+            speaks,
             # No share outside in-reward KL: its rule counts quiet steps.
             self.quiet_clears_at("kl_penalty_ineffective", self.share_quiet, n),
         )

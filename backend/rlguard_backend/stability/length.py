@@ -18,6 +18,7 @@ from rlguard_backend.stability.base import Detector, capped
 from rlguard_backend.stability.columns import (
     NOT_QUIET,
     Columns,
+    Floats,
     Ints,
     Quiet,
     ago,
@@ -84,6 +85,14 @@ class LengthHacking(Detector):
         logged = cols.value("response_clip_ratio") is not None
         if (truncated is not None and not logged) or not integral(lag):
             return NOT_QUIET  # a truncation EMA with no new points: left to feed()
+        factor, rho = th["rise_factor"], cols.rho
+        longest, shortest = float(ratio.max()), float(ratio.min())
+        if (
+            longest <= th["blowup_factor"]
+            and shortest >= th["collapse_factor"]
+            and (longest <= factor or rho is None or float(rho.max()) <= factor)
+        ):
+            return self._far_from_every_rule(cols, truncated)
         streaks, quiet = {}, {}
         if truncated is None:
             long = np.zeros(n, dtype=np.bool_)
@@ -103,10 +112,9 @@ class LengthHacking(Detector):
             run_lengths(warm & short, self.streaks[key]),
             run_lengths(~short, self.quiet[key]),
         )
-        factor = th["rise_factor"]
         both = np.zeros(n, dtype=np.bool_)
-        if cols.rho is not None:
-            both = (cols.rho > factor) & (ratio > factor)
+        if rho is not None:
+            both = (rho > factor) & (ratio > factor)
         key = "entropy_length_rise"
         streaks[key], quiet[key] = (
             run_lengths(warm & both, self.streaks[key]),
@@ -133,6 +141,23 @@ class LengthHacking(Detector):
                     int(streaks[key][end - 1]),
                     int(quiet[key][end - 1]),
                 )
+
+        return Quiet(steps, advance)
+
+    def _far_from_every_rule(self, cols: Columns, truncated: Floats | None) -> Quiet:
+        """quiet_prefix where the length ratio stays between the collapse and blow-up factors
+        (and below the rise factor, or entropy does): no condition holds at any step, so every
+        streak resets and every clear rule counts on; only an open alert's clearing speaks."""
+        quiet, n = self.quiet, cols.n
+        steps = min(self.quiet_clears_at(key, quiet[key], n) for key in self.keys)
+
+        def advance(begin: int, end: int) -> None:
+            if truncated is not None:
+                push_points(
+                    self.truncation_history, cols.step_list[begin:end], truncated[begin:end]
+                )
+            for key in self.keys:
+                self.streaks[key], quiet[key] = 0, quiet[key] + end - begin
 
         return Quiet(steps, advance)
 
