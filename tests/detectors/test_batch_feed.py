@@ -722,6 +722,10 @@ CHANGES: dict[str, tuple[str, Any]] = {
         "clipfrac",
         lambda t, v, r: v.update({"actor/pg_clipfrac": 0.002 + 0.25 * r}),
     ),
+    "clip_warn": (  # past the WARN level, short of CRITICAL
+        "clipfrac",
+        lambda t, v, r: v.update({"actor/pg_clipfrac": 0.002 + 0.1 * r}),
+    ),
     "no_learning_signal": (
         "no_learning_signal",
         lambda t, v, r: v.update({"actor/grad_norm": 0.0 if r > 0.5 else v["actor/grad_norm"]}),

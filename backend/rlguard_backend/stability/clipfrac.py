@@ -115,23 +115,32 @@ class ClipFraction(Detector):
         )
         smoothed = cols.smoothed["clipfrac"]
         if cols.value("clipfrac") is not None and smoothed is not None:
-            # While the baseline takes its points (steps W..W+20), feed() does.
+            # While the baseline takes its points (steps W..W+20), feed() does; the steps
+            # since the warm-up only go up.
             since_warm = cols.since - cols.warmup_steps
-            steps = min(steps, first((since_warm >= 0) & (since_warm <= th["baseline_steps"])))
+            if since_warm[-1] >= 0 and since_warm[0] <= th["baseline_steps"]:
+                baseline = (since_warm >= 0) & (since_warm <= th["baseline_steps"])
+                steps = min(steps, first(baseline))
             points = self.baseline_points
             warn_at = max(th["warn"], th["baseline_factor"] * (median(points) if points else 0.0))
             warm = cols.warm
-            counts["warn_streak"] = warn = run_lengths(
-                warm & (smoothed > warn_at), self.warn_streak
-            )
-            counts["critical_streak"] = critical = run_lengths(
-                warm & (smoothed > th["critical"]), self.critical_streak
-            )
             counts["calm_streak"] = calm = run_lengths(smoothed < th["clear"], self.calm_streak)
-            critical_firing = critical >= th["critical_persistence"]
-            firing = critical_firing | (warn >= th["warn_persistence"])
-            rank = np.where(critical_firing, CRITICAL, WARN)
-            steps = min(steps, self.speaks_at(cols, "clipfrac", firing, rank, calm >= clear_steps))
+            if float(smoothed.max()) <= min(warn_at, th["critical"]):  # neither level crossed
+                counts["warn_streak"] = counts["critical_streak"] = np.zeros(n, dtype=np.int64)
+                if "clipfrac" in self.open_keys:
+                    steps = min(steps, first(calm >= clear_steps))
+            else:
+                counts["warn_streak"] = warn = run_lengths(
+                    warm & (smoothed > warn_at), self.warn_streak
+                )
+                counts["critical_streak"] = critical = run_lengths(
+                    warm & (smoothed > th["critical"]), self.critical_streak
+                )
+                critical_firing = critical >= th["critical_persistence"]
+                firing = critical_firing | (warn >= th["warn_persistence"])
+                rank = np.where(critical_firing, CRITICAL, WARN)
+                settled = calm >= clear_steps
+                steps = min(steps, self.speaks_at(cols, "clipfrac", firing, rank, settled))
 
         def advance(begin: int, end: int) -> None:
             for name, column in counts.items():
