@@ -43,8 +43,10 @@ DETECTOR_TYPES: tuple[type[Detector], ...] = (
 STATE_VERSION = 3  # 2: streaks are plain ints; 3: windows packed, their sizes not in state
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
 MIN_COLUMN_STEPS = 8  # fewer steps go through feed(): the columns' set-up would cost more
-# After a column-wise attempt that fed nothing, feed() this many steps before the next; twice
-# as many after two misses in a row, four times after three or more.
+# After COLUMN_MISSES_IN_A_ROW column-wise attempts in a row that fed nothing (each followed
+# by one step through feed()), feed() COLUMN_BACKOFF_STEPS steps before the next attempt; twice
+# as many after one more miss, four times after two or more.
+COLUMN_MISSES_IN_A_ROW = 3
 COLUMN_BACKOFF_STEPS = 25
 _NON_FINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -142,13 +144,14 @@ class DetectorSuite:
             if cols is not None and cols.n - (at - start) >= MIN_COLUMN_STEPS:
                 with _ieee():
                     done = self._feed_quiet(cols, at - start, quiet)
-                # None fed: the run is busy: feed() the next steps before trying again,
-                # twice as many after each miss in a row.
+                # None fed: a rule speaks at once; feed() takes that step and the same
+                # columns go on. Several such misses in a row: the run is busy: feed() the
+                # next steps before trying again, twice as many after each further miss.
                 self._column_misses = 0 if done else self._column_misses + 1
-                self._column_wait = (
-                    0 if done else COLUMN_BACKOFF_STEPS << min(self._column_misses - 1, 2)
-                )
-                cols = cols if done else None
+                misses = self._column_misses - COLUMN_MISSES_IN_A_ROW
+                if misses >= 0:
+                    self._column_wait = COLUMN_BACKOFF_STEPS << min(misses, 2)
+                    cols = None
                 at += done
             if at < len(steps):  # the step a rule fires or clears at, or one not column-wise
                 step, values = steps[at]
