@@ -1,9 +1,12 @@
 """Ingest throughput through real HTTP (one uvicorn worker) vs raw inserts of the same points.
 
-Two batch shapes, each gzip-encoded before the clock starts and sent by two keep-alive client
+Three batch shapes, each gzip-encoded before the clock starts and sent by two keep-alive client
 threads, one run each (each run's batches in step order, as a hook sends them):
-- ``bulk`` (the figures under ``sqlite`` / ``postgres``): 100 steps x 20 keys per batch, as an
-  import or a hook catching up after an outage sends them;
+- ``bulk`` (the figures under ``sqlite`` / ``postgres``): 100 steps x 20 keys per batch, a small
+  batch of many steps (the hardest case for the detectors, whose cost is partly per batch);
+- ``catchup`` (under ``sqlite_catchup`` / ``postgres_catchup``): 1,000 steps x 20 keys, the
+  20,000-point batches the hook sends when it has fallen behind (its ``max_batch_points``), as
+  after an outage or from ``rlguard import``;
 - ``live`` (under ``sqlite_live`` / ``postgres_live``): 1 step x 100 keys per batch, as the hook
   sends a training run's steps (it flushes every 0.5 s; an RL step takes seconds): verl's
   actor, critic, length, timing and perf metrics with GPU and system statistics of 8 GPUs.
@@ -18,9 +21,10 @@ Baselines in the same run, with plain sqlite3 / psycopg and no service around th
   three arrays), inserted with ``executemany``: the floor of rlguard's own layout.
 Prints one JSON object.
 
-    python -m benchmarks.ingest [--batches 300] [--rounds 3] [--no-postgres] [--shape both]
+    python -m benchmarks.ingest [--batches 300] [--rounds 3] [--no-postgres] [--shape all]
 
-``--batches`` counts bulk batches; the live shape sends as many points (20x the batches).
+``--batches`` counts bulk batches; the other shapes send as many points (a tenth as many
+catch-up batches, 20x as many live ones). ``--shape both`` is bulk and live.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import httpx
 from benchmarks._support import postgres_database, service, sqlite_url
 
 STEPS_PER_BATCH = 100  # bulk shape
+CATCHUP_STEPS_PER_BATCH = 1000  # the hook's max_batch_points (20,000) of 20-key steps
 LIVE_KEYS = 100  # live shape: one step per batch
 CLIENT_THREADS = 2
 ROUNDS = 3
@@ -384,16 +389,21 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--no-postgres", action="store_true")
-    parser.add_argument("--shape", choices=("bulk", "live", "both"), default="both")
+    parser.add_argument(
+        "--shape", choices=("bulk", "catchup", "live", "both", "all"), default="all"
+    )
     args = parser.parse_args()
     assert len(LIVE_KEY_NAMES) == LIVE_KEYS
     bulk = make_batches(args.batches + 5)
+    catchup_batches = max(1, args.batches * STEPS_PER_BATCH // CATCHUP_STEPS_PER_BATCH)
+    catchup = make_batches(catchup_batches + 5, CATCHUP_STEPS_PER_BATCH)
     # As many timed points as the bulk shape: 20x the batches of 100 points.
     live_batches = args.batches * STEPS_PER_BATCH * len(KEY_NAMES) // LIVE_KEYS
     live = make_batches(live_batches + 5, 1, LIVE_KEY_NAMES[len(KEY_NAMES) :])
     result: dict[str, object] = {
         "benchmark": "ingest",
         "steps_per_batch": STEPS_PER_BATCH,
+        "catchup_steps_per_batch": CATCHUP_STEPS_PER_BATCH,
         "keys": len(KEY_NAMES),
         "live_steps_per_batch": 1,
         "live_keys": LIVE_KEYS,
@@ -402,8 +412,10 @@ def main() -> None:
         "client_threads": CLIENT_THREADS,
     }
     with tempfile.TemporaryDirectory() as folder:
-        for name, suffix, batches in (("bulk", "", bulk), ("live", "_live", live)):
-            if args.shape not in (name, "both"):
+        shapes = (("bulk", "", bulk), ("catchup", "_catchup", catchup), ("live", "_live", live))
+        for name, suffix, batches in shapes:
+            chosen = {"all": ("bulk", "catchup", "live"), "both": ("bulk", "live")}
+            if name not in chosen.get(args.shape, (args.shape,)):
                 continue
             shape = shape_figures(batches, args.rounds, not args.no_postgres, Path(folder))
             result.update({f"{database}{suffix}": found for database, found in shape.items()})

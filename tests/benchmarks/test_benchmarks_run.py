@@ -31,7 +31,14 @@ def _run(module: str, *args: str) -> dict:
         (
             "benchmarks.ingest",
             ("--batches", "8", "--rounds", "1"),
-            ("sqlite", "postgres", "sqlite_live", "postgres_live"),
+            (
+                "sqlite",
+                "postgres",
+                "sqlite_catchup",
+                "postgres_catchup",
+                "sqlite_live",
+                "postgres_live",
+            ),
         ),
         ("benchmarks.query", ("--points", "40000", "--repeats", "3"), ("sqlite", "postgres")),
     ],
