@@ -343,6 +343,7 @@ class Observations:
             values["kl_ref"] = kl_ref
         cols = Columns(steps, values)
         view, n, ema_steps = self.view, cols.n, self._steps_of_emas()
+        moving: dict[str, list[float]] = {}
         for name in SMOOTHED_SIGNALS:
             current, column = view.smoothed[name], values.get(name)
             if column is None:
@@ -351,7 +352,9 @@ class Observations:
             last = ema_steps[name]
             if current is None or last is None or view.baselines[name] is None:
                 return None
-            cols.smoothed[name] = self._ema_column(name, current, last, steps, column)
+            moving[name] = self._ema_column(name, current, last, steps, column)
+        if moving:  # one array for all the moving EMAs, a row each
+            cols.smoothed.update(zip(moving, np.array(list(moving.values())), strict=True))
         cols.baselines = view.baselines
         cols.since = cols.steps - self.first_step
         cols.warmup_steps = view.warmup_steps
@@ -391,7 +394,7 @@ class Observations:
 
     def _ema_column(
         self, name: str, current: float, last: int, steps: list[int], values: Floats
-    ) -> Floats:
+    ) -> list[float]:
         """The EMA after each step: _smooth's `current += alpha * (value - current)`, in order."""
         alpha_one, half_life = self._alpha_one[name], self._half_lives[name]
         out: list[float] = []
@@ -400,14 +403,14 @@ class Observations:
             for value in values.tolist():
                 current += alpha_one * (value - current)
                 append(current)
-            return np.array(out)
+            return out
         for step, value in zip(steps, values.tolist(), strict=True):
             gap = step - last
             alpha = alpha_one if gap == 1 else _alpha(half_life, gap)
             current += alpha * (value - current)
             append(current)
             last = step
-        return np.array(out)
+        return out
 
     def _reference_kl_column(self, values: dict[str, Floats]) -> Floats | None:
         """_reference_kl for columns; kl_ref_seq only with a length at every step (else the
@@ -441,11 +444,16 @@ class Observations:
         cols.reward_known = True
         first_low = rewards[0] if self.reward_low is None else self.reward_low
         first_high = rewards[0] if self.reward_high is None else self.reward_high
-        low = np.minimum.accumulate(np.concatenate(([first_low], rewards)))[1:]
-        high = np.maximum.accumulate(np.concatenate(([first_high], rewards)))[1:]
         if self._bounds is not None:
             cols.r_min, cols.r_max = np.full(n, self._bounds[0]), np.full(n, self._bounds[1])
+        elif (
+            min(first_low, float(rewards.min())) >= 0.0
+            and max(first_high, float(rewards.max())) <= 1.0
+        ):  # every reward seen so far in [0, 1] at each step: [0, 1] throughout
+            cols.r_min, cols.r_max = np.zeros(n), np.ones(n)
         else:
+            low = np.minimum.accumulate(np.concatenate(([first_low], rewards)))[1:]
+            high = np.maximum.accumulate(np.concatenate(([first_high], rewards)))[1:]
             low = np.where(low == 0.0, 0.0, low)  # `reward_low or 0.0` turns -0.0 into 0.0
             high = np.where(high == 0.0, 0.0, high)
             unit = (low >= 0.0) & (high <= 1.0)
