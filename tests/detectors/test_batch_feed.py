@@ -16,11 +16,14 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
+import numpy as np
 import pytest
 
 from benchmarks import detectors as detector_bench
 from benchmarks import ingest as ingest_bench
 from rlguard_backend.stability import DETECTOR_TYPES, AlertEvent, DetectorSuite, StepColumns
+from rlguard_backend.stability.observations import _all_flat
+from rlguard_backend.stability.primitives import linear_trend
 
 from .scenarios import SCENARIOS, Scenario, base_config, clip01, healthy, s8
 
@@ -890,3 +893,29 @@ def test_step_columns_index_and_slice_as_a_list_does() -> None:
     for index in (4, -5):
         with pytest.raises(IndexError, match="out of range"):
             given[index]
+
+
+def test_a_reward_step_after_a_gap_in_the_steps_is_fitted_at_its_step() -> None:
+    """Trend windows across a gap in the step numbers: the fit spaces their points by step,
+    so one new reward after a long gap is a steep rise (improving) that the same values one
+    step apart would not be. The gap comes at a batch's last step: every other window of
+    the batch is flat."""
+    run = []
+    for t, values in changed_run("kl_binding")[:300]:
+        step = t if t < 199 else t + 500
+        run.append((step, {**values, "critic/score/mean": 0.3 if t < 199 else 0.36}))
+    _, suite = check_batches("a reward jump after a 500-step gap", QUIET_CONFIG, run, [100])
+    assert suite.fast_steps >= 100, suite.fast_steps
+
+
+def test_the_short_way_to_flat_trends_needs_consecutive_steps() -> None:
+    """Thirty flat rewards then one 0.06 higher: one step later, the fitted rise (0.011) is
+    under the 0.02 limit; 500 steps later it is 0.06 and improving: the short way (which
+    spaces points one step apart) must leave such windows to the exact fit."""
+    values = [0.3] * 49 + [0.36]
+    limits = np.full(1, 0.02)
+    ends = np.array([50])
+    assert _all_flat(list(range(50)), values, ends, 30, limits)
+    assert not _all_flat([*range(49), 548], values, ends, 30, limits)
+    trend = linear_trend([*range(20, 49), 548], values[20:])
+    assert trend is not None and trend.fitted_rise > 0.05 and trend.t_stat > 2

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import partial
+from functools import lru_cache, partial
 from operator import add, itemgetter, mul, sub
 from typing import Any, NamedTuple
 
@@ -490,6 +490,9 @@ class Observations:
         the terms, against ~1e-14); full windows of consecutive steps only."""
         n = len(ends)
         improving, settled = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
+        if points >= 5 and _all_flat(steps, values, ends, points, limits):
+            settled[:] = True
+            return improving, settled
         rows = np.flatnonzero(ends >= points)
         if points < 5 or not rows.size:
             return improving, settled
@@ -644,6 +647,36 @@ class Observations:
         return RewardState(
             True, improving, stagnant, gain, r_min, r_max, note, rewards, points, trend
         )
+
+
+def _all_flat(
+    steps: list[int], values: list[float], ends: Ints, points: int, limits: Floats
+) -> bool:
+    """Whether every trend of _trend_verdicts is settled as not improving, shown the short way
+    for the usual batch: every window full, all of them inside one run of consecutive steps,
+    and every fitted rise below its limit by a margin from the largest value (>= each
+    window's own)."""
+    begin = int(ends[0]) - points
+    if begin < 0 or steps[-1] - steps[begin] != len(steps) - 1 - begin:
+        return False
+    ys = np.array(values[begin:])
+    size = max(abs(float(ys.max())), abs(float(ys.min())))
+    if not size < 1e150:  # sums of squares could overflow in one order only: the long way
+        return False
+    windows = ys[(ends - int(ends[0]))[:, None] + np.arange(points)]
+    _, sx, x_spread = _consecutive_x(points)
+    sy = windows.sum(axis=1)
+    slope = (windows @ _xs_array(points) - sx * sy / points) / x_spread
+    margin = 1e-9 * points * points * size + 1e-300
+    return everywhere(slope * (points - 1) + margin <= limits)
+
+
+@lru_cache(maxsize=16)
+def _xs_array(points: int) -> Floats:
+    """_consecutive_x's x values as a read-only array."""
+    xs = np.array(_consecutive_x(points)[0])
+    xs.flags.writeable = False
+    return xs
 
 
 def _steady_plateau(
