@@ -80,18 +80,19 @@ def update_open(session: Session, run_id: str, events: Iterable[AlertEvent]) -> 
 
 
 def apply_events(
-    session: Session, run: Run, events: Iterable[AlertEvent], webhooks: Sequence[Webhook]
+    session: Session, run_id: str, events: Iterable[AlertEvent], webhooks: Sequence[Webhook]
 ) -> list[Alert]:
     """Store detector events; returns the alerts opened or escalated (for the batch answer).
 
     The run's open alerts are read once per batch, and the session is flushed only where an
     outbox row needs its alert's id: a batch of an alerting run costs one query, not one
-    query and one flush per event.
+    query and one flush per event. The run itself is loaded only for a webhook's payload.
     """
     events = list(events)
     if not events:
         return []
-    query = select(Alert).where(Alert.run_id == run.id, Alert.status == "open")
+    run: Run | None = None
+    query = select(Alert).where(Alert.run_id == run_id, Alert.status == "open")
     current = {(alert.detector, alert.key): alert for alert in session.scalars(query)}
     changed: dict[int, Alert] = {}  # by object identity: new alerts have no id before a flush
     for event in events:
@@ -101,7 +102,7 @@ def apply_events(
             if event.action == "resolve":
                 continue
             alert = Alert(
-                run_id=run.id,
+                run_id=run_id,
                 detector=event.detector,
                 key=event.key,
                 status="open",
@@ -120,6 +121,8 @@ def apply_events(
             changed.setdefault(id(alert), alert)
         if change and webhooks:
             session.flush()  # the outbox row names the alert by id
+            run = run or session.get(Run, run_id)
+            assert run is not None  # its row is locked by the batch (or held by the caller)
             _enqueue(session, run, alert, change, webhooks)
     session.flush()
     return list(changed.values())

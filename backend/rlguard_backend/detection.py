@@ -133,7 +133,7 @@ def detect_steps(
     """Feed a batch's steps; returns the alerts it opened or escalated.
 
     The caller has read the run's ``config`` with its row locked (``ingest.lock_run``): the
-    run row itself is loaded only when there are alerts to write. ``columns``, when given,
+    run row itself is loaded only for a webhook's payload. ``columns``, when given,
     are the steps' values by key (``ingest.Ingested.columns``): the detectors read them as
     they are.
     """
@@ -181,8 +181,7 @@ def detect_steps(
         events = alerts.update_open(session, run_id, events)
         if not events:
             return []
-    run = _run(session, run_id)
-    return alerts.apply_events(session, run, events, settings.webhooks)
+    return alerts.apply_events(session, run_id, events, settings.webhooks)
 
 
 def _run(session: Session, run_id: str) -> Run:
@@ -282,7 +281,7 @@ def flush_pending(session: Session, run: Run, settings: Settings) -> list[Alert]
     assert pending is not None
     events = suite.feed(*pending)
     _save_state(session, run.id, suite, None)
-    return alerts.apply_events(session, run, events, settings.webhooks)
+    return alerts.apply_events(session, run.id, events, settings.webhooks)
 
 
 def stored_steps(session: Session, run_id: str) -> Iterator[tuple[int, Values]]:
@@ -318,7 +317,7 @@ def backtest(
     if apply:
         session.execute(delete(Alert).where(Alert.run_id == run.id))
         _save_state(session, run.id, suite, None)
-        alerts.apply_events(session, run, events, webhooks=[])
+        alerts.apply_events(session, run.id, events, webhooks=[])
     return DetectResult(
         run_id=run.id,
         steps=count,
