@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from rlguard_backend.stability.columns import (
@@ -63,14 +63,23 @@ class Detector:
         return NOT_QUIET
 
     def speaks_at(
-        self, cols: Columns, key: str, firing: Bools, rank: int | Ints, settled: Bools
+        self,
+        cols: Columns,
+        key: str,
+        firing: Bools,
+        rank: int | Ints,
+        settled: Bools,
+        offset: int = 0,
     ) -> int:
-        """The first step of `cols` at which rule `key` says something: it fires at severity
-        `rank` (SEVERITY_RANK) where the alert book emits, or its clear rule holds (`settled`,
-        on a step it does not fire) while its alert is open; len(cols) when it never does."""
-        at = first(cols.emitting(self.id, key, firing, rank))
+        """The first step of `cols` (from `offset` on) at which rule `key` says something: it
+        fires at severity `rank` (SEVERITY_RANK) where the alert book emits, or its clear rule
+        holds (`settled`, on a step it does not fire) while its alert is open; len(cols) when
+        it never does."""
+        emits = cols.emitting(self.id, key, firing, rank)
+        at = first(emits[offset:] if offset else emits) + offset
         if key in self.open_keys:
-            at = min(at, first(settled & ~firing))
+            clears = settled & ~firing
+            at = min(at, first(clears[offset:] if offset else clears) + offset)
         return at
 
     def quiet_clears_at(self, key: str, quiet: int, n: int) -> int:
@@ -101,6 +110,40 @@ class Detector:
     def load(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             setattr(self, name, _load(getattr(self, name, None), value))
+
+
+class Stops:
+    """Where a detector's rules speak in some columns, kept with its Quiet (as `again`): once
+    feed() has taken the step where one spoke, the detector's state is where the columns'
+    arrays say, and only the alert book changed, so the next such step comes from the same
+    arrays. Steps whose verdicts the arrays cannot tell (`unknown`) end that."""
+
+    def __init__(self, detector: Detector, cols: Columns) -> None:
+        self._detector, self._cols = detector, cols
+        self._rules: list[tuple[str, Bools, int | Ints, Bools]] = []
+        self.unknown = cols.n  # the first step these arrays cannot tell: feed() decides
+
+    def rule(self, key: str, firing: Bools, rank: int | Ints, settled: Bools) -> None:
+        """A rule of Detector.speaks_at."""
+        self._rules.append((key, firing, rank, settled))
+
+    def cannot_tell(self, at: int) -> None:
+        """Steps from `at` on are left to feed()."""
+        self.unknown = min(self.unknown, at)
+
+    def first(self, offset: int = 0) -> int:
+        """The first step from `offset` on where a rule speaks or the arrays cannot tell."""
+        at, detector, cols = self.unknown, self._detector, self._cols
+        for key, firing, rank, settled in self._rules:
+            at = min(at, detector.speaks_at(cols, key, firing, rank, settled, offset))
+        return at
+
+    def again(self, offset: int) -> int | None:
+        """Quiet.again: None once feed() has taken a step these arrays cannot tell."""
+        return None if offset > self.unknown else self.first(offset)
+
+    def quiet(self, advance: Callable[[int, int], None]) -> Quiet:
+        return Quiet(self.first(), advance, self.again)
 
 
 def _dump(value: Any) -> Any:

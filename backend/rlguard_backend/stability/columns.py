@@ -113,10 +113,16 @@ class Columns:
 class Quiet(NamedTuple):
     """What a detector says about some columns: silent for their first `steps` steps, and
     `advance(begin, end)`, which moves its state over steps begin..end-1 of them as feed()
-    would (end <= steps), once it is where feed() leaves it after step begin - 1."""
+    would (end <= steps), once it is where feed() leaves it after step begin - 1.
+
+    `again(offset)`, when given: once feed() has taken step `steps` (where a rule spoke) and
+    the state is where that leaves it, how many leading steps it is silent for now, counting
+    from offset = steps + 1 and reading the alert book as it is then; None when the columns
+    cannot tell (quiet_prefix must look afresh). `advance` still applies past that step."""
 
     steps: int
     advance: Callable[[int, int], None]
+    again: Callable[[int], int | None] | None = None
 
 
 def _nothing(begin: int, end: int) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.base import Detector, Stops, capped
 from rlguard_backend.stability.columns import (
     Bools,
     Columns,
@@ -102,15 +102,15 @@ class EntropyCollapse(Detector):
         no_groups = _at_least(zero_std, th["no_signal_groups"], n)
         signal = warm & (no_groups | (share >= th["zero_grad_share"]))
         signal_quiet = run_lengths(~signal, self.signal_quiet)
-        key = "no_learning_signal"
-        steps = self.speaks_at(cols, key, signal, WARN, signal_quiet >= clear_steps)
+        stops = Stops(self, cols)
+        stops.rule("no_learning_signal", signal, WARN, signal_quiet >= clear_steps)
         entropy, rho = cols.value("entropy"), cols.rho
         if entropy is None or rho is None:
 
             def advance_signal(begin: int, end: int) -> None:
                 self._advance_signal(flags, signal_quiet, begin, end)
 
-            return Quiet(steps, advance_signal)
+            return stops.quiet(advance_signal)
         # E1/E2: a severity where rho < spent_ratio and the reward was not bought.
         low_rho = rho < th["spent_ratio"]
         severity = low_rho  # all False while rho stays above spent_ratio
@@ -133,7 +133,7 @@ class EntropyCollapse(Detector):
         recovered = run_lengths(rho > th["clear_ratio"], self.recovered_streak)
         improving = run_lengths(cols.improving, self.improving_streak)
         clears = (recovered >= clear_steps) | (improving >= clear_steps)
-        steps = min(steps, self.speaks_at(cols, "entropy_collapse", firing, rank, clears))
+        stops.rule("entropy_collapse", firing, rank, clears)
         # collapse_active: set where E1/E2 fire, dropped where their clear rule holds.
         if self.collapse_active or anywhere(firing):
             index = np.arange(n)
@@ -150,20 +150,16 @@ class EntropyCollapse(Detector):
         exhausted = low & warm & ~active
         if anywhere(exhausted):
             flat, known = cols.plateau(int(th["exhausted_min_points"]), th["exhausted_t_stat"])
-            steps = min(steps, first(exhausted & ~known))
+            stops.cannot_tell(first(exhausted & ~known))
             exhausted &= flat
         exhausted_streak = run_lengths(exhausted, self.exhausted_streak)
         exhausted_quiet = run_lengths(~exhausted, self.exhausted_quiet)
         groups = _at_least(zero_std, th["exhausted_groups_warn"], n)
-        steps = min(
-            steps,
-            self.speaks_at(
-                cols,
-                "entropy_exhausted",
-                exhausted_streak >= th["exhausted_persistence"],
-                np.where(groups, WARN, INFO),
-                exhausted_quiet >= clear_steps,
-            ),
+        stops.rule(
+            "entropy_exhausted",
+            exhausted_streak >= th["exhausted_persistence"],
+            np.where(groups, WARN, INFO),
+            exhausted_quiet >= clear_steps,
         )
         # E4
         start = cols.baselines["entropy"] or 0.0
@@ -172,12 +168,7 @@ class EntropyCollapse(Detector):
         blowup_streak = run_lengths(blowup, self.blowup_streak)
         blowup_quiet = run_lengths(~blowup, self.blowup_quiet)
         blowup_firing = blowup_streak >= th["blowup_persistence"]
-        steps = min(
-            steps,
-            self.speaks_at(
-                cols, "entropy_blowup", blowup_firing, WARN, blowup_quiet >= clear_steps
-            ),
-        )
+        stops.rule("entropy_blowup", blowup_firing, WARN, blowup_quiet >= clear_steps)
         rewards = cols.value("reward_mean")
         fit = None
         if rewards is not None and cols.reward_known:
@@ -205,7 +196,7 @@ class EntropyCollapse(Detector):
                 int(blowup_quiet[last]),
             )
 
-        return Quiet(steps, advance)
+        return stops.quiet(advance)
 
     def _advance_signal(self, flags: Floats | None, quiet: Ints, begin: int, end: int) -> None:
         if flags is not None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.base import Detector, Stops, capped
 from rlguard_backend.stability.columns import (
     NOT_QUIET,
     Columns,
@@ -22,7 +22,6 @@ from rlguard_backend.stability.columns import (
     ago,
     anywhere,
     everywhere,
-    first,
     integral,
     push_points,
     run_lengths,
@@ -113,20 +112,16 @@ class KlPenalty(Detector):
         strong_firing = strong >= th["persistence"]
         binding_firing = binding >= th["binding_persistence"]
         reported = SEVERITY_RANK[capped("warn", cols.rho is None)]
-        steps = min(
-            first(cols.emitting(self.id, "kl_penalty_strong", strong_firing, reported)),
-            first(cols.emitting(self.id, "kl_binding", binding_firing, SEVERITY_RANK["info"])),
-            # Both clear on an improving reward while not firing.
-            first(clears & ~strong_firing) if "kl_penalty_strong" in self.open_keys else n,
-            first(clears & ~binding_firing) if "kl_binding" in self.open_keys else n,
-        )
+        stops = Stops(self, cols)  # both clear on an improving reward while not firing
+        stops.rule("kl_penalty_strong", strong_firing, reported, clears)
+        stops.rule("kl_binding", binding_firing, SEVERITY_RANK["info"], clears)
 
         def advance(begin: int, end: int) -> None:
             push_points(self.history, cols.step_list[begin:end], kl[begin:end])
             self.improving_streak = int(improving[end - 1])
             self.strong_streak, self.binding_streak = int(strong[end - 1]), int(binding[end - 1])
 
-        return Quiet(steps, advance)
+        return stops.quiet(advance)
 
     def _beta_column(self, cols: Columns) -> Floats | None:
         """current_beta() at each step: the logged coefficient, else the configured one."""

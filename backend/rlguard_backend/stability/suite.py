@@ -284,16 +284,20 @@ class DetectorSuite:
         `quiet` keeps each detector's verdict on the columns between calls for one batch: the
         observations of every step are in `cols` from the start, and a detector that was
         silent on the step feed() took in between (at - 1) is where its verdict said it would
-        be, so only the detectors that spoke there look again.
+        be, so only the detectors that spoke there look again (from the same arrays, where
+        their verdict can: Quiet.again).
         """
         tail = None
         end = cols.n
         for index, detector in enumerate(cols.detectors):
             entry = quiet.get(index)
-            if entry is None or entry[0] + entry[1].steps < at:
+            if entry is not None and entry[0] + entry[1].steps < at:  # it spoke since
+                entry = _resumed(entry, at)
+            if entry is None:
                 if tail is None:
                     tail = cols.tail(at) if at else cols
-                entry = quiet[index] = at, detector.quiet_prefix(tail)
+                entry = at, detector.quiet_prefix(tail)
+            quiet[index] = entry
             end = min(end, entry[0] + entry[1].steps)
             if end <= at:
                 return 0
@@ -370,6 +374,16 @@ class DetectorSuite:
         self._seen.update(canonical)
         finite = _finite(canonical)
         return canonical, sources, canonical if len(finite) == len(canonical) else finite
+
+
+def _resumed(entry: tuple[int, Quiet], at: int) -> tuple[int, Quiet] | None:
+    """A detector's verdict (from column `base` on) after it spoke at the step feed() just
+    took, at - 1, carried on from the same arrays; None when it must look afresh."""
+    base, verdict = entry
+    if verdict.again is None or base + verdict.steps != at - 1:
+        return None
+    steps = verdict.again(at - base)
+    return None if steps is None else (base, verdict._replace(steps=steps))
 
 
 class StepColumns(Sequence[tuple[int, dict[str, float]]]):
