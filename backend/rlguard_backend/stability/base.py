@@ -6,6 +6,8 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from rlguard_backend.stability.columns import (
     NOT_QUIET,
     Bools,
@@ -126,6 +128,12 @@ class Stops:
     def rule(self, key: str, firing: Bools, rank: int | Ints, settled: Bools) -> None:
         """A rule of Detector.speaks_at."""
         self._rules.append((key, firing, rank, settled))
+
+    def clears(self, key: str, quiet: Ints) -> None:
+        """A rule that cannot fire here, whose open alert clears once `quiet` (its quiet
+        steps after each step) reaches clear_steps (Detector.quiet_clears_at)."""
+        never = np.zeros(self._cols.n, dtype=np.bool_)
+        self.rule(key, never, 0, quiet >= self._detector.th["clear_steps"])
 
     def cannot_tell(self, at: int) -> None:
         """Steps from `at` on are left to feed()."""

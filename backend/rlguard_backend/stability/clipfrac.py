@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rlguard_backend.stability.base import Detector
+from rlguard_backend.stability.base import Detector, Stops
 from rlguard_backend.stability.columns import (
     NOT_QUIET,
     Columns,
@@ -97,21 +97,18 @@ class ClipFraction(Detector):
             "asymmetry_quiet": run_lengths(~lopsided, self.asymmetry_quiet),
         }
         clear_steps = th["clear_steps"]
-        steps = min(
-            self.speaks_at(
-                cols,
-                "dual_clip",
-                counts["dual_streak"] >= th["dual_persistence"],
-                WARN,
-                counts["dual_quiet"] >= clear_steps,
-            ),
-            self.speaks_at(
-                cols,
-                "clip_asymmetry",
-                counts["asymmetry_streak"] >= th["asymmetry_persistence"],
-                INFO,
-                counts["asymmetry_quiet"] >= clear_steps,
-            ),
+        stops = Stops(self, cols)
+        stops.rule(
+            "dual_clip",
+            counts["dual_streak"] >= th["dual_persistence"],
+            WARN,
+            counts["dual_quiet"] >= clear_steps,
+        )
+        stops.rule(
+            "clip_asymmetry",
+            counts["asymmetry_streak"] >= th["asymmetry_persistence"],
+            INFO,
+            counts["asymmetry_quiet"] >= clear_steps,
         )
         smoothed = cols.smoothed["clipfrac"]
         if cols.value("clipfrac") is not None and smoothed is not None:
@@ -120,15 +117,14 @@ class ClipFraction(Detector):
             since_warm = cols.since - cols.warmup_steps
             if since_warm[-1] >= 0 and since_warm[0] <= th["baseline_steps"]:
                 baseline = (since_warm >= 0) & (since_warm <= th["baseline_steps"])
-                steps = min(steps, first(baseline))
+                stops.cannot_tell(first(baseline))
             points = self.baseline_points
             warn_at = max(th["warn"], th["baseline_factor"] * (median(points) if points else 0.0))
             warm = cols.warm
             counts["calm_streak"] = calm = run_lengths(smoothed < th["clear"], self.calm_streak)
             if float(smoothed.max()) <= min(warn_at, th["critical"]):  # neither level crossed
                 counts["warn_streak"] = counts["critical_streak"] = np.zeros(n, dtype=np.int64)
-                if "clipfrac" in self.open_keys:
-                    steps = min(steps, first(calm >= clear_steps))
+                stops.clears("clipfrac", calm)
             else:
                 counts["warn_streak"] = warn = run_lengths(
                     warm & (smoothed > warn_at), self.warn_streak
@@ -139,14 +135,13 @@ class ClipFraction(Detector):
                 critical_firing = critical >= th["critical_persistence"]
                 firing = critical_firing | (warn >= th["warn_persistence"])
                 rank = np.where(critical_firing, CRITICAL, WARN)
-                settled = calm >= clear_steps
-                steps = min(steps, self.speaks_at(cols, "clipfrac", firing, rank, settled))
+                stops.rule("clipfrac", firing, rank, calm >= clear_steps)
 
         def advance(begin: int, end: int) -> None:
             for name, column in counts.items():
                 setattr(self, name, int(column[end - 1]))
 
-        return Quiet(steps, advance)
+        return stops.quiet(advance)
 
     def load(self, state: dict[str, Any]) -> None:
         super().load(state)

@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.base import Detector, Stops, capped
 from rlguard_backend.stability.columns import (
     NOT_QUIET,
     Columns,
     Quiet,
     ago,
-    first,
+    counting,
     integral,
     push_points,
     run_lengths,
@@ -107,12 +107,11 @@ class KlRunaway(Detector):
         calm = run_lengths(
             (growth < th["clear_growth"]) & (kl < th["level_warn"]), self.calm_streak
         )
+        stops = Stops(self, cols)
         if float(kl.max()) < min(th["floor"], th["level_warn"], th["level_critical"]):
             # Below the growth rule's floor and both levels: nothing fires, streaks reset.
             streak = np.zeros(n, dtype=np.int64)
-            speaks = n
-            if "kl_runaway" in self.open_keys:
-                speaks = first(calm >= th["clear_steps"])
+            stops.clears("kl_runaway", calm)
         else:
             middle, known_middle = ago(self.history, cols.steps, kl, lookback / 2)
             accelerating = known & known_middle & (kl - middle >= middle - before)
@@ -130,13 +129,9 @@ class KlRunaway(Detector):
             rank = np.where(critical, CRITICAL, WARN)
             if not cols.reward_known:  # the growth rule alone, without a reward: capped
                 rank = rank - (warn & persistent)
-            firing = critical | warn
-            speaks = self.speaks_at(cols, "kl_runaway", firing, rank, calm >= th["clear_steps"])
-        steps = min(
-            speaks,
-            # No share outside in-reward KL: its rule counts quiet steps.
-            self.quiet_clears_at("kl_penalty_ineffective", self.share_quiet, n),
-        )
+            stops.rule("kl_runaway", critical | warn, rank, calm >= th["clear_steps"])
+        # No share outside in-reward KL: its rule counts quiet steps.
+        stops.clears("kl_penalty_ineffective", counting(self.share_quiet, n))
 
         def advance(begin: int, end: int) -> None:
             push_points(self.history, cols.step_list[begin:end], kl[begin:end])
@@ -144,7 +139,7 @@ class KlRunaway(Detector):
             self.share_streak = 0
             self.share_quiet += end - begin
 
-        return Quiet(steps, advance)
+        return stops.quiet(advance)
 
     def _accelerating(self, step: int, kl: float, before: float | None) -> bool:
         """Not decelerating: k̄_t - k̄_{t-25} >= k̄_{t-25} - k̄_{t-50}."""

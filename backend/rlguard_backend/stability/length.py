@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.base import Detector, Stops, capped
 from rlguard_backend.stability.columns import (
     NOT_QUIET,
     Columns,
@@ -22,6 +22,7 @@ from rlguard_backend.stability.columns import (
     Ints,
     Quiet,
     ago,
+    counting,
     integral,
     push_points,
     run_lengths,
@@ -126,10 +127,10 @@ class LengthHacking(Detector):
             ranks["length_blowup"] = np.where(truncated > th["truncation_critical"], CRITICAL, WARN)
         if not cols.reward_known:  # capped
             ranks["length_blowup"] = ranks["length_blowup"] - 1
-        steps = n
+        stops = Stops(self, cols)
         for key in self.keys:
             firing, settled = streaks[key] >= th["persistence"], quiet[key] >= th["clear_steps"]
-            steps = min(steps, self.speaks_at(cols, key, firing, ranks[key], settled))
+            stops.rule(key, firing, ranks[key], settled)
 
         def advance(begin: int, end: int) -> None:
             if truncated is not None:
@@ -142,14 +143,16 @@ class LengthHacking(Detector):
                     int(quiet[key][end - 1]),
                 )
 
-        return Quiet(steps, advance)
+        return stops.quiet(advance)
 
     def _far_from_every_rule(self, cols: Columns, truncated: Floats | None) -> Quiet:
         """quiet_prefix where the length ratio stays between the collapse and blow-up factors
         (and below the rise factor, or entropy does): no condition holds at any step, so every
         streak resets and every clear rule counts on; only an open alert's clearing speaks."""
         quiet, n = self.quiet, cols.n
-        steps = min(self.quiet_clears_at(key, quiet[key], n) for key in self.keys)
+        stops = Stops(self, cols)
+        for key in self.keys:
+            stops.clears(key, counting(quiet[key], n))
 
         def advance(begin: int, end: int) -> None:
             if truncated is not None:
@@ -159,7 +162,7 @@ class LengthHacking(Detector):
             for key in self.keys:
                 self.streaks[key], quiet[key] = 0, quiet[key] + end - begin
 
-        return Quiet(steps, advance)
+        return stops.quiet(advance)
 
     def _blowup(self, view: StepView, ratio: float, truncated: float | None) -> Verdict | None:
         th = self.th
