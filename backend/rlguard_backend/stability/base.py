@@ -14,8 +14,6 @@ from rlguard_backend.stability.columns import (
     Columns,
     Ints,
     Quiet,
-    clears_at,
-    counting,
     first,
 )
 from rlguard_backend.stability.context import RunContext
@@ -84,11 +82,6 @@ class Detector:
             at = min(at, first(clears[offset:] if offset else clears) + offset)
         return at
 
-    def quiet_clears_at(self, key: str, quiet: int, n: int) -> int:
-        """The step at which `key`'s clear rule (clear_steps quiet steps, counted from `quiet`
-        and one more at each step) holds while its alert is open; n when it is not open."""
-        return clears_at(key in self.open_keys, counting(quiet, n), self.th["clear_steps"])
-
     def missing(self, seen: frozenset[str]) -> str | None:
         """Why this detector is degraded or disabled, or None when it runs fully."""
         return None
@@ -131,7 +124,7 @@ class Stops:
 
     def clears(self, key: str, quiet: Ints) -> None:
         """A rule that cannot fire here, whose open alert clears once `quiet` (its quiet
-        steps after each step) reaches clear_steps (Detector.quiet_clears_at)."""
+        steps after each step) reaches clear_steps."""
         never = np.zeros(self._cols.n, dtype=np.bool_)
         self.rule(key, never, 0, quiet >= self._detector.th["clear_steps"])
 

@@ -171,11 +171,6 @@ def counting(before: int, n: int) -> Ints:
     return before + np.arange(1, n + 1)
 
 
-def clears_at(open_now: bool, quiet: Ints, clear_steps: float) -> int:
-    """The step at which an open alert's clear rule (quiet >= clear_steps) holds, else len."""
-    return first(quiet >= clear_steps) if open_now else len(quiet)
-
-
 def window_shares(window: Bools, marks: Bools, size: int) -> tuple[Floats, Ints]:
     """For a window of at most `size` values (its values' marks: `window`) to which each new
     value (its mark: `marks`) is appended in turn: the share of marked values and the window's

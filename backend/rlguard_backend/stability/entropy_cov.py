@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rlguard_backend.stability.base import Detector
+from rlguard_backend.stability.base import Detector, Stops
 from rlguard_backend.stability.columns import (
     Columns,
     Quiet,
@@ -61,16 +61,16 @@ class EntropyCovLeading(Detector):
             cols.warm & (sizes >= th["window_points"]) & (share >= th["positive_share"]) & early
         )
         quiet = run_lengths(share < th["clear_share"], self.quiet)
-        key = "entropy_cov_leading"
-        steps = self.speaks_at(
-            cols, key, leading, SEVERITY_RANK["info"], quiet >= th["clear_steps"]
+        stops = Stops(self, cols)
+        stops.rule(
+            "entropy_cov_leading", leading, SEVERITY_RANK["info"], quiet >= th["clear_steps"]
         )
 
         def advance(begin: int, end: int) -> None:
             window.extend(covariances[begin:end].tolist())
             self.quiet = int(quiet[end - 1])
 
-        return Quiet(steps, advance)
+        return stops.quiet(advance)
 
     def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
         th = self.th

@@ -15,14 +15,13 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from rlguard_backend.stability.base import Detector, capped
+from rlguard_backend.stability.base import Detector, Stops, capped
 from rlguard_backend.stability.columns import (
     NOT_QUIET,
     Bools,
     Columns,
     Floats,
     Quiet,
-    clears_at,
     counting,
     first,
     run_lengths,
@@ -97,14 +96,14 @@ class KlSpike(Detector):
 
     def quiet_prefix(self, cols: Columns) -> Quiet:
         th, n, counts = self.th, cols.n, self.quiet
-        steps, moved = n, {}  # moved: quiet count after each step, per key
+        stops, moved = Stops(self, cols), {}  # moved: quiet count after each step, per key
         grads = cols.value("grad_norm")
         if grads is not None:
             if len(self.grads) < (self.grads.maxlen or 0):
                 return NOT_QUIET  # the medians of a window still filling: left to feed()
             spiking = self._grad_spikes(grads)
             moved["grad_spike"] = run_lengths(~spiking, counts["grad_spike"])
-            steps = first(spiking)
+            stops.cannot_tell(first(spiking))
         kls = cols.value("ppo_kl")
         sizes = None if kls is None else np.abs(kls)
         if sizes is not None:
@@ -114,9 +113,9 @@ class KlSpike(Detector):
             else:  # past a budget a spike is possible: feed() decides from the medians
                 firing = (sizes > self._warn_floor) | (sizes > self._critical_above)
                 moved["kl_spike"] = counting(counts["kl_spike"], n)
-            steps = min(steps, first(firing))
+            stops.cannot_tell(first(firing))
         for key, quiet in moved.items():
-            steps = min(steps, clears_at(key in self.open_keys, quiet, th["clear_steps"]))
+            stops.clears(key, quiet)
         clipfracs = cols.value("clipfrac")
 
         def advance(begin: int, end: int) -> None:
@@ -129,7 +128,7 @@ class KlSpike(Detector):
             for key, quiet in moved.items():
                 counts[key] = int(quiet[end - 1])
 
-        return Quiet(steps, advance)
+        return stops.quiet(advance)
 
     def _grad_spikes(self, grads: Floats) -> Bools:
         """_grad_spike's verdict at each step, from a full window: spiking or not."""

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rlguard_backend.stability.base import Detector
-from rlguard_backend.stability.columns import NOT_QUIET, Columns, Quiet, first
+from rlguard_backend.stability.base import Detector, Stops
+from rlguard_backend.stability.columns import NOT_QUIET, Columns, Quiet, counting, first
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import CLEARED, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
@@ -89,15 +89,16 @@ class NonFinite(Detector):
         if truncated is not None and reward is not None:
             floor = cols.r_min + th["floor_margin"] * (cols.r_max - cols.r_min)
             facts |= (truncated >= th["truncation_at_floor"]) & (reward <= floor)
-        steps = first(facts)
-        for key in self.open_keys:
-            steps = min(steps, self.quiet_clears_at(key, self.quiet[key], cols.n))
+        stops = Stops(self, cols)
+        stops.cannot_tell(first(facts))
+        for key in self.keys:
+            stops.clears(key, counting(self.quiet[key], cols.n))
 
         def advance(begin: int, end: int) -> None:
             for key in self.keys:
                 self.quiet[key] += end - begin
 
-        return Quiet(steps, advance)
+        return stops.quiet(advance)
 
     def missing(self, seen: frozenset[str]) -> str | None:
         if not seen & {*WATCHED_SIGNALS, "grad_norm"}:

@@ -493,36 +493,19 @@ class Observations:
         if points >= 5 and _all_flat(steps, values, ends, points, limits):
             settled[:] = True
             return improving, settled
-        rows = np.flatnonzero(ends >= points)
-        if points < 5 or not rows.size:
+        fits = _window_fits(steps, values, ends, points) if points >= 5 else None
+        if fits is None:
             return improving, settled
-        all_steps = np.array(steps, dtype=np.int64)
-        rows = rows[all_steps[ends[rows] - 1] - all_steps[ends[rows] - points] == points - 1]
-        starts = ends[rows] - points
-        windows = np.array(values)[starts[:, None] + np.arange(points)]
-        size = np.abs(windows).max(axis=1)
-        # Beyond ~1e150 a sum of squares overflows in one summation order and not in another:
-        # such windows are left to the exact fit.
-        moderate = size < 1e150
-        if not everywhere(moderate):
-            rows, windows, size = rows[moderate], windows[moderate], size[moderate]
-        xs, sx, x_spread = _consecutive_x(points)
-        sy = windows.sum(axis=1)
-        centred_sxy = windows @ np.array(xs) - sx * sy / points
-        slope = centred_sxy / x_spread
+        rows, slope = fits.rows, fits.slope
         rise = slope * (points - 1)
-        rise_margin = 1e-9 * points * points * size + 1e-300
+        rise_margin = 1e-9 * points * points * fits.size + 1e-300
         limit = limits[rows]
         flat = rise + rise_margin <= limit
         if everywhere(flat):  # the usual window: no fitted rise comes near the limit
             settled[rows] = True
             return improving, settled
         rising = rise - rise_margin > limit  # slope > 0 there: limits are never negative
-        squares = (windows * windows).sum(axis=1)
-        explained = slope * centred_sxy
-        residual = squares - sy * sy / points - explained
-        residual_margin = 1e-9 * (squares + np.abs(explained)) + 1e-300
-        spread = (points - 2) * x_spread
+        residual, residual_margin, spread = fits.residuals()
         with np.errstate(divide="ignore", invalid="ignore"):
             t_low = slope * (1 - 1e-9) / np.sqrt((residual + residual_margin) / spread)
             t_high = slope * (1 + 1e-9) / np.sqrt((residual - residual_margin) / spread)
@@ -649,6 +632,50 @@ class Observations:
         )
 
 
+class _WindowFits(NamedTuple):
+    """linear_trend's sums, in numpy, over windows of consecutive steps (x = 0 .. points-1)."""
+
+    rows: Ints  # which of the `ends` each window ends at
+    windows: Floats  # a row of values per window
+    size: Floats  # each window's largest absolute value
+    sy: Floats
+    centred_sxy: Floats
+    slope: Floats
+    x_spread: float
+
+    def residuals(self) -> tuple[Floats, Floats, float]:
+        """The residual sums of squares, the margin their rounding stays within, and
+        (points - 2) * x_spread, for the t-statistics."""
+        windows, points = self.windows, self.windows.shape[1]
+        squares = (windows * windows).sum(axis=1)
+        explained = self.slope * self.centred_sxy
+        residual = squares - self.sy * self.sy / points - explained
+        margin = 1e-9 * (squares + np.abs(explained)) + 1e-300
+        return residual, margin, (points - 2) * self.x_spread
+
+
+def _window_fits(
+    steps: list[int], values: list[float], ends: Ints, points: int
+) -> _WindowFits | None:
+    """The sums of every full window of `points` one step apart that ends at one of `ends`
+    (None when no window is full). Beyond ~1e150 a sum of squares overflows in one summation
+    order and not in another: such windows are left out, to the exact fit."""
+    rows = np.flatnonzero(ends >= points)
+    if not rows.size:
+        return None
+    all_steps = np.array(steps, dtype=np.int64)
+    rows = rows[all_steps[ends[rows] - 1] - all_steps[ends[rows] - points] == points - 1]
+    windows = np.array(values)[(ends[rows] - points)[:, None] + np.arange(points)]
+    size = np.abs(windows).max(axis=1)
+    moderate = size < 1e150
+    if not everywhere(moderate):
+        rows, windows, size = rows[moderate], windows[moderate], size[moderate]
+    _, sx, x_spread = _consecutive_x(points)
+    sy = windows.sum(axis=1)
+    centred_sxy = windows @ _xs_array(points) - sx * sy / points
+    return _WindowFits(rows, windows, size, sy, centred_sxy, centred_sxy / x_spread, x_spread)
+
+
 def _all_flat(
     steps: list[int], values: list[float], ends: Ints, points: int, limits: Floats
 ) -> bool:
@@ -701,25 +728,12 @@ def _plateau_verdicts(
     flat, settled = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
     points = REWARD_WINDOW_POINTS
     settled[np.minimum(ends, points) < max(min_points, 5)] = True  # no trend, or too short
-    rows = np.flatnonzero(ends >= points)
-    if min_points > points or not rows.size:
+    fits = _window_fits(steps, values, ends, points) if min_points <= points else None
+    if fits is None:
         return flat, settled
-    all_steps = np.array(steps, dtype=np.int64)
-    rows = rows[all_steps[ends[rows] - 1] - all_steps[ends[rows] - points] == points - 1]
-    windows = np.array(values)[(ends[rows] - points)[:, None] + np.arange(points)]
-    size = np.abs(windows).max(axis=1)
-    moderate = size < 1e150  # beyond, sums of squares may overflow in one order only
-    rows, windows, size = rows[moderate], windows[moderate], size[moderate]
-    xs, sx, x_spread = _consecutive_x(points)
-    sy = windows.sum(axis=1)
-    centred_sxy = windows @ np.array(xs) - sx * sy / points
-    slope = centred_sxy / x_spread
-    slope_margin = (1e-9 * points * points * size + 1e-300) / (points - 1)
-    squares = (windows * windows).sum(axis=1)
-    explained = slope * centred_sxy
-    residual = squares - sy * sy / points - explained
-    residual_margin = 1e-9 * (squares + np.abs(explained)) + 1e-300
-    spread = (points - 2) * x_spread
+    rows, slope = fits.rows, fits.slope
+    slope_margin = (1e-9 * points * points * fits.size + 1e-300) / (points - 1)
+    residual, residual_margin, spread = fits.residuals()
     falling = slope + slope_margin <= 0.0  # t <= 0: flat
     rising = (slope - slope_margin > 0.0) & (residual - residual_margin > 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
