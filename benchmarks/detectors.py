@@ -14,9 +14,10 @@ loop that only iterates the same dicts, the floor any per-step work sits on.
 detector part (``detection.detect_steps`` after the run row's locked read) in its unit of work
 (write session, commit) on a real SQLite file; median CPU ms per batch. ``baseline`` is that
 transaction (the locked read and the commit) without the detectors (same database, measured
-alternately with it); ``detectors`` is the difference, their all-in cost per batch: feed, state
-read and write, pending step, alert writes. ``cold`` rebuilds the suite from its stored state
-every batch, as when batches of one run reach several service processes.
+alternately with it); ``detectors`` is the difference, their all-in cost per batch: feed, the
+checkpoint's generation read (and the checkpoint, when due), pending step, alert writes.
+``cold`` rebuilds the suite from its stored checkpoint every batch (and writes one), as when
+batches of one run reach several service processes.
 Goal: ``detectors`` small beside what the batch costs the service without them (about 4.5 ms
 for 100 steps of 20 keys on the reference VM: benchmarks/ingest.py), so that ingest with the
 detectors keeps at least 80 % of its throughput without them: about 1.1 ms all-in.
@@ -165,9 +166,10 @@ def _batch_ms(
     """
     start = time.process_time()
     with write_session(factory) as session:
-        _, config = ingest.lock_run(session, run_id)
+        last_step, config = ingest.lock_run(session, run_id)
         if steps is not None:
-            detection.detect_steps(session, run_id, config, steps, settings, suites)
+            live = detection.live_suite(session, run_id, config, settings, last_step, suites)
+            detection.detect_steps(session, live, steps, settings)
         session.commit()
     return (time.process_time() - start) * 1000
 

@@ -131,24 +131,41 @@ def lock_run(session: Session, run_id: str) -> tuple[int | None, dict[str, Any]]
     return last_step, config if isinstance(config, dict) else {}
 
 
-def ingest_batch(session: Session, run_id: str, batch: BatchIn) -> Ingested:
-    """Store ``batch`` for the run completely or not at all; a known batch id writes nothing."""
+class Opened(NamedTuple):
+    """A batch with its run locked, nothing written yet (open_batch)."""
+
+    ack: BatchAck
+    config: dict[str, Any]
+    run_last_step: int | None  # the run's newest stored step before this batch
+    duplicate: bool
+
+
+def open_batch(session: Session, run_id: str, batch: BatchIn) -> Opened:
+    """Lock the run and check the batch id; writes nothing (store_batch does)."""
     run_last_step, config = lock_run(session, run_id)
     count = sum(len(step.values) for step in batch.steps)
     ack = BatchAck(
         batch_id=batch.batch_id, duplicate=False, points=count, steps=len(batch.steps), alerts=[]
     )
     if batch_seen(session, run_id, batch.batch_id):
-        return Ingested(ack.model_copy(update={"duplicate": True}), config)
+        return Opened(ack.model_copy(update={"duplicate": True}), config, run_last_step, True)
+    return Opened(ack, config, run_last_step, False)
+
+
+def store_batch(session: Session, run_id: str, batch: BatchIn, opened: Opened) -> Ingested:
+    """Store an opened batch that is not a duplicate: its id, points, rollups and the run's
+    last step."""
+    assert not opened.duplicate
     # Claim the batch id first: a concurrent duplicate then fails on the primary key (and the
     # caller answers it as a duplicate) instead of writing the points twice.
     now = utcnow()
     sql.execute(
         session,
         "INSERT INTO ingested_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)",
-        (run_id, batch.batch_id, count, now),
+        (run_id, batch.batch_id, opened.ack.points, now),
     )
     grouped, uniform = _by_key(batch)
+    config, run_last_step = opened.config, opened.run_last_step
     newest = _store(session, run_id, _aliases(config), grouped) if grouped else None
     columns = {key: c.values for key, c in grouped.items()} if uniform and grouped else None
     if newest is not None and (run_last_step is None or newest > run_last_step):
@@ -158,7 +175,15 @@ def ingest_batch(session: Session, run_id: str, batch: BatchIn) -> Ingested:
         "UPDATE runs SET last_step = ?, updated_at = ?, last_heartbeat_at = ? WHERE id = ?",
         (run_last_step, now, now, run_id),
     )
-    return Ingested(ack, config, columns)
+    return Ingested(opened.ack, config, columns)
+
+
+def ingest_batch(session: Session, run_id: str, batch: BatchIn) -> Ingested:
+    """Store ``batch`` for the run completely or not at all; a known batch id writes nothing."""
+    opened = open_batch(session, run_id, batch)
+    if opened.duplicate:
+        return Ingested(opened.ack, opened.config)
+    return store_batch(session, run_id, batch, opened)
 
 
 def _aliases(config: dict[str, Any]) -> dict[str, str] | None:

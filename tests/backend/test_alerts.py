@@ -307,12 +307,15 @@ def test_detector_state_from_another_release_is_rebuilt(client: TestClient) -> N
     assert before and {a[:2] for a in before} <= {a[:2] for a in after}
     with factory() as session:
         state = session.get(DetectorState, (run_id, "suite"))
-        assert state is not None and state.state["suite"]["last_step"] == 60
+        # Rebuilt from the 60 stored steps (all fed), then the batch: its step is pending.
+        assert state is not None and state.state["suite"]["last_step"] == 59
+        assert state.state["pending"]["step"] == 60
 
 
 def test_quiet_batch_reads_the_run_once_and_no_state(sqlite_url: str) -> None:
     """A batch that changes no alert reads the run row once (its locked read) and, with this
-    process's suite current, only the state's generation: every statement SQLite runs is seen."""
+    process's suite current, only the state's generation; it writes no state (no checkpoint is
+    due): every statement SQLite runs is seen."""
     app = create_app(Settings(database_url=sqlite_url))
     with TestClient(app) as client:
         run_id = new_run_id()
@@ -328,19 +331,17 @@ def test_quiet_batch_reads_the_run_once_and_no_state(sqlite_url: str) -> None:
         body = {"batch_id": "quiet", "steps": steps[100:101]}
         response = client.post(f"/api/v1/runs/{run_id}/batches", json=body)
         assert response.status_code == 200 and response.json()["alerts"] == []
-    assert any("UPDATE detector_state" in s for s in statements), statements
+    assert not [s for s in statements if "UPDATE detector_state" in s], statements
+    assert len([s for s in statements if "FROM detector_state" in s]) == 1, statements
     assert len([s for s in statements if "FROM runs" in s]) == 1, statements
     assert not [s for s in statements if "detector_state.state" in s], statements
 
 
 def _service_suite(app: Any, run_id: str) -> tuple[DetectorSuite, Any]:
     """The live suite the service keeps for the run, and its pending step."""
-    with app.state.session_factory() as session:
-        row = session.get(DetectorState, (run_id, "suite"))
-        assert row is not None
-        cached = detection._SUITES.get(run_id, row.generation)
-    assert cached is not None
-    return cached
+    live = detection._SUITES.peek(run_id)
+    assert live is not None
+    return live.suite, live.pending
 
 
 def _stepwise_state(config: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -412,3 +413,153 @@ def test_an_alert_resolved_by_hand_while_it_keeps_firing_opens_again(client: Tes
         a for a in after if a["status"] == "open" and a["id"] in {b["id"] for b in before.values()}
     ]
     assert refreshed and all(a["last_step"] > before[a["key"]]["last_step"] for a in refreshed)
+
+
+# Checkpoints: the detectors' state is written every CHECKPOINT_STEPS steps (or batches), and
+# a process that resumes from it feeds the steps stored since.
+
+
+def _stored_state(factory: Any, run_id: str) -> dict[str, Any]:
+    with factory() as session:
+        row = session.get(DetectorState, (run_id, "suite"))
+        assert row is not None
+        return dict(row.state)
+
+
+def _state_fed_every_step(config: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The state of a suite fed each step once, the first time it comes, one at a time."""
+    suite = detection.make_suite(config, Settings())
+    for entry in steps:
+        suite.feed(entry["step"], {k: float(v) for k, v in entry["values"].items()})
+    return suite.dump_state()
+
+
+def _takeover_batches(steps: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """20-step batches for process "a", but batches 5, 10 and 11 for "b"; batch 10 re-logs
+    step 150, which "a" fed after its last checkpoint, with values far from the first ones."""
+    batches = []
+    for index, start in enumerate(range(0, len(steps), 20)):
+        chunk = steps[start : start + 20]
+        if index == 10:
+            again = {k: (1e-4 if "entropy" in k else v) for k, v in steps[150]["values"].items()}
+            chunk = [{"step": 150, "values": again}, *chunk]
+        batches.append(("b" if index in (5, 10, 11) else "a", chunk))
+    return batches
+
+
+def test_a_process_taking_over_a_run_feeds_the_steps_since_the_checkpoint(
+    client: TestClient, second_process: str
+) -> None:
+    """Process a feeds batches without writing a checkpoint; process b, taking the next batch,
+    resumes from the checkpoint and feeds the steps stored since, before its own batch's
+    points are stored (one of them rewrites a step a fed since): alerts and state end as in one
+    process, and as feeding every step once."""
+    steps = _steps(COLLAPSE.run(seed=5))
+    batches = _takeover_batches(steps)
+    factory = client.app.state.session_factory  # type: ignore[attr-defined]
+    ends = []
+    with httpx.Client(base_url=second_process, timeout=30) as other:
+        for two_processes in (False, True):
+            run_id = new_run_id()
+            _create(client, run_id, COLLAPSE.config)
+            for index, (process, chunk) in enumerate(batches):
+                http = other if two_processes and process == "b" else client
+                body = {"batch_id": f"t{index}", "steps": chunk}
+                assert http.post(f"/api/v1/runs/{run_id}/batches", json=body).status_code == 200
+                if two_processes and index == 4:  # a's checkpoint is its first batch's
+                    assert _stored_state(factory, run_id)["suite"]["last_step"] == 18
+            client.patch(f"/api/v1/runs/{run_id}", json={"status": "finished"})
+            ends.append((_alert_view(client, run_id), _stored_state(factory, run_id)))
+    assert ends[0][0], "the collapse scenario must raise alerts"
+    assert ends[0] == ends[1]
+    assert ends[1][1]["pending"] is None
+    assert ends[1][1]["suite"] == _state_fed_every_step(COLLAPSE.config, steps)
+
+
+def _unit_of_work(
+    factory: Any, settings: Settings, run_id: str, batch: Any, suites: Any, commit: bool
+) -> None:
+    """The batch handler's unit of work, committed or rolled back."""
+    from rlguard_backend import ingest
+    from rlguard_backend.db import write_session
+
+    with write_session(factory) as session:
+        opened = ingest.open_batch(session, run_id, batch)
+        live = detection.live_suite(
+            session, run_id, opened.config, settings, opened.run_last_step, suites
+        )
+        _, _, columns = ingest.store_batch(session, run_id, batch, opened)
+        detection.detect_steps(session, live, batch.steps, settings, columns)
+        if commit:
+            session.commit()
+        else:
+            session.rollback()
+
+
+def test_a_rolled_back_batch_leaves_no_suite_ahead_of_the_database(
+    client: TestClient, settings: Settings
+) -> None:
+    """A unit of work that rolls back after feeding the detectors does not cache its suite:
+    the batch sent again is fed from the database; a process restart (an empty cache) resumes
+    from the checkpoint and the steps stored since."""
+    from rlguard_backend.schemas import BatchIn
+
+    run_id = new_run_id()
+    _create(client, run_id, COLLAPSE.config)
+    steps = _steps(COLLAPSE.run(seed=6))
+    batches = [
+        BatchIn.model_validate({"batch_id": f"r{i}", "steps": steps[i : i + 30]})
+        for i in range(0, len(steps), 30)
+    ]
+    factory = client.app.state.session_factory  # type: ignore[attr-defined]
+    suites = detection.SuiteCache()
+    for batch in batches[:3]:
+        _unit_of_work(factory, settings, run_id, batch, suites, commit=True)
+    _unit_of_work(factory, settings, run_id, batches[3], suites, commit=False)
+    assert suites.peek(run_id) is None
+    for batch in batches[3:6]:
+        _unit_of_work(factory, settings, run_id, batch, suites, commit=True)
+    assert _stored_state(factory, run_id)["suite"]["last_step"] < batches[5].steps[0].step
+    restarted = detection.SuiteCache()
+    for batch in batches[6:]:
+        _unit_of_work(factory, settings, run_id, batch, restarted, commit=True)
+    live = restarted.peek(run_id)
+    assert live is not None and live.pending is not None
+    assert live.pending[0] == steps[-1]["step"]
+    assert live.suite.dump_state() == _stepwise_state(COLLAPSE.config, steps)
+
+
+def test_checkpoints_come_every_checkpoint_steps_or_batches(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state is written after a process's first batch of a run, then once the steps (or
+    batches) fed since reach the limit, and after any batch that is not a plain append."""
+    monkeypatch.setattr(detection, "CHECKPOINT_STEPS", 60)
+    monkeypatch.setattr(detection, "CHECKPOINT_BATCHES", 4)
+    app = create_app(Settings(database_url=sqlite_url))
+    with TestClient(app) as client:
+        run_id = new_run_id()
+        _create(client, run_id, HEALTHY.config)
+        steps = _steps(HEALTHY.run(seed=8))
+        factory = app.state.session_factory
+        generations, fed = [], []
+        sizes = [20] * 7 + [1] * 9  # 140 steps in batches of 20, then 9 of one step
+        batches, start = [], 0
+        for size in sizes:
+            batches.append(steps[start : start + size])
+            start += size
+        batches.insert(12, [steps[5]])  # re-logs step 5: not an append
+        for index, chunk in enumerate(batches):
+            body = {"batch_id": f"c{index}", "steps": chunk}
+            assert client.post(f"/api/v1/runs/{run_id}/batches", json=body).status_code == 200
+            with factory() as session:
+                row = session.get(DetectorState, (run_id, "suite"))
+                assert row is not None
+                generations.append(row.generation)
+                fed.append(row.state["suite"]["last_step"])
+    app.state.engine.dispose()
+    wrote = [i for i in range(len(batches)) if i == 0 or generations[i] != generations[i - 1]]
+    # The first batch; 60 steps later, twice; four one-step batches later; the re-log; four
+    # batches later.
+    assert wrote == [0, 3, 6, 10, 12, 16]
+    assert [fed[i] for i in wrote] == [18, 78, 138, 142, 143, 147]

@@ -80,12 +80,20 @@ def _store_batch(
     """The unit of work of one batch: points, rollups, detectors and alerts, one commit."""
     try:
         with write_session(factory) as session:
-            ack, config, columns = ingest.ingest_batch(session, run_id, batch)  # locks the run
-            if not ack.duplicate and settings.detectors_enabled:
-                opened = detection.detect_steps(
-                    session, run_id, config, batch.steps, settings, columns=columns
+            opened = ingest.open_batch(session, run_id, batch)  # locks the run
+            if opened.duplicate:
+                return opened.ack
+            live = None
+            if settings.detectors_enabled:
+                # Before the points are stored: a suite resumed from its checkpoint catches
+                # up on the stored steps, which this batch may rewrite.
+                live = detection.live_suite(
+                    session, run_id, opened.config, settings, opened.run_last_step
                 )
-                ack.alerts = [alerts.to_public(alert) for alert in opened]
+            ack, _, columns = ingest.store_batch(session, run_id, batch, opened)
+            if live is not None:
+                found = detection.detect_steps(session, live, batch.steps, settings, columns)
+                ack.alerts = [alerts.to_public(alert) for alert in found]
             session.commit()
             return ack
     except IntegrityError:
