@@ -35,7 +35,7 @@ from rlguard_backend.schemas import (
     StepIn,
     float_to_wire,
 )
-from rlguard_backend.stability import AlertEvent, DetectorSuite, StepColumns
+from rlguard_backend.stability import AlertEvent, DetectorSuite, StepColumns, latest_updates
 
 log = logging.getLogger("rlguard_backend.detection")
 SUITE_ROW = "suite"
@@ -274,7 +274,7 @@ def detect_steps(
     _keep(session, live)
     if not events:
         return []
-    events = _latest_updates(events)
+    events = latest_updates(events)
     if all(event.action == "update" for event in events):  # open alerts still firing
         events = alerts.update_open(session, run_id, events)
         if not events:
@@ -330,24 +330,6 @@ def _ready_steps(
         return [], None
     ordered = sorted(merged.items())
     return ordered[:-1], ordered[-1]
-
-
-def _latest_updates(events: list[AlertEvent]) -> list[AlertEvent]:
-    """The events without the "update"s that a later update or escalation of the same alert
-    in this batch overwrites: the stored alert ends the same, in fewer writes."""
-    later: set[tuple[str, str]] = set()  # alerts whose every field a later event rewrites
-    kept: list[AlertEvent] = []
-    for event in reversed(events):
-        slot = (event.detector, event.key)
-        if event.action == "update" and slot in later:
-            continue
-        kept.append(event)
-        if event.action in ("update", "escalate"):
-            later.add(slot)
-        else:
-            later.discard(slot)
-    kept.reverse()
-    return kept
 
 
 def _checkpoint(session: Session, live: Live) -> None:

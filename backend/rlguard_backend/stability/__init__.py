@@ -17,6 +17,7 @@ Detector ids and their alert keys:
 """
 
 from rlguard_backend.stability.events import Action, AlertEvent, Severity
+from rlguard_backend.stability.lifecycle import latest_updates
 from rlguard_backend.stability.suite import DETECTOR_TYPES, DetectorSuite, StepColumns
 from rlguard_backend.stability.thresholds import DEFAULTS
 
@@ -28,4 +29,5 @@ __all__ = [
     "DetectorSuite",
     "Severity",
     "StepColumns",
+    "latest_updates",
 ]

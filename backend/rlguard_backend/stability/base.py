@@ -17,7 +17,7 @@ from rlguard_backend.stability.columns import (
     first,
 )
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import Severity, Verdict, weaker
+from rlguard_backend.stability.events import SEVERITY_RANK, Severity, Verdict, weaker
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Persistent, Window, json_safe
 from rlguard_backend.stability.thresholds import Thresholds
@@ -62,26 +62,6 @@ class Detector:
         nothing itself. The default has no column-wise path: every step goes through feed()."""
         return NOT_QUIET
 
-    def speaks_at(
-        self,
-        cols: Columns,
-        key: str,
-        firing: Bools,
-        rank: int | Ints,
-        settled: Bools,
-        offset: int = 0,
-    ) -> int:
-        """The first step of `cols` (from `offset` on) at which rule `key` says something: it
-        fires at severity `rank` (SEVERITY_RANK) where the alert book emits, or its clear rule
-        holds (`settled`, on a step it does not fire) while its alert is open; len(cols) when
-        it never does."""
-        emits = cols.emitting(self.id, key, firing, rank)
-        at = first(emits[offset:] if offset else emits) + offset
-        if key in self.open_keys:
-            clears = settled & ~firing
-            at = min(at, first(clears[offset:] if offset else clears) + offset)
-        return at
-
     def missing(self, seen: frozenset[str]) -> str | None:
         """Why this detector is degraded or disabled, or None when it runs fully."""
         return None
@@ -111,15 +91,24 @@ class Stops:
     """Where a detector's rules speak in some columns, kept with its Quiet (as `again`): once
     feed() has taken the step where one spoke, the detector's state is where the columns'
     arrays say, and only the alert book changed, so the next such step comes from the same
-    arrays. Steps whose verdicts the arrays cannot tell (`unknown`) end that."""
+    arrays. Steps whose verdicts the arrays cannot tell (`unknown`) end that.
+
+    A rule speaks where it fires with no alert open, escalates, refreshes its open alert (every
+    update_interval_steps while it fires) or clears. A refresh that a later refresh or
+    escalation in the same arrays rewrites is not a stop: the columns' advance only moves the
+    alert's emitted step (DetectorSuite.feed_many leaves that "update" out; latest_updates).
+    """
 
     def __init__(self, detector: Detector, cols: Columns) -> None:
         self._detector, self._cols = detector, cols
         self._rules: list[tuple[str, Bools, int | Ints, Bools]] = []
         self.unknown = cols.n  # the first step these arrays cannot tell: feed() decides
+        # rule key -> (index, step) of its refreshes left out before its stop, in order
+        self._silent: dict[str, list[tuple[int, int]]] = {}
 
     def rule(self, key: str, firing: Bools, rank: int | Ints, settled: Bools) -> None:
-        """A rule of Detector.speaks_at."""
+        """A rule: where it fires, at which severity (SEVERITY_RANK), and where its clear rule
+        holds (`settled`, on a step it does not fire) to resolve its open alert."""
         self._rules.append((key, firing, rank, settled))
 
     def clears(self, key: str, quiet: Ints) -> None:
@@ -134,17 +123,67 @@ class Stops:
 
     def first(self, offset: int = 0) -> int:
         """The first step from `offset` on where a rule speaks or the arrays cannot tell."""
-        at, detector, cols = self.unknown, self._detector, self._cols
+        at = self.unknown
+        self._silent = {}
         for key, firing, rank, settled in self._rules:
-            at = min(at, detector.speaks_at(cols, key, firing, rank, settled, offset))
+            at = min(at, self._speaks(key, firing, rank, settled, offset))
         return at
+
+    def _speaks(self, key: str, firing: Bools, rank: int | Ints, settled: Bools, at: int) -> int:
+        cols = self._cols
+        alert = cols.alerts.open.get(f"{self._detector.id}|{key}")
+        if alert is None:
+            return _first_from(firing, at)  # it opens
+        escalates = _first_from(firing & (rank > SEVERITY_RANK[alert["severity"]]), at)
+        known = min(_first_from(settled & ~firing, at), self.unknown)  # no resolve before
+        end = min(escalates, known)
+        # Its refreshes before then, each update_interval_steps after the one before.
+        interval, emitted = cols.alerts.update_interval_steps, alert["emitted_step"]
+        refreshes: list[int] = []
+        while at < end:
+            due = int(np.searchsorted(cols.steps, emitted + interval))
+            at = _first_from(firing, max(at, due))
+            if at >= end:
+                break
+            refreshes.append(at)
+            emitted, at = cols.step_list[at], at + 1
+        if not refreshes:
+            return end
+        if escalates < known:  # the escalation rewrites the last refresh too
+            silent, stop = refreshes, escalates
+        else:
+            silent, stop = refreshes[:-1], refreshes[-1]
+        if silent:
+            self._silent[key] = [(index, cols.step_list[index]) for index in silent]
+        return stop
 
     def again(self, offset: int) -> int | None:
         """Quiet.again: None once feed() has taken a step these arrays cannot tell."""
         return None if offset > self.unknown else self.first(offset)
 
     def quiet(self, advance: Callable[[int, int], None]) -> Quiet:
-        return Quiet(self.first(), advance, self.again)
+        def moved(begin: int, end: int) -> None:
+            advance(begin, end)
+            if self._silent:
+                self._refreshed(end)
+
+        return Quiet(self.first(), moved, self.again)
+
+    def _refreshed(self, end: int) -> None:
+        """Move each open alert's emitted step to its last refresh left out before `end`."""
+        book = self._cols.alerts
+        for key, silent in self._silent.items():
+            alert = book.open.get(f"{self._detector.id}|{key}")
+            for index, step in reversed(silent):
+                if index < end:
+                    if alert is not None and step > alert["emitted_step"]:
+                        alert["emitted_step"] = step
+                    break
+
+
+def _first_from(mask: Bools, offset: int) -> int:
+    """Index of the first True from `offset` on, or len(mask) when there is none."""
+    return first(mask[offset:]) + offset if offset else first(mask)
 
 
 def _dump(value: Any) -> Any:

@@ -20,7 +20,6 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from rlguard_backend.stability.events import SEVERITY_RANK
 from rlguard_backend.stability.lifecycle import AlertBook
 from rlguard_backend.stability.primitives import Lookback
 
@@ -94,16 +93,6 @@ class Columns:
             found = self.derived[key] = self.plateau_of(min_points, t_limit)
         flat, settled = found
         return flat[self.offset :], settled[self.offset :]
-
-    def emitting(self, detector: str, key: str, firing: Bools, rank: int | Ints) -> Bools:
-        """Where a rule firing (at severity `rank`, SEVERITY_RANK) makes an event: always
-        unless its alert is open at that severity or higher and not due for an update
-        (AlertBook.emits, which nothing changes over the quiet steps)."""
-        alert = self.alerts.open.get(f"{detector}|{key}")
-        if alert is None:
-            return firing
-        due = self.steps - alert["emitted_step"] >= self.alerts.update_interval_steps
-        return firing & ((rank > SEVERITY_RANK[alert["severity"]]) | due)
 
     def value(self, name: str) -> Floats | None:
         """The signal's finite raw values, or None when the batch does not log it."""
