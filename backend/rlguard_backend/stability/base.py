@@ -14,6 +14,7 @@ from rlguard_backend.stability.columns import (
     Columns,
     Ints,
     Quiet,
+    counting,
     first,
 )
 from rlguard_backend.stability.context import RunContext
@@ -111,11 +112,16 @@ class Stops:
         holds (`settled`, on a step it does not fire) to resolve its open alert."""
         self._rules.append((key, firing, rank, settled))
 
-    def clears(self, key: str, quiet: Ints) -> None:
-        """A rule that cannot fire here, whose open alert clears once `quiet` (its quiet
-        steps after each step) reaches clear_steps."""
-        never = np.zeros(self._cols.n, dtype=np.bool_)
-        self.rule(key, never, 0, quiet >= self._detector.th["clear_steps"])
+    def clears(self, key: str, quiet: Ints | int) -> None:
+        """A rule that cannot fire here, whose open alert clears once its quiet steps reach
+        clear_steps: `quiet` after each step, or (an int) before the first, one more each
+        step. With its alert not open it has nothing to say here."""
+        if key not in self._detector.open_keys:
+            return
+        cols = self._cols
+        after = counting(quiet, cols.n) if isinstance(quiet, int) else quiet
+        never = np.zeros(cols.n, dtype=np.bool_)
+        self.rule(key, never, 0, after >= self._detector.th["clear_steps"])
 
     def cannot_tell(self, at: int) -> None:
         """Steps from `at` on are left to feed()."""

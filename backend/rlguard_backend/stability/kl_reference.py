@@ -18,7 +18,6 @@ from rlguard_backend.stability.columns import (
     Columns,
     Quiet,
     ago,
-    counting,
     integral,
     push_points,
     run_lengths,
@@ -131,7 +130,7 @@ class KlRunaway(Detector):
                 rank = rank - (warn & persistent)
             stops.rule("kl_runaway", critical | warn, rank, calm >= th["clear_steps"])
         # No share outside in-reward KL: its rule counts quiet steps.
-        stops.clears("kl_penalty_ineffective", counting(self.share_quiet, n))
+        stops.clears("kl_penalty_ineffective", self.share_quiet)
 
         def advance(begin: int, end: int) -> None:
             push_points(self.history, cols.step_list[begin:end], kl[begin:end])

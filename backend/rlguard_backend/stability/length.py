@@ -22,7 +22,6 @@ from rlguard_backend.stability.columns import (
     Ints,
     Quiet,
     ago,
-    counting,
     integral,
     push_points,
     run_lengths,
@@ -149,10 +148,10 @@ class LengthHacking(Detector):
         """quiet_prefix where the length ratio stays between the collapse and blow-up factors
         (and below the rise factor, or entropy does): no condition holds at any step, so every
         streak resets and every clear rule counts on; only an open alert's clearing speaks."""
-        quiet, n = self.quiet, cols.n
+        quiet = self.quiet
         stops = Stops(self, cols)
         for key in self.keys:
-            stops.clears(key, counting(quiet[key], n))
+            stops.clears(key, quiet[key])
 
         def advance(begin: int, end: int) -> None:
             if truncated is not None:

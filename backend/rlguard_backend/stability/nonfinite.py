@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlguard_backend.stability.base import Detector, Stops
-from rlguard_backend.stability.columns import NOT_QUIET, Columns, Quiet, counting, first
+from rlguard_backend.stability.columns import NOT_QUIET, Columns, Quiet, first
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import CLEARED, Severity, Verdict
 from rlguard_backend.stability.observations import StepView
@@ -92,7 +92,7 @@ class NonFinite(Detector):
         stops = Stops(self, cols)
         stops.cannot_tell(first(facts))
         for key in self.keys:
-            stops.clears(key, counting(self.quiet[key], cols.n))
+            stops.clears(key, self.quiet[key])
 
         def advance(begin: int, end: int) -> None:
             for key in self.keys:
