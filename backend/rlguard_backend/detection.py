@@ -357,7 +357,8 @@ def flush_pending(
         return []
     live = live_suite(session, run.id, run.config, settings, run.last_step, suites)
     if live.pending is None:
-        suites.put(live)  # nothing changed
+        if not live.restored:  # this process's own, unchanged; one restored is not kept
+            suites.put(live)  # without a checkpoint of its own (another process may hold it)
         return []
     events = live.suite.feed(*live.pending)
     live.pending = None

@@ -529,6 +529,44 @@ def test_a_rolled_back_batch_leaves_no_suite_ahead_of_the_database(
     assert live.suite.dump_state() == _stepwise_state(COLLAPSE.config, steps)
 
 
+def test_a_run_end_seen_by_another_process_leaves_it_no_suite(
+    client: TestClient, settings: Settings
+) -> None:
+    """A process that resumes a run from its checkpoint only to find nothing pending (the run
+    ended twice) does not keep that suite: the process that wrote the checkpoint may feed the
+    run on from it without writing another, and the two would no longer agree."""
+    from rlguard_backend.db import write_session
+    from rlguard_backend.schemas import BatchIn
+
+    run_id = new_run_id()
+    _create(client, run_id, COLLAPSE.config)
+    steps = _steps(COLLAPSE.run(seed=9))
+    batches = [
+        BatchIn.model_validate({"batch_id": f"e{i}", "steps": steps[i : i + 50]})
+        for i in range(0, len(steps), 50)
+    ]
+    factory = client.app.state.session_factory  # type: ignore[attr-defined]
+    first, second = detection.SuiteCache(), detection.SuiteCache()
+
+    def end_run(suites: detection.SuiteCache) -> None:
+        with write_session(factory) as session:
+            detection.flush_pending(
+                session, detection.run_for_update(session, run_id), settings, suites
+            )
+            session.commit()
+
+    for batch in batches[:3]:
+        _unit_of_work(factory, settings, run_id, batch, first, commit=True)
+    end_run(first)
+    end_run(second)
+    assert second.peek(run_id) is None
+    for batch, suites in zip(batches[3:], [first, first, second], strict=True):
+        _unit_of_work(factory, settings, run_id, batch, suites, commit=True)
+    live = second.peek(run_id)
+    assert live is not None and live.pending is not None
+    assert live.suite.dump_state() == _stepwise_state(COLLAPSE.config, steps)
+
+
 def test_checkpoints_come_every_checkpoint_steps_or_batches(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
