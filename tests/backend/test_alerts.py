@@ -496,21 +496,27 @@ def _unit_of_work(
             session.rollback()
 
 
+def _collapse_run(client: TestClient, seed: int, size: int) -> tuple[str, list[dict], list[Any]]:
+    """A new run of the collapse scenario: its id, its steps, and those in batches of `size`."""
+    from rlguard_backend.schemas import BatchIn
+
+    run_id = new_run_id()
+    _create(client, run_id, COLLAPSE.config)
+    steps = _steps(COLLAPSE.run(seed=seed))
+    batches = [
+        BatchIn.model_validate({"batch_id": f"s{i}", "steps": steps[i : i + size]})
+        for i in range(0, len(steps), size)
+    ]
+    return run_id, steps, batches
+
+
 def test_a_rolled_back_batch_leaves_no_suite_ahead_of_the_database(
     client: TestClient, settings: Settings
 ) -> None:
     """A unit of work that rolls back after feeding the detectors does not cache its suite:
     the batch sent again is fed from the database; a process restart (an empty cache) resumes
     from the checkpoint and the steps stored since."""
-    from rlguard_backend.schemas import BatchIn
-
-    run_id = new_run_id()
-    _create(client, run_id, COLLAPSE.config)
-    steps = _steps(COLLAPSE.run(seed=6))
-    batches = [
-        BatchIn.model_validate({"batch_id": f"r{i}", "steps": steps[i : i + 30]})
-        for i in range(0, len(steps), 30)
-    ]
+    run_id, steps, batches = _collapse_run(client, seed=6, size=30)
     factory = client.app.state.session_factory  # type: ignore[attr-defined]
     suites = detection.SuiteCache()
     for batch in batches[:3]:
@@ -536,15 +542,8 @@ def test_a_run_end_seen_by_another_process_leaves_it_no_suite(
     ended twice) does not keep that suite: the process that wrote the checkpoint may feed the
     run on from it without writing another, and the two would no longer agree."""
     from rlguard_backend.db import write_session
-    from rlguard_backend.schemas import BatchIn
 
-    run_id = new_run_id()
-    _create(client, run_id, COLLAPSE.config)
-    steps = _steps(COLLAPSE.run(seed=9))
-    batches = [
-        BatchIn.model_validate({"batch_id": f"e{i}", "steps": steps[i : i + 50]})
-        for i in range(0, len(steps), 50)
-    ]
+    run_id, steps, batches = _collapse_run(client, seed=9, size=50)
     factory = client.app.state.session_factory  # type: ignore[attr-defined]
     first, second = detection.SuiteCache(), detection.SuiteCache()
 
