@@ -353,10 +353,8 @@ def flush_pending(
     session: Session, run: Run, settings: Settings, suites: SuiteCache = _SUITES
 ) -> list[Alert]:
     """The run ended: feed the step that was waiting for a later one."""
-    if _stored_generation(session, run.id) is None:
-        return []
     live = live_suite(session, run.id, run.config, settings, run.last_step, suites)
-    if live.pending is None:
+    if live.pending is None:  # nothing waits (or nothing was ever fed: no checkpoint)
         if not live.restored:  # this process's own, unchanged; one restored is not kept
             suites.put(live)  # without a checkpoint of its own (another process may hold it)
         return []

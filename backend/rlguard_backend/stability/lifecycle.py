@@ -106,7 +106,7 @@ def latest_updates(events: Iterable[AlertEvent]) -> list[AlertEvent]:
     """The events without the "update"s that a later update or escalation of the same alert
     among them overwrites (every field of the stored alert): stored, both lists end the same.
 
-    DetectorSuite.feed_many may leave out such updates itself (columns.py).
+    DetectorSuite.feed_many may leave out such updates itself (base.Stops).
     """
     later: set[tuple[str, str]] = set()  # alerts whose every field a later event rewrites
     kept: list[AlertEvent] = []
