@@ -9,6 +9,9 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATA_DIR = Path(".rlguard")
+# Threads outside the request pools that hold a connection: the liveness watch, the webhook
+# worker and the WAL checkpointer.
+BACKGROUND_CONNECTIONS = 3
 
 
 class Webhook(BaseModel):
@@ -41,6 +44,22 @@ class Settings(BaseSettings):
         default=100_000, gt=0, description="largest max_points a series query may ask for"
     )
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
+    read_threads: int = Field(
+        default=16, ge=1, description="worker threads for reads (health, series, dashboard)"
+    )
+    write_threads: int = Field(
+        default=4, ge=1, description="worker threads for writes (ingest, runs, alerts)"
+    )
+    max_inflight_writes: int = Field(
+        default=128,
+        ge=1,
+        description="writes admitted at once per process (running or queued for a write "
+        "thread); beyond it the service answers 503 with Retry-After at once",
+    )
+    retry_after_s: int = Field(default=1, ge=1, description="Retry-After of a refused write")
+    shutdown_timeout_s: float = Field(
+        default=10.0, gt=0, description="on SIGTERM, how long requests in flight may finish"
+    )
     heartbeat_timeout_s: float = Field(
         default=300.0, gt=0, description="a running run silent this long is marked crashed"
     )
@@ -67,6 +86,11 @@ class Settings(BaseSettings):
         if value.strip():
             return value.strip()
         return f"sqlite:///{DEFAULT_DATA_DIR / 'rlguard.db'}"
+
+    @property
+    def db_pool_size(self) -> int:
+        """Connections one process opens: one per thread that may ask, so none waits for one."""
+        return self.read_threads + self.write_threads + BACKGROUND_CONNECTIONS
 
     @property
     def is_sqlite(self) -> bool:

@@ -23,16 +23,23 @@ WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
 log = logging.getLogger("rlguard_backend.db")
 
 
-def make_engine(url: str, *, sqlite_busy_timeout_ms: int = 30_000) -> Engine:
-    """Create the engine for ``url``; SQLite files get their folder, WAL and write locking."""
+def make_engine(url: str, *, sqlite_busy_timeout_ms: int = 30_000, pool_size: int = 5) -> Engine:
+    """Create the engine for ``url``; SQLite files get their folder, WAL and write locking.
+
+    ``pool_size`` is the most connections the engine opens (the service passes
+    ``Settings.db_pool_size``, one for each thread that may ask).
+    """
     parsed = make_url(url)
+    pool = {"pool_size": pool_size, "max_overflow": 0}
     if parsed.get_backend_name() != "sqlite":
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
-        return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=10)
+        return create_engine(parsed, pool_pre_ping=True, **pool)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(parsed, connect_args={"check_same_thread": False})
+        engine = create_engine(parsed, connect_args={"check_same_thread": False}, **pool)
+    else:
+        engine = create_engine(parsed, connect_args={"check_same_thread": False})
     _configure_sqlite(engine, sqlite_busy_timeout_ms)
     return engine
 

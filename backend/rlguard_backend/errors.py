@@ -4,7 +4,8 @@ ServiceError
 ├── NotFound          404  unknown run or alert
 ├── Conflict          409  the request contradicts what is stored
 ├── PayloadTooLarge   413  batch above the configured limits
-└── MalformedRequest  400  body is not gzip / JSON / the expected shape
+├── MalformedRequest  400  body is not gzip / JSON / the expected shape
+└── Saturated         503  too many writes in flight; retry after ``Retry-After`` seconds
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 class ServiceError(Exception):
     status_code = 500
+    headers: dict[str, str] | None = None
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
@@ -32,6 +34,14 @@ class PayloadTooLarge(ServiceError):
 
 class MalformedRequest(ServiceError):
     status_code = 400
+
+
+class Saturated(ServiceError):
+    status_code = 503
+
+    def __init__(self, detail: str, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.headers = {"Retry-After": str(retry_after_s)}
 
 
 class InvalidField(ServiceError):

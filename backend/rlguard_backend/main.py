@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 from rlguard_backend import __version__, migrate
 from rlguard_backend.api import alerts, health, points, runs
+from rlguard_backend.capacity import Database
 from rlguard_backend.config import Settings
 from rlguard_backend.db import Checkpointer, make_engine, make_session_factory
 from rlguard_backend.errors import ServiceError
@@ -27,12 +28,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service for ``settings``: engine, migrations (unless off), routes, errors."""
     settings = settings or Settings()
     engine = make_engine(
-        settings.database_url, sqlite_busy_timeout_ms=settings.sqlite_busy_timeout_ms
+        settings.database_url,
+        sqlite_busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+        pool_size=settings.db_pool_size,
     )
     if settings.migrate_on_start:
         migrate.upgrade(engine)
 
     session_factory = make_session_factory(engine)
+    database = Database(
+        session_factory,
+        read_threads=settings.read_threads,
+        write_threads=settings.write_threads,
+        max_inflight_writes=settings.max_inflight_writes,
+        retry_after_s=settings.retry_after_s,
+    )
     checkpointer = Checkpointer(engine)
 
     @asynccontextmanager
@@ -59,17 +69,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.session_factory = session_factory
+    app.state.database = database
     app.state.checkpointer = checkpointer
     for router in (runs.router, points.router, alerts.router, health.router):
         app.include_router(router, prefix=settings.api_prefix)
-    _install_error_handlers(app)
+    _install_error_handlers(app, settings)
     return app
 
 
-def _install_error_handlers(app: FastAPI) -> None:
+def _install_error_handlers(app: FastAPI, settings: Settings) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+        return JSONResponse(
+            {"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
+        )
 
     @app.exception_handler(InvalidBatch)
     async def _invalid_batch(_request: Request, exc: InvalidBatch) -> JSONResponse:
@@ -94,4 +107,5 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _database_unavailable(_request: Request, exc: OperationalError) -> JSONResponse:
         log.warning("database error: %s", exc)
         detail = "database unavailable or busy; retry shortly"
-        return JSONResponse({"detail": detail}, status_code=503)
+        retry = {"Retry-After": str(settings.retry_after_s)}
+        return JSONResponse({"detail": detail}, status_code=503, headers=retry)

@@ -242,8 +242,19 @@ class SeriesResponse(BaseModel):
     series: dict[str, SeriesData]
 
 
+class WriteLoad(BaseModel):
+    """The write gate of the answering process: saturated means new writes get 503."""
+
+    in_flight: int
+    limit: int
+    saturated: bool
+    admitted_total: int
+    refused_total: int
+
+
 class Health(BaseModel):
     status: Literal["ok"]
     database: str
     latency_ms: float
     version: str
+    writes: WriteLoad

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 import threading
@@ -95,10 +96,35 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(**overrides)
 
 
-def serve_socket(app: Any, sock: socket.socket) -> int:
-    """Serve ``app`` in the foreground on an already bound socket until interrupted."""
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+def serve_socket(app: Any, sock: socket.socket, shutdown_timeout_s: float) -> int:
+    """Serve ``app`` on a bound socket until SIGTERM or Ctrl-C, then stop within a bound.
+
+    Requests in flight get ``shutdown_timeout_s`` to finish. uvicorn then raises the signal it
+    caught again, so SIGTERM ends the process as SIGTERM does; after Ctrl-C, a worker thread
+    still inside the database (a lock held from outside this process) is left behind: its
+    transaction was never committed, so nothing acknowledged is lost.
+    """
+    config = uvicorn.Config(
+        app, log_level="warning", timeout_graceful_shutdown=max(1, round(shutdown_timeout_s))
+    )
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        log.info("interrupted; stopped")
+    _exit_past_busy_threads(time.monotonic() + shutdown_timeout_s)
     return 0
+
+
+def _exit_past_busy_threads(deadline: float) -> None:
+    busy = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    for thread in busy:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in busy if t.is_alive()]
+    if stuck:
+        log.warning("stopping with %d worker thread(s) still busy: %s", len(stuck), stuck)
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     sock = bind_socket(args.host, args.port)
     app = create_app(settings)
     print(f"rlguard listening on {base_url(sock)} (API at /api, docs at /docs)", flush=True)
-    return serve_socket(app, sock)
+    return serve_socket(app, sock, settings.shutdown_timeout_s)
 
 
 def _run_db(args: argparse.Namespace, settings: Settings) -> int:

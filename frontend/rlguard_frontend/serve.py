@@ -76,10 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlguard_backend.config import Settings
     from rlguard_backend.serve import base_url, bind_socket, serve_socket
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    database_url = getattr(args, "database_url", None)
+    settings = Settings(**({"database_url": database_url} if database_url else {}))
     sock = bind_socket(args.host, args.port)
     url = base_url(sock)
     if args.command == "dashboard":
@@ -87,11 +90,8 @@ def run(args: argparse.Namespace) -> int:
         app: Any = dashboard_asgi(dash_app)
         print(f"rlguard dashboard on {url}/ reading {args.api}", flush=True)
     else:
-        from rlguard_backend.config import Settings
-
-        settings = Settings(**({"database_url": args.database_url} if args.database_url else {}))
         app = combined_app(settings, url)
         print(
             f"rlguard listening on {url} (dashboard at /, API at /api, docs at /docs)", flush=True
         )
-    return serve_socket(app, sock)
+    return serve_socket(app, sock, settings.shutdown_timeout_s)

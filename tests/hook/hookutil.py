@@ -54,9 +54,10 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
 class ServiceProcess:
     """``python -m rlguard server`` on a SQLite file, started, SIGKILLed and restarted at will."""
 
-    def __init__(self, db_path: Path, port: int = 0) -> None:
+    def __init__(self, db_path: Path, port: int = 0, env: dict[str, str] | None = None) -> None:
         self.db_url = f"sqlite:///{db_path}"
         self.port = port
+        self.env = env or {}
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
 
@@ -65,7 +66,7 @@ class ServiceProcess:
         cmd += ["--port", str(self.port)]
         self.proc = subprocess.Popen(
             cmd,
-            env=child_env(RLGUARD_DATABASE_URL=self.db_url),
+            env=child_env(RLGUARD_DATABASE_URL=self.db_url, **self.env),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -359,14 +359,18 @@ class Sender:
             f"{points} point(s) ({exc}); kept in {path} (shown once per status)",
         )
 
-    def _note_failure(self, exc: TransportError) -> None:
+    def _note_failure(self, exc: RetryableError) -> None:
         self._failures += 1
         delay = min(self.cfg.backoff_base_s * 2 ** (self._failures - 1), self.cfg.backoff_cap_s)
-        self._retry_at = time.monotonic() + delay * (0.5 + random.random() / 2)
+        delay *= 0.5 + random.random() / 2
+        if exc.retry_after_s is not None:  # the service said how long: at least that, spread out
+            delay = max(delay, exc.retry_after_s * (1 + random.random() / 2))
+        self._retry_at = time.monotonic() + delay
         self.counters.last_error = str(exc)
+        state = "unreachable" if exc.retry_after_s is None else "busy"
         self._warn_once(
             f"retry:{exc.status}",
-            f"rlguard: cannot reach the service ({exc}); "
+            f"rlguard: the service is {state} ({exc}); "
             f"spooling to {self.spool.dir} and retrying with backoff",
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import urllib.parse
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlguard.errors import RejectedError, RetryableError
 
@@ -56,19 +56,17 @@ class Transport:
         self, method: str, path: str, body: bytes | None = None, gzipped: bool = False
     ) -> Any:
         """Send one request under ``/api/v1`` and return the decoded JSON answer."""
-        status, target, data = self._exchange(method, path, body, gzipped)
-        return _decode(method, target, status, data)
+        answer = self._exchange(method, path, body, gzipped)
+        return _decode(method, answer)
 
     def raw(self, method: str, path: str) -> bytes:
         """The body of a successful non-JSON answer (CSV export)."""
-        status, target, data = self._exchange(method, path, None, False)
-        if status >= 300:
-            _decode(method, target, status, data)
-        return data
+        answer = self._exchange(method, path, None, False)
+        if answer.status >= 300:
+            _decode(method, answer)
+        return answer.data
 
-    def _exchange(
-        self, method: str, path: str, body: bytes | None, gzipped: bool
-    ) -> tuple[int, str, bytes]:
+    def _exchange(self, method: str, path: str, body: bytes | None, gzipped: bool) -> Answer:
         headers = dict(self._headers)
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -92,11 +90,13 @@ class Transport:
 
     def _once(
         self, method: str, target: str, body: bytes | None, headers: dict[str, str]
-    ) -> tuple[int, str, bytes]:
+    ) -> Answer:
         connection = self._connect()
         connection.request(method, target, body=body, headers=headers)
         response = connection.getresponse()
-        return response.status, target, response.read()
+        data = response.read()
+        retry_after_s = _retry_after_s(response.getheader("Retry-After"))
+        return Answer(response.status, target, data, retry_after_s)
 
     def send_json(self, method: str, path: str, payload: dict[str, Any]) -> Any:
         return self.request(method, path, json.dumps(payload, allow_nan=False).encode())
@@ -123,7 +123,23 @@ def _quote(run_id: str) -> str:
     return urllib.parse.quote(run_id, safe="")
 
 
-def _decode(method: str, target: str, status: int, data: bytes) -> Any:
+class Answer(NamedTuple):
+    status: int
+    target: str
+    data: bytes
+    retry_after_s: float | None
+
+
+def _retry_after_s(header: str | None) -> float | None:
+    """``Retry-After`` in seconds (the delay form; an HTTP date is ignored), capped at an hour."""
+    try:
+        return min(max(float(header), 0.0), 3600.0) if header else None
+    except ValueError:
+        return None
+
+
+def _decode(method: str, answer: Answer) -> Any:
+    status, target, data = answer.status, answer.target, answer.data
     if status < 300:
         try:
             return json.loads(data) if data else None
@@ -134,5 +150,5 @@ def _decode(method: str, target: str, status: int, data: bytes) -> Any:
     detail = data[:300].decode("utf-8", "replace")
     message = f"{method} {target}: HTTP {status}: {detail}"
     if status >= 500 or status in RETRYABLE_STATUSES:
-        raise RetryableError(message, status)
+        raise RetryableError(message, status, answer.retry_after_s)
     raise RejectedError(message, status)

@@ -31,7 +31,16 @@ class TransportError(RLGuardError):
 
 
 class RetryableError(TransportError):
-    """The service is unreachable, overloaded or refusing us for now: try again later."""
+    """The service is unreachable, overloaded or refusing us for now: try again later.
+
+    ``retry_after_s`` is the wait the service asked for (its ``Retry-After``), if it said one.
+    """
+
+    def __init__(
+        self, message: str, status: int | None = None, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message, status)
+        self.retry_after_s = retry_after_s
 
 
 class RejectedError(TransportError):

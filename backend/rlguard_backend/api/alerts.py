@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from sqlalchemy.orm import Session
 
 from rlguard_backend import alerts, repository
-from rlguard_backend.api.deps import SessionDep, WriteSessionDep
+from rlguard_backend.api.deps import DatabaseDep, WriterDep
 from rlguard_backend.models import utcnow
 from rlguard_backend.schemas import AlertList, AlertPublic, AlertStatus, AlertUpdate, Severity
 
@@ -16,32 +17,33 @@ Limit = Annotated[int, Query(ge=1, le=1000)]
 Offset = Annotated[int, Query(ge=0)]
 
 
+def _alert_list(session: Session, **filters: Any) -> AlertList:
+    found, count = alerts.list_alerts(session, **filters)
+    return AlertList(data=[alerts.to_public(a) for a in found], count=count)
+
+
 @router.get("/runs/{run_id}/alerts", response_model=AlertList)
-def read_run_alerts(
+async def read_run_alerts(
     run_id: str,
-    session: SessionDep,
+    db: DatabaseDep,
     status: AlertStatus | None = None,
     severity: Severity | None = None,
     detector: str | None = None,
     limit: Limit = 500,
     offset: Offset = 0,
 ) -> AlertList:
-    repository.get_run(session, run_id)
-    found, count = alerts.list_alerts(
-        session,
-        run_id=run_id,
-        status=status,
-        severity=severity,
-        detector=detector,
-        limit=limit,
-        offset=offset,
-    )
-    return AlertList(data=[alerts.to_public(a) for a in found], count=count)
+    filters = dict(status=status, severity=severity, detector=detector, limit=limit, offset=offset)
+
+    def read(session: Session) -> AlertList:
+        repository.get_run(session, run_id)
+        return _alert_list(session, run_id=run_id, **filters)
+
+    return await db.read(read)
 
 
 @router.get("/alerts", response_model=AlertList)
-def read_alerts(
-    session: SessionDep,
+async def read_alerts(
+    db: DatabaseDep,
     project: str | None = None,
     run_id: str | None = None,
     status: AlertStatus | None = None,
@@ -50,27 +52,24 @@ def read_alerts(
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> AlertList:
-    found, count = alerts.list_alerts(
-        session,
-        run_id=run_id,
-        project=project,
-        status=status,
-        severity=severity,
-        detector=detector,
-        limit=limit,
-        offset=offset,
+    filters = dict(status=status, severity=severity, detector=detector, limit=limit, offset=offset)
+    return await db.read(
+        lambda session: _alert_list(session, run_id=run_id, project=project, **filters)
     )
-    return AlertList(data=[alerts.to_public(a) for a in found], count=count)
 
 
 @router.patch("/alerts/{alert_id}", response_model=AlertPublic)
-def update_alert(alert_id: int, data: AlertUpdate, session: WriteSessionDep) -> AlertPublic:
+async def update_alert(alert_id: int, data: AlertUpdate, db: WriterDep) -> AlertPublic:
     """Acknowledge an alert (it stays open) or resolve it by hand."""
-    alert = alerts.get_alert(session, alert_id)
-    if data.acknowledged is not None:
-        alert.acknowledged = data.acknowledged
-    if data.status is not None:
-        alert.status = data.status
-    alert.updated_at = utcnow()
-    session.commit()
-    return alerts.to_public(alert)
+
+    def update(session: Session) -> AlertPublic:
+        alert = alerts.get_alert(session, alert_id)
+        if data.acknowledged is not None:
+            alert.acknowledged = data.acknowledged
+        if data.status is not None:
+            alert.status = data.status
+        alert.updated_at = utcnow()
+        session.commit()
+        return alerts.to_public(alert)
+
+    return await db.write(update)

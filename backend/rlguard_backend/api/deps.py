@@ -1,32 +1,36 @@
-"""Request dependencies: sessions (read, and write with the lock taken up front) and settings."""
+"""Request dependencies: the database (reads, and writes admitted by the write gate) and settings.
+
+Each is a coroutine, so resolving it costs no hop to a worker thread.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Request
-from sqlalchemy.orm import Session
 
+from rlguard_backend.capacity import Database
 from rlguard_backend.config import Settings
-from rlguard_backend.db import write_session
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    with request.app.state.session_factory() as session:
-        yield session
+async def get_database(request: Request) -> Database:
+    database: Database = request.app.state.database
+    return database
 
 
-def get_write_session(request: Request) -> Iterator[Session]:
-    with write_session(request.app.state.session_factory) as session:
-        yield session
+async def admit_write(request: Request) -> AsyncIterator[Database]:
+    """The database for a write, or 503 with ``Retry-After`` at once when too many are in flight."""
+    database: Database = request.app.state.database
+    with database.gate.admitted():
+        yield database
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-SessionDep = Annotated[Session, Depends(get_session)]
-WriteSessionDep = Annotated[Session, Depends(get_write_session)]
+DatabaseDep = Annotated[Database, Depends(get_database)]
+WriterDep = Annotated[Database, Depends(admit_write)]

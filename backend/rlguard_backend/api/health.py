@@ -1,4 +1,4 @@
-"""Health: a database round trip."""
+"""Health: a database round trip, and how loaded this process's writes are."""
 
 from __future__ import annotations
 
@@ -6,20 +6,35 @@ import time
 
 from fastapi import APIRouter
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from rlguard_backend import __version__
-from rlguard_backend.api.deps import SessionDep
-from rlguard_backend.schemas import Health
+from rlguard_backend.api.deps import DatabaseDep
+from rlguard_backend.schemas import Health, WriteLoad
 
 router = APIRouter(prefix="/v1", tags=["health"])
 
 
 @router.get("/health", response_model=Health)
-def read_health(session: SessionDep) -> Health:
-    started = time.perf_counter()
-    session.execute(text("SELECT 1")).scalar_one()
-    latency_ms = (time.perf_counter() - started) * 1000
-    dialect = session.get_bind().dialect.name
+async def read_health(db: DatabaseDep) -> Health:
+    def round_trip(session: Session) -> tuple[float, str]:
+        started = time.perf_counter()
+        session.execute(text("SELECT 1")).scalar_one()
+        return (time.perf_counter() - started) * 1000, session.get_bind().dialect.name
+
+    latency_ms, dialect = await db.read(round_trip)
+    gate = db.gate
+    writes = WriteLoad(
+        in_flight=gate.in_flight,
+        limit=gate.limit,
+        saturated=gate.saturated,
+        admitted_total=gate.admitted_total,
+        refused_total=gate.refused_total,
+    )
     return Health(
-        status="ok", database=dialect, latency_ms=round(latency_ms, 3), version=__version__
+        status="ok",
+        database=dialect,
+        latency_ms=round(latency_ms, 3),
+        version=__version__,
+        writes=writes,
     )

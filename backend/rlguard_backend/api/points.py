@@ -11,10 +11,9 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
-from starlette.concurrency import run_in_threadpool
 
 from rlguard_backend import alerts, detection, ingest, points, repository, series
-from rlguard_backend.api.deps import SessionDep, SettingsDep
+from rlguard_backend.api.deps import DatabaseDep, SettingsDep, WriterDep
 from rlguard_backend.config import Settings
 from rlguard_backend.db import write_session
 from rlguard_backend.errors import NotFound, PayloadTooLarge
@@ -62,22 +61,29 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
         }
     },
 )
-async def ingest_batch(run_id: str, request: Request, settings: SettingsDep) -> Response:
+async def ingest_batch(
+    run_id: str, request: Request, db: WriterDep, settings: SettingsDep
+) -> Response:
     """Store one batch (gzip accepted) completely or not at all; a known batch id is a no-op."""
     body = await _read_body(request, settings.max_batch_bytes)
-    raw = ingest.decode_body(
-        body, request.headers.get("content-encoding"), settings.max_batch_bytes
-    )
-    batch = ingest.parse_batch(raw, settings.max_batch_points)
-    factory = request.app.state.session_factory
-    ack = await run_in_threadpool(_store_batch, factory, settings, run_id, batch)
+    encoding = request.headers.get("content-encoding")
+
+    def parse_and_store() -> BatchAck:
+        raw = ingest.decode_body(body, encoding, settings.max_batch_bytes)
+        batch = ingest.parse_batch(raw, settings.max_batch_points)
+        return _store_batch(db.factory, settings, run_id, batch)
+
+    ack = await db.on_write_thread(parse_and_store)
     return Response(ack.model_dump_json(), media_type="application/json")
 
 
 def _store_batch(
     factory: sessionmaker[Session], settings: Settings, run_id: str, batch: BatchIn
 ) -> BatchAck:
-    """The unit of work of one batch: points, rollups, detectors and alerts, one commit."""
+    """The unit of work of one batch: points, rollups, detectors and alerts, one commit.
+
+    Parsing happens before, outside the write lock; the lock is held only for this.
+    """
     try:
         with write_session(factory) as session:
             opened = ingest.open_batch(session, run_id, batch)  # locks the run
@@ -108,10 +114,13 @@ def _store_batch(
 
 
 @router.get("/keys", response_model=MetricKeyList)
-def read_keys(run_id: str, session: SessionDep) -> MetricKeyList:
-    repository.get_run(session, run_id)
-    keys = repository.describe_keys(session, run_id)
-    return MetricKeyList(data=keys, count=len(keys))
+async def read_keys(run_id: str, db: DatabaseDep) -> MetricKeyList:
+    def read(session: Session) -> MetricKeyList:
+        repository.get_run(session, run_id)
+        keys = repository.describe_keys(session, run_id)
+        return MetricKeyList(data=keys, count=len(keys))
+
+    return await db.read(read)
 
 
 def _parse_keys(keys: str | None, session: Session, run_id: str) -> list[str]:
@@ -121,9 +130,9 @@ def _parse_keys(keys: str | None, session: Session, run_id: str) -> list[str]:
 
 
 @router.get("/series", response_model=SeriesResponse)
-def read_series(
+async def read_series(
     run_id: str,
-    session: SessionDep,
+    db: DatabaseDep,
     settings: SettingsDep,
     keys: Annotated[str | None, Query(description="comma-separated keys; all when omitted")] = None,
     from_step: Step = 0,
@@ -137,31 +146,35 @@ def read_series(
 ) -> Response:
     """Several keys in one call; more than ``max_points`` in range are min/max-bucketed."""
     _check_max_points(max_points, settings)
-    repository.get_run(session, run_id)
-    names = _parse_keys(keys, session, run_id)
-    found = {k.name: k for k in repository.run_keys(session, run_id) if k.name in set(names)}
-    unknown = [n for n in names if n not in found]
-    if unknown:
-        raise NotFound(
-            f"run {run_id!r} has no key(s) {unknown}; GET /api/v1/runs/{run_id}/keys lists them"
-        )
     lo = from_step if after_step is None else max(from_step, after_step + 1)
-    result = SeriesResponse.model_construct(
-        run_id=run_id,
-        series={
-            n: series.read_series(
-                session,
-                found[n],
-                lo,
-                to_step,
-                max_points,
-                smoothing=smoothing,
-                include_times=include_times,
+
+    def read(session: Session) -> bytes:
+        repository.get_run(session, run_id)
+        names = _parse_keys(keys, session, run_id)
+        found = {k.name: k for k in repository.run_keys(session, run_id) if k.name in set(names)}
+        unknown = [n for n in names if n not in found]
+        if unknown:
+            raise NotFound(
+                f"run {run_id!r} has no key(s) {unknown}; GET /api/v1/runs/{run_id}/keys lists them"
             )
-            for n in names
-        },
-    )
-    return Response(result.model_dump_json(), media_type="application/json")
+        result = SeriesResponse.model_construct(
+            run_id=run_id,
+            series={
+                n: series.read_series(
+                    session,
+                    found[n],
+                    lo,
+                    to_step,
+                    max_points,
+                    smoothing=smoothing,
+                    include_times=include_times,
+                )
+                for n in names
+            },
+        )
+        return result.model_dump_json().encode()
+
+    return Response(await db.read(read), media_type="application/json")
 
 
 def _check_max_points(max_points: int, settings: Settings) -> None:
@@ -173,22 +186,27 @@ def _check_max_points(max_points: int, settings: Settings) -> None:
 
 
 @router.get("/export", response_class=StreamingResponse)
-def export_run(
+async def export_run(
     run_id: str,
-    session: SessionDep,
+    db: DatabaseDep,
     keys: Annotated[str | None, Query(description="comma-separated keys; all when omitted")] = None,
 ) -> StreamingResponse:
     """CSV with one row per step and one column per key; NaN and ±inf written as NaN/inf/-inf."""
-    repository.get_run(session, run_id)
-    names = _parse_keys(keys, session, run_id)
-    found = {k.name: k for k in repository.run_keys(session, run_id)}
-    unknown = [n for n in names if n not in found]
-    if unknown:
-        raise NotFound(f"run {run_id!r} has no key(s) {unknown}")
-    table: dict[int, dict[str, str]] = {}
-    for name in names:
-        for step, value, _ in points.read_points(session, found[name].id, 0, 2**62):
-            table.setdefault(step, {})[name] = _csv_value(value)
+
+    def read(session: Session) -> tuple[list[str], dict[int, dict[str, str]]]:
+        repository.get_run(session, run_id)
+        names = _parse_keys(keys, session, run_id)
+        found = {k.name: k for k in repository.run_keys(session, run_id)}
+        unknown = [n for n in names if n not in found]
+        if unknown:
+            raise NotFound(f"run {run_id!r} has no key(s) {unknown}")
+        table: dict[int, dict[str, str]] = {}
+        for name in names:
+            for step, value, _ in points.read_points(session, found[name].id, 0, 2**62):
+                table.setdefault(step, {})[name] = _csv_value(value)
+        return names, table
+
+    names, table = await db.read(read)
     headers = {"Content-Disposition": f'attachment; filename="{run_id}.csv"'}
     return StreamingResponse(_csv_rows(names, table), media_type="text/csv", headers=headers)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
+from sqlalchemy.orm import Session
 
 from rlguard_backend import detection, repository
-from rlguard_backend.api.deps import SessionDep, SettingsDep, WriteSessionDep
+from rlguard_backend.api.deps import DatabaseDep, SettingsDep, WriterDep
 from rlguard_backend.config import Settings
 from rlguard_backend.errors import InvalidField
 from rlguard_backend.schemas import (
@@ -25,24 +26,29 @@ from rlguard_backend.schemas import (
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
 
-def _public(session: SessionDep, run_id: str) -> RunPublic:
+def _public(session: Session, run_id: str) -> RunPublic:
     run = repository.get_run(session, run_id)
     return repository.to_public(run, repository.run_tags(session, [run.id])[run.id])
 
 
 @router.post("", response_model=RunPublic, status_code=status.HTTP_201_CREATED)
-def create_run(
-    data: RunCreate, session: WriteSessionDep, settings: SettingsDep, response: Response
+async def create_run(
+    data: RunCreate, db: WriterDep, settings: SettingsDep, response: Response
 ) -> RunPublic:
     """Create a run with a client-chosen id, or resume it (200) when it exists."""
     _check_config(data.config, settings)
-    run, created = repository.create_or_resume_run(session, data)
-    if data.resume_from_step is not None and not created:
-        detection.backtest(session, run, settings, {}, apply=True)
-    session.commit()
+
+    def create_or_resume(session: Session) -> tuple[RunPublic, bool]:
+        run, created = repository.create_or_resume_run(session, data)
+        if data.resume_from_step is not None and not created:
+            detection.backtest(session, run, settings, {}, apply=True)
+        session.commit()
+        return _public(session, run.id), created
+
+    run, created = await db.write(create_or_resume)
     if not created:
         response.status_code = status.HTTP_200_OK
-    return _public(session, run.id)
+    return run
 
 
 def _check_config(config: dict[str, Any], settings: Settings) -> None:
@@ -53,71 +59,89 @@ def _check_config(config: dict[str, Any], settings: Settings) -> None:
 
 
 @router.get("", response_model=RunList)
-def list_runs(
-    session: SessionDep,
+async def list_runs(
+    db: DatabaseDep,
     project: str | None = None,
     status: RunStatus | None = None,
     tag: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> RunList:
-    runs, count = repository.list_runs(
-        session, project=project, status=status, tag=tag, limit=limit, offset=offset
-    )
-    tags = repository.run_tags(session, [r.id for r in runs])
-    return RunList(data=[repository.to_public(r, tags[r.id]) for r in runs], count=count)
+    def read(session: Session) -> RunList:
+        runs, count = repository.list_runs(
+            session, project=project, status=status, tag=tag, limit=limit, offset=offset
+        )
+        tags = repository.run_tags(session, [r.id for r in runs])
+        return RunList(data=[repository.to_public(r, tags[r.id]) for r in runs], count=count)
+
+    return await db.read(read)
 
 
 @router.get("/{run_id}", response_model=RunPublic)
-def read_run(run_id: str, session: SessionDep) -> RunPublic:
-    return _public(session, run_id)
+async def read_run(run_id: str, db: DatabaseDep) -> RunPublic:
+    return await db.read(lambda session: _public(session, run_id))
 
 
 @router.patch("/{run_id}", response_model=RunPublic)
-def update_run(
-    run_id: str, data: RunUpdate, session: WriteSessionDep, settings: SettingsDep
+async def update_run(
+    run_id: str, data: RunUpdate, db: WriterDep, settings: SettingsDep
 ) -> RunPublic:
     """Set status, name or summary; a run that ends has its last step checked too."""
-    run = repository.update_run(session, detection.run_for_update(session, run_id), data)
-    if run.status != "running" and settings.detectors_enabled:
-        detection.flush_pending(session, run, settings)
-    session.commit()
-    return _public(session, run_id)
+
+    def update(session: Session) -> RunPublic:
+        run = repository.update_run(session, detection.run_for_update(session, run_id), data)
+        if run.status != "running" and settings.detectors_enabled:
+            detection.flush_pending(session, run, settings)
+        session.commit()
+        return _public(session, run_id)
+
+    return await db.write(update)
 
 
 @router.post("/{run_id}/heartbeat", response_model=Heartbeat)
-def heartbeat(run_id: str, session: WriteSessionDep) -> Heartbeat:
-    run = repository.heartbeat(session, repository.get_run(session, run_id))
-    session.commit()
-    assert run.last_heartbeat_at is not None
-    return Heartbeat(id=run.id, status=run.status, last_heartbeat_at=run.last_heartbeat_at)  # type: ignore[arg-type]
+async def heartbeat(run_id: str, db: WriterDep) -> Heartbeat:
+    def beat(session: Session) -> Heartbeat:
+        run = repository.heartbeat(session, repository.get_run(session, run_id))
+        session.commit()
+        assert run.last_heartbeat_at is not None
+        return Heartbeat(id=run.id, status=run.status, last_heartbeat_at=run.last_heartbeat_at)  # type: ignore[arg-type]
+
+    return await db.write(beat)
 
 
 @router.post("/{run_id}/detect", response_model=DetectResult)
-def detect_run(
-    run_id: str, data: DetectRequest, session: WriteSessionDep, settings: SettingsDep
+async def detect_run(
+    run_id: str, data: DetectRequest, db: WriterDep, settings: SettingsDep
 ) -> DetectResult:
     """Backtest: re-run the detectors over the stored points, live alerts untouched unless asked."""
-    run = detection.run_for_update(session, run_id)
-    try:
-        result = detection.backtest(session, run, settings, data.thresholds, data.apply)
-    except ValueError as exc:
-        raise InvalidField(["body", "thresholds"], str(exc)) from exc
-    session.commit()
-    return result
+
+    def backtest(session: Session) -> DetectResult:
+        run = detection.run_for_update(session, run_id)
+        try:
+            result = detection.backtest(session, run, settings, data.thresholds, data.apply)
+        except ValueError as exc:
+            raise InvalidField(["body", "thresholds"], str(exc)) from exc
+        session.commit()
+        return result
+
+    return await db.write(backtest)
 
 
 @router.post("/{run_id}/rewind", response_model=RunPublic)
-def rewind_run(
-    run_id: str, data: RunRewind, session: WriteSessionDep, settings: SettingsDep
+async def rewind_run(
+    run_id: str, data: RunRewind, db: WriterDep, settings: SettingsDep
 ) -> RunPublic:
     """Supersede the points after ``resume_from_step``; the restarted trainer rewrites them.
 
     The detectors are replayed over what remains, so their state and alerts match the rewind.
     """
-    run = repository.rewind_run(
-        session, detection.run_for_update(session, run_id), data.resume_from_step
-    )
-    detection.backtest(session, run, settings, {}, apply=True)
-    session.commit()
-    return _public(session, run_id)
+
+    def rewind(session: Session) -> RunPublic:
+        run = repository.rewind_run(
+            session, detection.run_for_update(session, run_id), data.resume_from_step
+        )
+        detection.backtest(session, run, settings, {}, apply=True)
+        session.commit()
+        return _public(session, run_id)
+
+    return await db.write(rewind)
