@@ -7,6 +7,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +22,13 @@ STARTUP_TIMEOUT_S = 60
 @contextlib.contextmanager
 def service(database_url: str, *extra_env: tuple[str, str]) -> Iterator[str]:
     """``rlguard server`` (one uvicorn worker) in a subprocess; yields its base URL."""
+    with service_process(database_url, *extra_env) as (url, _pid):
+        yield url
+
+
+@contextlib.contextmanager
+def service_process(database_url: str, *extra_env: tuple[str, str]) -> Iterator[tuple[str, int]]:
+    """``rlguard server`` in a subprocess; yields its base URL and process id."""
     env = {**os.environ, "RLGUARD_DATABASE_URL": database_url, **dict(extra_env)}
     process = subprocess.Popen(
         [sys.executable, "-m", "rlguard", "server", "--port", "0"],
@@ -30,10 +38,19 @@ def service(database_url: str, *extra_env: tuple[str, str]) -> Iterator[str]:
         text=True,
     )
     try:
-        yield _announced_url(process)
+        url = _announced_url(process)
+        # keep reading its output, or a full pipe would stall the service's logging
+        threading.Thread(target=_drain, args=(process,), daemon=True).start()
+        yield url, process.pid
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def _drain(process: subprocess.Popen[str]) -> None:
+    assert process.stdout is not None
+    for _line in process.stdout:
+        pass
 
 
 def _announced_url(process: subprocess.Popen[str]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATA_DIR = Path(".rlguard")
@@ -79,6 +79,16 @@ class Settings(BaseSettings):
     webhook_backoff_cap_s: float = Field(default=300.0, gt=0)
     webhook_max_attempts: int = Field(default=12, ge=1)
     webhook_timeout_s: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _writes_fill_their_threads(self) -> Settings:
+        if self.max_inflight_writes < self.write_threads:
+            raise ValueError(
+                f"max_inflight_writes={self.max_inflight_writes} is below write_threads="
+                f"{self.write_threads}, so some write threads could never be used; raise "
+                "RLGUARD_MAX_INFLIGHT_WRITES or lower RLGUARD_WRITE_THREADS"
+            )
+        return self
 
     @field_validator("database_url")
     @classmethod

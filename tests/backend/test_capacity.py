@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import pytest
+from pydantic import ValidationError
 from sqlalchemy import select
 
 import rlguard
@@ -192,7 +194,7 @@ def test_capacity_hook_backs_off_on_503_and_delivers_everything(
     sqlite_url: str, tmp_path: Path
 ) -> None:
     run_id, anchor, limit = new_run_id("hook"), new_run_id("anchor"), 2
-    settings = {"max_inflight_writes": limit, "retry_after_s": 2}
+    settings = {"max_inflight_writes": limit, "write_threads": 1, "retry_after_s": 2}
     with serving(sqlite_url, **settings) as (url, app):
         assert post(url, "/runs", {"id": anchor, "project": "load"}).status_code == 201
         with saturated(app, url, sqlite_url, anchor, limit):
@@ -256,3 +258,10 @@ def test_capacity_sigterm_stops_a_saturated_service_within_bounds(tmp_path: Path
 def _post_ignoring_errors(url: str, path: str, payload: dict[str, Any]) -> None:
     with contextlib.suppress(httpx.HTTPError):
         post(url, path, payload)
+
+
+def test_capacity_settings_size_the_pool_and_refuse_an_unusable_gate() -> None:
+    settings = Settings(read_threads=8, write_threads=2, max_inflight_writes=2)
+    assert settings.db_pool_size == 8 + 2 + 3
+    with pytest.raises(ValidationError, match="max_inflight_writes=1 is below write_threads=2"):
+        Settings(write_threads=2, max_inflight_writes=1)

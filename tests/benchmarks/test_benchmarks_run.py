@@ -54,3 +54,15 @@ def test_benchmark_prints_json_with_baselines(
     if module == "benchmarks.query":
         assert result["sqlite"]["spike_kept"] is True
         assert result["sqlite"]["api_points_returned"] <= 2000
+
+
+def test_load_benchmark_short_run_loses_nothing_past_fifty_simultaneous_starts() -> None:
+    # 64 trainers start at the same second on each database; the benchmark exits 1 on a lost
+    # or duplicated point, a trainer that did not finish or a service that stopped answering.
+    result = _run("benchmarks.load", "--levels", "8,64", "--seconds", "10")
+    for kind in ("sqlite", "postgres"):
+        levels = result[kind]["levels"]
+        assert [level["trainers"] for level in levels] == [8, 64]
+        assert [level["stored"] for level in levels] == [8 * 100 * 100, 64 * 100 * 100]
+        assert all(level["lost"] == level["duplicated"] == 0 for level in levels)
+        assert all(level["read_failures"] == 0 for level in levels)

@@ -1,0 +1,317 @@
+"""Load: real trainer processes streaming through the real hook into one backend process.
+
+Each trainer (``benchmarks/_load_trainer.py``) logs KEYS metrics at STEPS_PER_S steps/s, sleeping
+where a trainer would train. At each level the given number of trainers start at the same
+second against one ``rlguard server`` process (SQLite file, or a throwaway PostgreSQL database),
+log for SECONDS and finish. Reported per level:
+- ``points_per_s``: points stored per second of the level, beside ``offered_per_s``, what the
+  trainers logged per second (the baseline of the same run);
+- ``ingest_ms``: median and p99 of the hooks' batch posts that were stored;
+- ``hooks_spooled`` (spooled during logging) and ``refused_posts`` (503 + Retry-After);
+- ``read_ms`` under load beside ``read_idle_ms`` measured before the level (GET /series of one
+  run of the level, and /health);
+- the service's CPU (% of one core) and peak RSS, the trainers' CPU together (% of one core)
+  and the whole machine's (% of all cores: the trainers share it with the service here);
+  bytes of database per million points;
+- ``lost`` and ``duplicated`` points (each key's stored count against the steps logged): the
+  benchmark exits 1 when any point is lost, a trainer did not finish, or the service stopped
+  answering (a hang).
+``saturation`` names the first level whose ingest p99 passed 1 s or whose hooks had to spool.
+
+    python -m benchmarks.load [--levels 8,16,32,64,128,256] [--seconds 60]
+                              [--databases sqlite,postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks._support import postgres_database, service_process, sqlite_url, summary_ms
+
+KEYS = 100
+STEPS_PER_S = 10.0
+P99_LIMIT_S = 1.0
+READ_INTERVAL_S = 0.25
+START_ALLOWANCE_S = 0.02  # per trainer: time to spawn it before the common start second
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+class ProcessMeter:
+    """CPU seconds and peak RSS of a process, read from /proc while a level runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak_rss = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    def rss(self) -> int:
+        return int(Path(f"/proc/{self.pid}/statm").read_text().split()[1]) * PAGE_BYTES
+
+    def __enter__(self) -> ProcessMeter:
+        self.peak_rss, self._cpu0, self._t0 = self.rss(), self.cpu_s(), time.monotonic()
+        self._children0, self._machine0 = _children_cpu_s(), _machine_busy()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        wall = time.monotonic() - self._t0
+        self.cpu_percent = 100 * (self.cpu_s() - self._cpu0) / wall
+        self.trainers_cpu_percent = 100 * (_children_cpu_s() - self._children0) / wall
+        busy, total = (b - a for a, b in zip(self._machine0, _machine_busy(), strict=True))
+        self.machine_cpu_percent = 100 * busy / max(total, 1)
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.5):
+            self.peak_rss = max(self.peak_rss, self.rss())
+
+
+def _children_cpu_s() -> float:
+    """CPU of the trainer processes this benchmark has waited for (the service is not one)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _machine_busy() -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores since boot, from /proc/stat."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]
+    return sum(ticks) - idle, sum(ticks)
+
+
+class Reader:
+    """Reads one run's series and the health endpoint every READ_INTERVAL_S, timing each."""
+
+    def __init__(self, url: str, run_id: str) -> None:
+        self.url, self.run_id = url, run_id
+        self.samples: list[float] = []
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def read_once(self, http: httpx.Client) -> None:
+        for path in (f"/runs/{self.run_id}/series?keys=load/metric_000&max_points=500", "/health"):
+            started = time.perf_counter()
+            try:
+                answer = http.get(f"{self.url}/api/v1{path}")
+            except httpx.HTTPError:
+                self.failures += 1
+                continue
+            if answer.status_code in (200, 404):  # 404: the run is not created yet
+                self.samples.append(time.perf_counter() - started)
+            else:
+                self.failures += 1
+
+    def __enter__(self) -> Reader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        with httpx.Client(timeout=30) as http:
+            while not self._stop.wait(READ_INTERVAL_S):
+                self.read_once(http)
+
+
+def run_level(url: str, pid: int, trainers: int, seconds: float, folder: Path) -> dict[str, Any]:
+    """Start ``trainers`` trainer processes at once, wait for them, check and report."""
+    run_ids = [f"load-{trainers}-{i}-{uuid.uuid4().hex[:6]}" for i in range(trainers)]
+    idle = Reader(url, run_ids[0])
+    with httpx.Client(timeout=30) as http:
+        for _ in range(10):
+            idle.read_once(http)
+    start_at = time.time() + 1.0 + START_ALLOWANCE_S * trainers
+    with ProcessMeter(pid) as meter, Reader(url, run_ids[0]) as reader:
+        procs = [_spawn(url, run_id, start_at, seconds, folder) for run_id in run_ids]
+        reports = [_collect(proc, seconds) for proc in procs]
+        elapsed = time.time() - start_at
+    counts = _stored_counts(url, run_ids)
+    return _level_report(trainers, seconds, elapsed, reports, counts, meter, reader, idle)
+
+
+def _spawn(url: str, run_id: str, start_at: float, seconds: float, folder: Path) -> Any:
+    args = [url, run_id, f"{start_at:.3f}", str(seconds), str(STEPS_PER_S), str(KEYS)]
+    args.append(str(folder / "spool"))
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchmarks._load_trainer", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _collect(proc: Any, seconds: float) -> dict[str, Any] | None:
+    try:
+        out, _ = proc.communicate(timeout=seconds + 600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return None
+    lines = out.strip().splitlines()
+    return json.loads(lines[-1]) if proc.returncode == 0 and lines else None
+
+
+def _stored_counts(url: str, run_ids: list[str]) -> dict[str, list[int]]:
+    counts: dict[str, list[int]] = {}
+    with httpx.Client(timeout=60) as http:
+        for run_id in run_ids:
+            answer = http.get(f"{url}/api/v1/runs/{run_id}/keys")
+            data = answer.json()["data"] if answer.status_code == 200 else []
+            counts[run_id] = [k["count"] for k in data if k["name"].startswith("load/")]
+    return counts
+
+
+def _level_report(
+    trainers: int,
+    seconds: float,
+    elapsed: float,
+    reports: list[dict[str, Any] | None],
+    counts: dict[str, list[int]],
+    meter: ProcessMeter,
+    reader: Reader,
+    idle: Reader,
+) -> dict[str, Any]:
+    done = [r for r in reports if r is not None]
+    expected = sum(r["steps"] * r["keys"] for r in done)
+    stored = sum(sum(counts[r["run_id"]]) for r in done)
+    lost = sum(_missing(r["steps"], r["keys"], counts[r["run_id"]]) for r in done)
+    duplicated = sum(max(0, c - r["steps"]) for r in done for c in counts[r["run_id"]])
+    posts = [s for r in done for s in r["posts_ok_s"]]
+    ingest = summary_ms(posts) if posts else {"median_ms": 0.0, "p99_ms": 0.0, "n": 0}
+    return {
+        "trainers": trainers,
+        "finished": len(done),
+        "offered_per_s": round(expected / seconds),
+        "points_per_s": round(stored / max(elapsed, seconds)),
+        "stored": stored,
+        "lost": lost if len(done) == trainers else -1,
+        "duplicated": duplicated,
+        "ingest_ms": ingest,
+        "hooks_spooled": sum(1 for r in done if r["spooled_before_finish"]),
+        "refused_posts": sum(r["posts_refused"] for r in done),
+        "dropped": sum(r["dropped"] + r["dead_lettered"] for r in done),
+        "read_ms": summary_ms(reader.samples) if reader.samples else None,
+        "read_idle_ms": summary_ms(idle.samples) if idle.samples else None,
+        "read_failures": reader.failures,
+        "service_cpu_percent": round(meter.cpu_percent, 1),
+        "trainers_cpu_percent": round(meter.trainers_cpu_percent, 1),
+        "machine_cpu_percent": round(meter.machine_cpu_percent, 1),
+        "service_peak_rss_mb": round(meter.peak_rss / 2**20, 1),
+        "elapsed_s": round(elapsed, 1),
+    }
+
+
+def _missing(steps: int, keys: int, counts: list[int]) -> int:
+    """Points of one run not stored: each key should hold every step once."""
+    return sum(max(0, steps - c) for c in counts) + (keys - len(counts)) * steps
+
+
+def database_bytes(database_url: str) -> int:
+    if database_url.startswith("sqlite"):  # the file alone: the WAL is reused scratch space
+        return Path(database_url.split(":///", 1)[1]).stat().st_size
+    import psycopg
+
+    dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn) as connection:
+        row = connection.execute("SELECT pg_database_size(current_database())").fetchone()
+    return int(row[0]) if row else 0
+
+
+def run_topology(database_url: str, levels: list[int], seconds: float) -> dict[str, Any]:
+    """One backend process on ``database_url``, the levels one after another."""
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as folder, service_process(database_url) as (url, pid):
+        stored = 0
+        for trainers in levels:
+            level = run_level(url, pid, trainers, seconds, Path(folder))
+            stored += level["stored"]
+            level["db_bytes_per_million_points"] = round(
+                database_bytes(database_url) / max(stored, 1) * 1e6
+            )
+            level["answers_after"] = _answers(url)
+            results.append(level)
+            print(json.dumps({"level": level}), file=sys.stderr, flush=True)
+    return {"levels": results, "saturation": saturation(results)}
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/api/v1/health", timeout=30).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def saturation(levels: list[dict[str, Any]]) -> int | None:
+    """The first level whose ingest p99 passed 1 s or whose hooks had to spool."""
+    for level in levels:
+        if level["ingest_ms"]["p99_ms"] > P99_LIMIT_S * 1000 or level["hooks_spooled"]:
+            return int(level["trainers"])
+    return None
+
+
+def healthy(result: dict[str, Any]) -> bool:
+    """Nothing lost or duplicated, every trainer finished, the service answered throughout."""
+    return all(
+        level["lost"] == 0
+        and level["duplicated"] == 0
+        and level["finished"] == level["trainers"]
+        and level["answers_after"]
+        for level in result["levels"]
+    )
+
+
+@contextlib.contextmanager
+def database(kind: str, folder: Path) -> Iterator[str]:
+    if kind == "sqlite":
+        yield sqlite_url(folder, "load.db")
+        return
+    with postgres_database() as url:
+        yield url
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--levels", default="8,16,32,64,128,256")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--databases", default="sqlite,postgres")
+    args = parser.parse_args()
+    levels = [int(n) for n in args.levels.split(",")]
+    out: dict[str, Any] = {
+        "config": {"keys": KEYS, "steps_per_s": STEPS_PER_S, "seconds": args.seconds},
+        "cpus": os.cpu_count(),
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        for kind in args.databases.split(","):
+            with database(kind, Path(folder)) as url:
+                out[kind] = run_topology(url, levels, args.seconds)
+    print(json.dumps(out))
+    ok = all(healthy(out[kind]) for kind in args.databases.split(","))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
