@@ -64,6 +64,11 @@ class Settings(BaseSettings):
         default=300.0, gt=0, description="a running run silent this long is marked crashed"
     )
     api_prefix: str = "/api"
+    auth: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="API tokens: auto is off on a loopback address and on anywhere else; "
+        "off is refused off loopback",
+    )
     detectors_enabled: bool = Field(default=True, description="run the stability detectors")
     detector_thresholds: dict[str, Any] = Field(
         default_factory=dict,

@@ -1,6 +1,8 @@
 """Service errors. Each maps to one HTTP status and carries a message that says how to fix it.
 
 ServiceError
+├── Unauthorized      401  no token, or one that is unknown or revoked
+├── Forbidden         403  a token whose scope is too small for the endpoint
 ├── NotFound          404  unknown run or alert
 ├── Conflict          409  the request contradicts what is stored
 ├── PayloadTooLarge   413  batch above the configured limits
@@ -18,6 +20,15 @@ class ServiceError(Exception):
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
+
+
+class Unauthorized(ServiceError):
+    status_code = 401
+    headers = {"WWW-Authenticate": "Bearer"}
+
+
+class Forbidden(ServiceError):
+    status_code = 403
 
 
 class NotFound(ServiceError):

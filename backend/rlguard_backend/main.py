@@ -9,10 +9,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from sqlalchemy.exc import OperationalError
 
 from rlguard_backend import __version__, migrate
-from rlguard_backend.api import alerts, health, points, runs
+from rlguard_backend.api import alerts, health, points, runs, tokens
+from rlguard_backend.api.deps import ACCESS
+from rlguard_backend.auth import TokenCache
 from rlguard_backend.capacity import Database
 from rlguard_backend.config import Settings
 from rlguard_backend.db import Checkpointer, make_engine, make_session_factory
@@ -22,6 +25,7 @@ from rlguard_backend.liveness import LivenessWatch
 from rlguard_backend.webhooks import WebhookWorker
 
 log = logging.getLogger("rlguard_backend")
+ROUTERS = (runs.router, points.router, alerts.router, tokens.router, health.router)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -70,11 +74,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.session_factory = session_factory
     app.state.database = database
+    app.state.auth_required = settings.auth == "on"
+    app.state.token_cache = TokenCache()
     app.state.checkpointer = checkpointer
-    for router in (runs.router, points.router, alerts.router, health.router):
+    access_table(settings.api_prefix)
+    for router in ROUTERS:
         app.include_router(router, prefix=settings.api_prefix)
     _install_error_handlers(app, settings)
     return app
+
+
+def access_table(api_prefix: str = "/api") -> dict[tuple[str, str], str]:
+    """(method, path) -> the scope each API route declared: read, write, admin or public.
+
+    Raises at start-up for a route that lists none of READ, WRITE, ADMIN, PUBLIC, or several.
+    """
+    table: dict[tuple[str, str], str] = {}
+    for router in ROUTERS:
+        for route in router.routes:
+            assert isinstance(route, APIRoute)
+            declared = [ACCESS[d] for d in route.dependencies if d in ACCESS]
+            if len(declared) != 1:
+                raise RuntimeError(
+                    f"{sorted(route.methods or ())} {route.path} must list exactly one of READ, "
+                    "WRITE, ADMIN, PUBLIC (rlguard_backend.api.deps) in its dependencies"
+                )
+            for method in route.methods or ():
+                table[(method, api_prefix + route.path)] = declared[0]
+    return table
 
 
 def _install_error_handlers(app: FastAPI, settings: Settings) -> None:

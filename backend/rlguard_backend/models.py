@@ -192,13 +192,16 @@ class DetectorState(Base):
 
 
 class ApiToken(Base):
-    """An API token; only its SHA-256 is stored."""
+    """An API token: its lookup id, and the salted SHA-256 of its secret (see ``auth``)."""
 
     __tablename__ = "api_tokens"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(128))
+    lookup: Mapped[str] = mapped_column(String(8), unique=True)
+    salt: Mapped[str] = mapped_column(String(32))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scope: Mapped[str] = mapped_column(String(8))
     project: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -242,6 +242,33 @@ class SeriesResponse(BaseModel):
     series: dict[str, SeriesData]
 
 
+TokenScope = Literal["read", "write", "admin"]
+
+
+class TokenCreate(BaseModel):
+    name: str = Field(min_length=1, max_length=128, description="who or what holds it")
+    scope: TokenScope
+    project: str | None = Field(default=None, max_length=128)
+
+
+class TokenPublic(BaseModel):
+    id: int
+    name: str
+    scope: TokenScope
+    project: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class TokenCreated(TokenPublic):
+    token: str = Field(description="the secret, shown this once; send it as Authorization: Bearer")
+
+
+class TokenList(BaseModel):
+    data: list[TokenPublic]
+    count: int
+
+
 class WriteLoad(BaseModel):
     """The write gate of the answering process: saturated means new writes get 503."""
 

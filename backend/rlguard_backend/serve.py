@@ -96,6 +96,38 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(**overrides)
 
 
+def settings_for_host(settings: Settings, host: str) -> Settings:
+    """Settings with ``auth`` decided for the address served: off only on loopback."""
+    from rlguard_backend.auth import is_loopback
+
+    loopback = is_loopback(host)
+    if settings.auth == "off" and not loopback:
+        raise SystemExit(
+            f"rlguard: refusing to serve {host} without API tokens (RLGUARD_AUTH=off): anyone "
+            "who reaches the port could read and write every run; bind 127.0.0.1, or drop "
+            "RLGUARD_AUTH=off and create tokens with `rlguard token create`"
+        )
+    required = settings.auth == "on" or (settings.auth == "auto" and not loopback)
+    return settings.model_copy(update={"auth": "on" if required else "off"})
+
+
+def announce_auth(app: Any, host: str) -> None:
+    """Say at start-up whether tokens are required; refuse to serve an empty token store."""
+    if not app.state.auth_required:
+        print(f"rlguard: auth off (loopback {host}): no token needed", flush=True)
+        return
+    from rlguard_backend import auth
+
+    with app.state.session_factory() as session:
+        active = auth.active_tokens(session)
+    if not active:
+        raise SystemExit(
+            "rlguard: auth is on and the token store holds no active token, so nobody could "
+            "use this service; create one first: rlguard token create --name admin --scope admin"
+        )
+    print(f"rlguard: auth on: {active} active token(s); send Authorization: Bearer", flush=True)
+
+
 def serve_socket(app: Any, sock: socket.socket, shutdown_timeout_s: float) -> int:
     """Serve ``app`` on a bound socket until SIGTERM or Ctrl-C, then stop within a bound.
 
@@ -135,8 +167,10 @@ def run(args: argparse.Namespace) -> int:
         return _run_db(args, settings)
     from rlguard_backend.main import create_app
 
+    settings = settings_for_host(settings, args.host)
     sock = bind_socket(args.host, args.port)
     app = create_app(settings)
+    announce_auth(app, args.host)
     print(f"rlguard listening on {base_url(sock)} (API at /api, docs at /docs)", flush=True)
     return serve_socket(app, sock, settings.shutdown_timeout_s)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import httpx
@@ -18,6 +19,8 @@ from rlguard_backend.schemas import (
 
 TIMEOUT_S = 10.0
 MAX_POINTS = 2000
+# The signed-in viewer's token for the API calls of the request being served (see signin.py).
+REQUEST_TOKEN: ContextVar[str | None] = ContextVar("rlguard_request_token", default=None)
 
 
 class ApiError(Exception):
@@ -29,10 +32,14 @@ class ApiError(Exception):
 
 
 class ApiClient:
-    """Talks to ``{api_url}/v1/...``; one pooled connection per dashboard process."""
+    """Talks to ``{api_url}/v1/...``; one pooled connection per dashboard process.
 
-    def __init__(self, api_url: str) -> None:
+    Each call sends the signed-in viewer's token (``REQUEST_TOKEN``), else ``token``.
+    """
+
+    def __init__(self, api_url: str, token: str | None = None) -> None:
         self.api_url = api_url.rstrip("/")
+        self.token = token
         self._http = httpx.Client(base_url=self.api_url, timeout=TIMEOUT_S)
 
     def __repr__(self) -> str:
@@ -43,6 +50,9 @@ class ApiClient:
         return self._send("GET", path, params=clean)
 
     def _send(self, method: str, path: str, **kwargs: Any) -> Any:
+        token = REQUEST_TOKEN.get() or self.token
+        if token:
+            kwargs["headers"] = {"Authorization": f"Bearer {token}"}
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:

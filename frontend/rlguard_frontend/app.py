@@ -13,7 +13,7 @@ from urllib.parse import unquote
 from dash import Dash, Input, Output, State, clientside_callback, dcc, html
 from dash.exceptions import PreventUpdate
 
-from rlguard_frontend import ids, routing
+from rlguard_frontend import ids, routing, signin
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.page_prefetch import Key, PagePrefetch
 from rlguard_frontend.pages import compare, run_detail, runs
@@ -39,9 +39,19 @@ class Dashboard(Dash):
         return super().index(*args, **kwargs)
 
 
-def create_dash_app(api_url: str, *, requests_pathname_prefix: str = "/") -> Dash:
-    """A dashboard reading the REST API at ``api_url`` (e.g. ``http://host:8000/api``)."""
-    client = ApiClient(api_url)
+def create_dash_app(
+    api_url: str,
+    *,
+    requests_pathname_prefix: str = "/",
+    sign_in: bool = False,
+    token: str | None = None,
+) -> Dash:
+    """A dashboard reading the REST API at ``api_url`` (e.g. ``http://host:8000/api``).
+
+    ``sign_in``: viewers sign in with their own API token (see ``signin``); otherwise every
+    API call sends ``token`` (or none).
+    """
+    client = ApiClient(api_url, token)
     prefix = requests_pathname_prefix
     app = Dashboard(
         __name__,
@@ -89,6 +99,7 @@ def create_dash_app(api_url: str, *, requests_pathname_prefix: str = "/") -> Das
                             [dcc.Link("Runs", href="/"), dcc.Link("Compare", href="/compare")]
                         ),
                         html.Button("◐ theme", id=ids.THEME_TOGGLE, className="button-small"),
+                        *sign_out,
                     ],
                     className="nav",
                 ),
@@ -97,6 +108,16 @@ def create_dash_app(api_url: str, *, requests_pathname_prefix: str = "/") -> Das
         )
 
     app.layout = shell
+    sign_out: list[Any] = []
+    if sign_in:
+        signin.install(app.server, client, prefix)
+        sign_out.append(
+            html.Form(
+                html.Button("sign out", id=ids.SIGN_OUT, className="button-small"),
+                action=f"{prefix}logout",
+                method="post",
+            )
+        )
 
     @app.callback(
         Output(ids.PAGE, "children"),

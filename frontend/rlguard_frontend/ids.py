@@ -9,6 +9,7 @@ PAGE_SHOWN = "app-page-shown"
 TICK = "app-tick"
 THEME = "app-theme"
 THEME_TOGGLE = "app-theme-toggle"
+SIGN_OUT = "app-sign-out"
 
 RUNS_TABLE = "runs-table"
 RUNS_PROJECT = "runs-project"

@@ -7,6 +7,7 @@ the build; the layout request takes its result instead of starting from nothing.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable
@@ -58,7 +59,8 @@ class PagePrefetch:
             self._drop_expired()
             running = sum(1 for _, _, future in self._pending if not future.done())
             if running < self._workers and len(self._pending) < self._max_pending:
-                future = self._pool.submit(self._build, key)
+                # the build runs in the requester's context (its API token among others)
+                future = self._pool.submit(contextvars.copy_context().run, self._build, key)
                 self._pending.append((self._clock(), key, future))
 
     def take(self, key: Key) -> Any | None:

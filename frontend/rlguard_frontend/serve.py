@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from typing import IO, Any
 
 from a2wsgi import WSGIMiddleware
@@ -12,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.middleware.gzip import GZipMiddleware
 from werkzeug.wsgi import FileWrapper
 
+from rlguard_backend.api.deps import PUBLIC
 from rlguard_frontend.app import create_dash_app
 
 API_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -46,12 +48,17 @@ def combined_app(settings: Any, public_url: str) -> Any:
 
     # Unknown API paths answer JSON 404 instead of falling through to the dashboard's index.
     @app.api_route(
-        f"{settings.api_prefix}/{{path:path}}", methods=API_METHODS, include_in_schema=False
+        f"{settings.api_prefix}/{{path:path}}",
+        methods=API_METHODS,
+        include_in_schema=False,
+        dependencies=[PUBLIC],
     )
     def unknown_api_path(path: str) -> JSONResponse:
         return JSONResponse({"detail": f"no API endpoint {settings.api_prefix}/{path}"}, 404)
 
-    dash_app = create_dash_app(f"{public_url}{settings.api_prefix}")
+    dash_app = create_dash_app(
+        f"{public_url}{settings.api_prefix}", sign_in=app.state.auth_required
+    )
     app.mount("/", dashboard_asgi(dash_app))
     return app
 
@@ -77,20 +84,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rlguard_backend.config import Settings
-    from rlguard_backend.serve import base_url, bind_socket, serve_socket
+    from rlguard_backend.serve import (
+        announce_auth,
+        base_url,
+        bind_socket,
+        serve_socket,
+        settings_for_host,
+    )
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     database_url = getattr(args, "database_url", None)
-    settings = Settings(**({"database_url": database_url} if database_url else {}))
+    settings = settings_for_host(
+        Settings(**({"database_url": database_url} if database_url else {})), args.host
+    )
     sock = bind_socket(args.host, args.port)
     url = base_url(sock)
     if args.command == "dashboard":
-        dash_app = create_dash_app(args.api)
+        from rlguard_backend.auth import is_loopback
+
+        # Off loopback, viewers sign in; on it, the dashboard may use a token of its own.
+        dash_app = create_dash_app(
+            args.api, sign_in=not is_loopback(args.host), token=os.environ.get("RLGUARD_TOKEN")
+        )
         app: Any = dashboard_asgi(dash_app)
         print(f"rlguard dashboard on {url}/ reading {args.api}", flush=True)
     else:
         app = combined_app(settings, url)
+        announce_auth(app, args.host)
         print(
             f"rlguard listening on {url} (dashboard at /, API at /api, docs at /docs)", flush=True
         )

@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "server": ("rlguard_backend.serve", "serve the API alone"),
     "dashboard": ("rlguard_frontend.serve", "serve the dashboard alone against a remote API"),
     "db": ("rlguard_backend.serve", "database schema: upgrade, downgrade, current"),
+    "token": ("rlguard_backend.token_cli", "API tokens: create, list, revoke"),
     "demo": ("rlguard.demo.cli", "run the tiny GRPO trainer and stream it into a service"),
     "sync": ("rlguard._cli_hook", "replay batches left in a spool directory"),
     "follow": ("rlguard._cli_hook", "follow a trainer's log file live (verl JSONL)"),

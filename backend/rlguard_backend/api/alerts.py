@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from sqlalchemy.orm import Session
 
 from rlguard_backend import alerts, repository
-from rlguard_backend.api.deps import DatabaseDep, WriterDep
+from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, WriterDep
 from rlguard_backend.models import utcnow
 from rlguard_backend.schemas import AlertList, AlertPublic, AlertStatus, AlertUpdate, Severity
 
@@ -22,7 +22,7 @@ def _alert_list(session: Session, **filters: Any) -> AlertList:
     return AlertList(data=[alerts.to_public(a) for a in found], count=count)
 
 
-@router.get("/runs/{run_id}/alerts", response_model=AlertList)
+@router.get("/runs/{run_id}/alerts", response_model=AlertList, dependencies=[READ])
 async def read_run_alerts(
     run_id: str,
     db: DatabaseDep,
@@ -41,7 +41,7 @@ async def read_run_alerts(
     return await db.read(read)
 
 
-@router.get("/alerts", response_model=AlertList)
+@router.get("/alerts", response_model=AlertList, dependencies=[READ])
 async def read_alerts(
     db: DatabaseDep,
     project: str | None = None,
@@ -58,7 +58,7 @@ async def read_alerts(
     )
 
 
-@router.patch("/alerts/{alert_id}", response_model=AlertPublic)
+@router.patch("/alerts/{alert_id}", response_model=AlertPublic, dependencies=[WRITE])
 async def update_alert(alert_id: int, data: AlertUpdate, db: WriterDep) -> AlertPublic:
     """Acknowledge an alert (it stays open) or resolve it by hand."""
 

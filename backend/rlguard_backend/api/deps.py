@@ -1,4 +1,5 @@
-"""Request dependencies: the database (reads, and writes admitted by the write gate) and settings.
+"""Request dependencies: access by scope, the database (reads, and writes admitted by the write
+gate) and settings.
 
 Each is a coroutine, so resolving it costs no hop to a worker thread.
 """
@@ -6,12 +7,15 @@ Each is a coroutine, so resolving it costs no hop to a worker thread.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
+from rlguard_backend import auth
+from rlguard_backend.auth import Identity
 from rlguard_backend.capacity import Database
 from rlguard_backend.config import Settings
+from rlguard_backend.errors import Forbidden, Unauthorized
 
 
 async def get_settings(request: Request) -> Settings:
@@ -34,3 +38,55 @@ async def admit_write(request: Request) -> AsyncIterator[Database]:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[Database, Depends(get_database)]
 WriterDep = Annotated[Database, Depends(admit_write)]
+
+
+def _bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    kind, _, presented = header.partition(" ")
+    if kind.lower() != "bearer" or not presented.strip():
+        raise Unauthorized(
+            "this endpoint needs an API token: send 'Authorization: Bearer <token>' "
+            "(create one with `rlguard token create --scope read|write|admin`)"
+        )
+    return presented.strip()
+
+
+async def identify(request: Request) -> Identity:
+    """Who sent the request: its token's identity, or LOCAL when auth is off."""
+    if not request.app.state.auth_required:
+        return auth.LOCAL
+    presented = _bearer(request)
+    cache: auth.TokenCache = request.app.state.token_cache
+    identity = cache.get(presented)
+    if identity is None:
+        database: Database = request.app.state.database
+        identity = await database.read(lambda session: auth.check(session, presented))
+        if identity is None:
+            raise Unauthorized("the API token is unknown or revoked; ask an admin for a new one")
+        cache.put(presented, identity)
+    return identity
+
+
+def _require(scope: auth.Scope) -> Any:
+    async def authorize(identity: Annotated[Identity, Depends(identify)]) -> Identity:
+        if identity.scope < scope:
+            raise Forbidden(
+                f"token {identity.name!r} has scope {identity.scope.name}; this endpoint needs "
+                f"{scope.name} (or a larger scope)"
+            )
+        return identity
+
+    authorize.__name__ = f"require_{scope.name}"
+    return Depends(authorize)
+
+
+async def public() -> None:
+    """Marks an endpoint that answers without a token (health checks)."""
+
+
+# Every API route lists exactly one of these in ``dependencies`` (checked at start-up).
+READ = _require(auth.Scope.read)
+WRITE = _require(auth.Scope.write)
+ADMIN = _require(auth.Scope.admin)
+PUBLIC = Depends(public)
+ACCESS = {READ: "read", WRITE: "write", ADMIN: "admin", PUBLIC: "public"}

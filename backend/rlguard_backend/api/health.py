@@ -9,13 +9,13 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from rlguard_backend import __version__
-from rlguard_backend.api.deps import DatabaseDep
+from rlguard_backend.api.deps import PUBLIC, DatabaseDep
 from rlguard_backend.schemas import Health, WriteLoad
 
 router = APIRouter(prefix="/v1", tags=["health"])
 
 
-@router.get("/health", response_model=Health)
+@router.get("/health", response_model=Health, dependencies=[PUBLIC])
 async def read_health(db: DatabaseDep) -> Health:
     def round_trip(session: Session) -> tuple[float, str]:
         started = time.perf_counter()

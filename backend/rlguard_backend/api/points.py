@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from rlguard_backend import alerts, detection, ingest, points, repository, series
-from rlguard_backend.api.deps import DatabaseDep, SettingsDep, WriterDep
+from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
 from rlguard_backend.config import Settings
 from rlguard_backend.db import write_session
 from rlguard_backend.errors import NotFound, PayloadTooLarge
@@ -47,6 +47,7 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
 @router.post(
     "/batches",
     response_model=BatchAck,
+    dependencies=[WRITE],
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -113,7 +114,7 @@ def _store_batch(
         )
 
 
-@router.get("/keys", response_model=MetricKeyList)
+@router.get("/keys", response_model=MetricKeyList, dependencies=[READ])
 async def read_keys(run_id: str, db: DatabaseDep) -> MetricKeyList:
     def read(session: Session) -> MetricKeyList:
         repository.get_run(session, run_id)
@@ -129,7 +130,7 @@ def _parse_keys(keys: str | None, session: Session, run_id: str) -> list[str]:
     return [k for k in (part.strip() for part in keys.split(",")) if k]
 
 
-@router.get("/series", response_model=SeriesResponse)
+@router.get("/series", response_model=SeriesResponse, dependencies=[READ])
 async def read_series(
     run_id: str,
     db: DatabaseDep,
@@ -185,7 +186,7 @@ def _check_max_points(max_points: int, settings: Settings) -> None:
         )
 
 
-@router.get("/export", response_class=StreamingResponse)
+@router.get("/export", response_class=StreamingResponse, dependencies=[READ])
 async def export_run(
     run_id: str,
     db: DatabaseDep,

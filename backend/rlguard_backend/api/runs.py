@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Response, status
 from sqlalchemy.orm import Session
 
 from rlguard_backend import detection, repository
-from rlguard_backend.api.deps import DatabaseDep, SettingsDep, WriterDep
+from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
 from rlguard_backend.config import Settings
 from rlguard_backend.errors import InvalidField
 from rlguard_backend.schemas import (
@@ -31,7 +31,9 @@ def _public(session: Session, run_id: str) -> RunPublic:
     return repository.to_public(run, repository.run_tags(session, [run.id])[run.id])
 
 
-@router.post("", response_model=RunPublic, status_code=status.HTTP_201_CREATED)
+@router.post(
+    "", response_model=RunPublic, status_code=status.HTTP_201_CREATED, dependencies=[WRITE]
+)
 async def create_run(
     data: RunCreate, db: WriterDep, settings: SettingsDep, response: Response
 ) -> RunPublic:
@@ -58,7 +60,7 @@ def _check_config(config: dict[str, Any], settings: Settings) -> None:
         raise InvalidField(["body", "config"], f"run config: {exc}") from exc
 
 
-@router.get("", response_model=RunList)
+@router.get("", response_model=RunList, dependencies=[READ])
 async def list_runs(
     db: DatabaseDep,
     project: str | None = None,
@@ -77,12 +79,12 @@ async def list_runs(
     return await db.read(read)
 
 
-@router.get("/{run_id}", response_model=RunPublic)
+@router.get("/{run_id}", response_model=RunPublic, dependencies=[READ])
 async def read_run(run_id: str, db: DatabaseDep) -> RunPublic:
     return await db.read(lambda session: _public(session, run_id))
 
 
-@router.patch("/{run_id}", response_model=RunPublic)
+@router.patch("/{run_id}", response_model=RunPublic, dependencies=[WRITE])
 async def update_run(
     run_id: str, data: RunUpdate, db: WriterDep, settings: SettingsDep
 ) -> RunPublic:
@@ -98,7 +100,7 @@ async def update_run(
     return await db.write(update)
 
 
-@router.post("/{run_id}/heartbeat", response_model=Heartbeat)
+@router.post("/{run_id}/heartbeat", response_model=Heartbeat, dependencies=[WRITE])
 async def heartbeat(run_id: str, db: WriterDep) -> Heartbeat:
     def beat(session: Session) -> Heartbeat:
         run = repository.heartbeat(session, repository.get_run(session, run_id))
@@ -109,7 +111,7 @@ async def heartbeat(run_id: str, db: WriterDep) -> Heartbeat:
     return await db.write(beat)
 
 
-@router.post("/{run_id}/detect", response_model=DetectResult)
+@router.post("/{run_id}/detect", response_model=DetectResult, dependencies=[WRITE])
 async def detect_run(
     run_id: str, data: DetectRequest, db: WriterDep, settings: SettingsDep
 ) -> DetectResult:
@@ -127,7 +129,7 @@ async def detect_run(
     return await db.write(backtest)
 
 
-@router.post("/{run_id}/rewind", response_model=RunPublic)
+@router.post("/{run_id}/rewind", response_model=RunPublic, dependencies=[WRITE])
 async def rewind_run(
     run_id: str, data: RunRewind, db: WriterDep, settings: SettingsDep
 ) -> RunPublic:

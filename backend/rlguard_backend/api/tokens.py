@@ -1,0 +1,58 @@
+"""API tokens (admin scope): issue, list, revoke. `rlguard token` does the same on the database."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, status
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from rlguard_backend import auth
+from rlguard_backend.api.deps import ADMIN, DatabaseDep, WriterDep
+from rlguard_backend.errors import NotFound
+from rlguard_backend.models import ApiToken
+from rlguard_backend.schemas import TokenCreate, TokenCreated, TokenList, TokenPublic
+
+router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+
+
+def to_public(token: ApiToken) -> TokenPublic:
+    return TokenPublic.model_validate(token, from_attributes=True)
+
+
+@router.post(
+    "", response_model=TokenCreated, status_code=status.HTTP_201_CREATED, dependencies=[ADMIN]
+)
+async def create_token(data: TokenCreate, db: WriterDep) -> TokenCreated:
+    """Issue a token; the answer carries its secret, which is never shown again."""
+
+    def create(session: Session) -> TokenCreated:
+        token, secret = auth.issue(session, data.name, auth.Scope[data.scope], data.project)
+        session.commit()
+        return TokenCreated(**to_public(token).model_dump(), token=secret)
+
+    return await db.write(create)
+
+
+@router.get("", response_model=TokenList, dependencies=[ADMIN])
+async def list_tokens(db: DatabaseDep) -> TokenList:
+    def read(session: Session) -> TokenList:
+        tokens = session.scalars(select(ApiToken).order_by(ApiToken.id)).all()
+        return TokenList(data=[to_public(t) for t in tokens], count=len(tokens))
+
+    return await db.read(read)
+
+
+@router.delete("/{token_id}", response_model=TokenPublic, dependencies=[ADMIN])
+async def revoke_token(token_id: int, request: Request, db: WriterDep) -> TokenPublic:
+    """Revoke a token: this process refuses it at once, others within a few seconds."""
+
+    def revoke(session: Session) -> TokenPublic:
+        token = auth.revoke(session, token_id)
+        if token is None:
+            raise NotFound(f"no token {token_id}; GET /api/v1/tokens lists them")
+        session.commit()
+        return to_public(token)
+
+    revoked = await db.write(revoke)
+    request.app.state.token_cache.forget(token_id)
+    return revoked

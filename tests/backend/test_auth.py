@@ -1,0 +1,215 @@
+"""API tokens: every endpoint of the OpenAPI document refuses a missing, unknown or revoked token
+(401) and too small a scope (403) and answers the right scope (2xx); start-up rules by address."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+import rlguard
+from rlguard_backend import auth
+from rlguard_backend.config import Settings
+from rlguard_backend.db import make_engine, make_session_factory, write_session
+from rlguard_backend.main import access_table, create_app
+from rlguard_backend.serve import ServerThread, settings_for_host
+from tests.conftest import new_run_id
+from tests.hook.hookutil import child_env
+
+API = "/api/v1"
+LOWER = {"write": "read", "admin": "write"}
+
+
+@dataclass
+class Service:
+    url: str
+    app: Any
+    tokens: dict[str, str]  # scope -> token
+    revoked: str
+
+    def issue(self, scope: str) -> tuple[int, str]:
+        with write_session(self.app.state.session_factory) as session:
+            row, token = auth.issue(session, f"test-{scope}", auth.Scope[scope])
+            session.commit()
+            return row.id, token
+
+
+@pytest.fixture
+def service(sqlite_url: str) -> Iterator[Service]:
+    app = create_app(Settings(database_url=sqlite_url, auth="on"))
+    with ServerThread(app) as server:
+        svc = Service(server.url, app, {}, "")
+        svc.tokens = {scope.name: svc.issue(scope.name)[1] for scope in auth.Scope}
+        revoked_id, svc.revoked = svc.issue("admin")
+        with write_session(app.state.session_factory) as session:
+            auth.revoke(session, revoked_id)
+            session.commit()
+        yield svc
+    app.state.engine.dispose()
+
+
+def call(svc: Service, method: str, path: str, body: Any = None, *, token: str | None) -> int:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    answer = httpx.request(method, svc.url + path, json=body, headers=headers, timeout=30)
+    assert answer.headers["content-type"].startswith(("application/json", "text/csv")), path
+    return answer.status_code
+
+
+def fixtures(svc: Service) -> dict[str, Any]:
+    """A run with points and an open alert, made with the admin token."""
+    run_id = new_run_id("auth")
+    admin = {"Authorization": f"Bearer {svc.tokens['admin']}"}
+    http = httpx.Client(base_url=svc.url + API, headers=admin, timeout=30)
+    assert http.post("/runs", json={"id": run_id, "project": "auth"}).status_code == 201
+    steps = [{"step": s, "values": {"actor/entropy": "NaN"}} for s in range(20)]
+    ack = http.post(f"/runs/{run_id}/batches", json={"batch_id": "nan", "steps": steps}).json()
+    assert ack["alerts"], "a NaN entropy opens an alert"
+    return {"run_id": run_id, "alert_id": ack["alerts"][0]["id"]}
+
+
+def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callable[[], Any]]:
+    """(method, OpenAPI path) -> a function giving (path, body) of a valid request."""
+    run = f"{API}/runs/{ids['run_id']}"
+
+    def new_token_path() -> tuple[str, None]:
+        return f"{API}/tokens/{svc.issue('read')[0]}", None
+
+    return {
+        ("POST", "/api/v1/runs"): lambda: (
+            f"{API}/runs",
+            {"id": new_run_id("auth"), "project": "auth"},
+        ),
+        ("GET", "/api/v1/runs"): lambda: (f"{API}/runs", None),
+        ("GET", "/api/v1/runs/{run_id}"): lambda: (run, None),
+        ("PATCH", "/api/v1/runs/{run_id}"): lambda: (run, {"name": "renamed"}),
+        ("POST", "/api/v1/runs/{run_id}/heartbeat"): lambda: (f"{run}/heartbeat", {}),
+        ("POST", "/api/v1/runs/{run_id}/detect"): lambda: (f"{run}/detect", {"apply": False}),
+        ("POST", "/api/v1/runs/{run_id}/rewind"): lambda: (
+            f"{run}/rewind",
+            {"resume_from_step": 30},
+        ),
+        ("POST", "/api/v1/runs/{run_id}/batches"): lambda: (
+            f"{run}/batches",
+            {"batch_id": new_run_id("b"), "steps": [{"step": 40, "values": {"x": 1.0}}]},
+        ),
+        ("GET", "/api/v1/runs/{run_id}/keys"): lambda: (f"{run}/keys", None),
+        ("GET", "/api/v1/runs/{run_id}/series"): lambda: (f"{run}/series", None),
+        ("GET", "/api/v1/runs/{run_id}/export"): lambda: (f"{run}/export", None),
+        ("GET", "/api/v1/runs/{run_id}/alerts"): lambda: (f"{run}/alerts", None),
+        ("GET", "/api/v1/alerts"): lambda: (f"{API}/alerts", None),
+        ("PATCH", "/api/v1/alerts/{alert_id}"): lambda: (
+            f"{API}/alerts/{ids['alert_id']}",
+            {"acknowledged": True},
+        ),
+        ("POST", "/api/v1/tokens"): lambda: (f"{API}/tokens", {"name": "t", "scope": "read"}),
+        ("GET", "/api/v1/tokens"): lambda: (f"{API}/tokens", None),
+        ("DELETE", "/api/v1/tokens/{token_id}"): new_token_path,
+        ("GET", "/api/v1/health"): lambda: (f"{API}/health", None),
+    }
+
+
+def test_auth_every_endpoint_refuses_wrong_tokens_and_answers_its_scope(service: Service) -> None:
+    table = requests(service, fixtures(service))
+    document = httpx.get(service.url + "/openapi.json").json()["paths"]
+    operations = {(m.upper(), p) for p, ops in document.items() for m in ops if p.startswith(API)}
+    assert operations == set(table), "every endpoint needs a valid request in this table"
+    routes = access_table("/api")
+    for (method, template), make in sorted(table.items()):
+        scope = routes[(method, template)]
+        if scope == "public":
+            assert call(service, method, *make(), token=None) == 200, template
+            continue
+        for wrong in (None, "rlg_00000000_" + "x" * 43, "not-a-token", service.revoked):
+            assert call(service, method, *make(), token=wrong) == 401, (template, wrong)
+        if scope in LOWER:
+            assert call(service, method, *make(), token=service.tokens[LOWER[scope]]) == 403
+        status = call(service, method, *make(), token=service.tokens[scope])
+        assert 200 <= status < 300, (method, template, scope, status)
+
+
+def test_auth_hook_streams_with_a_write_token(service: Service, tmp_path: Any) -> None:
+    run_id = new_run_id("hook")
+    run = rlguard.init(
+        project="auth",
+        run_id=run_id,
+        url=service.url,
+        token=service.tokens["write"],
+        spool_dir=str(tmp_path / "spool"),
+    )
+    for step in range(30):
+        run.log({"loss": step * 0.5}, step=step)
+    status = run.finish(timeout_s=30)
+    assert (status.sent, status.spooled, status.dead_lettered) == (30, 0, 0)
+    with httpx.Client(headers={"Authorization": f"Bearer {service.tokens['read']}"}) as http:
+        answer = http.get(f"{service.url}{API}/runs/{run_id}/keys").json()
+    assert answer["data"][0]["count"] == 30
+    assert call(service, "GET", f"{API}/runs/{run_id}", token=None) == 401
+
+
+def test_auth_revoked_token_is_refused_at_once_by_its_process(service: Service) -> None:
+    token_id, token = service.issue("read")
+    assert call(service, "GET", f"{API}/runs", token=token) == 200  # now cached
+    admin = service.tokens["admin"]
+    assert call(service, "DELETE", f"{API}/tokens/{token_id}", token=admin) == 200
+    assert call(service, "GET", f"{API}/runs", token=token) == 401
+    listed = httpx.get(
+        f"{service.url}{API}/tokens", headers={"Authorization": f"Bearer {admin}"}
+    ).json()
+    assert token not in str(listed) and listed["count"] == 5
+
+
+def test_auth_tokens_are_stored_salted_and_hashed(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        from rlguard_backend import migrate
+
+        migrate.upgrade(engine)
+        with write_session(make_session_factory(engine)) as session:
+            row, token = auth.issue(session, "x", auth.Scope.write, "proj")
+            session.commit()
+            assert token.split("_")[2] not in (row.token_hash, row.salt)
+            identity = auth.check(session, token)
+            assert identity == auth.Identity(row.id, "x", auth.Scope.write, "proj")
+            assert auth.check(session, token[:-1] + ("A" if token[-1] != "A" else "B")) is None
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("host", "mode", "expected"),
+    [
+        ("127.0.0.1", "auto", "off"),
+        ("::1", "auto", "off"),
+        ("localhost", "auto", "off"),
+        ("127.0.0.1", "on", "on"),
+        ("0.0.0.0", "auto", "on"),
+        ("10.1.2.3", "on", "on"),
+        ("0.0.0.0", "off", SystemExit),
+    ],
+)
+def test_auth_settings_for_host(host: str, mode: str, expected: Any) -> None:
+    settings = Settings(auth=mode)
+    if expected is SystemExit:
+        with pytest.raises(SystemExit, match="refusing to serve"):
+            settings_for_host(settings, host)
+    else:
+        assert settings_for_host(settings, host).auth == expected
+
+
+def test_auth_on_with_an_empty_token_store_refuses_to_start(tmp_path: Any) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "rlguard", "server", "--port", "0"],
+        env=child_env(
+            RLGUARD_AUTH="on", RLGUARD_DATABASE_URL=f"sqlite:///{tmp_path / 'rlguard.db'}"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "rlguard token create --name admin --scope admin" in result.stderr
