@@ -11,10 +11,11 @@ fi
 pg_isready -h 127.0.0.1 -p 5432 || echo "warning: PostgreSQL is not reachable on 127.0.0.1:5432" >&2
 
 # Debian packages the tests use: Chromium for browser tests, docker-compose to validate the
-# compose file (no Docker engine runs here).
+# compose file (no Docker engine runs here), nginx for the scale-out test's reverse proxy.
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"

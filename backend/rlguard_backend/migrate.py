@@ -7,7 +7,9 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
+
+from rlguard_backend.db import WRITE_OPTION
 
 
 def migrations_dir() -> Path:
@@ -28,11 +30,26 @@ def alembic_config(engine: Engine | None = None, url: str | None = None) -> Conf
     return config
 
 
+# Any constant shared by every rlguard process: the key of the migration lock.
+MIGRATION_LOCK_KEY = 0x726C6775  # "rlgu"
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    with engine.begin() as connection:
-        config = alembic_config()
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+    """Upgrade the schema; replicas starting together take turns, the later ones find it done.
+
+    On PostgreSQL a transaction-scoped advisory lock serializes them (released at commit); on
+    SQLite the transaction begins IMMEDIATE, holding the database's write lock throughout.
+    """
+    with engine.connect() as plain:
+        connection = plain.execution_options(**{WRITE_OPTION: True})
+        with connection.begin():
+            if connection.dialect.name == "postgresql":
+                connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+                )
+            config = alembic_config()
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:

@@ -52,10 +52,11 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
 
 
 class ServiceProcess:
-    """``python -m rlguard server`` on a SQLite file, started, SIGKILLed and restarted at will."""
+    """``python -m rlguard server`` on a SQLite file (a path) or a database URL, started,
+    SIGKILLed and restarted at will."""
 
-    def __init__(self, db_path: Path, port: int = 0, env: dict[str, str] | None = None) -> None:
-        self.db_url = f"sqlite:///{db_path}"
+    def __init__(self, db: Path | str, port: int = 0, env: dict[str, str] | None = None) -> None:
+        self.db_url = db if isinstance(db, str) else f"sqlite:///{db}"
         self.port = port
         self.env = env or {}
         self.proc: subprocess.Popen[str] | None = None
