@@ -1,9 +1,10 @@
-"""Load: real trainer processes streaming through the real hook into one backend process.
+"""Load: real trainer processes streaming through the real hook into the service.
 
 Each trainer (``benchmarks/_load_trainer.py``) logs KEYS metrics at STEPS_PER_S steps/s, sleeping
 where a trainer would train. At each level the given number of trainers start at the same
-second against one ``rlguard server`` process (SQLite file, or a throwaway PostgreSQL database),
-log for SECONDS and finish. Reported per level:
+second against a topology: one ``rlguard server`` process on a SQLite file (``sqlite``) or on a
+throwaway PostgreSQL database (``postgres``), or two such processes behind nginx run from
+``deploy/nginx.conf`` (``postgres_proxy``); they log for SECONDS and finish. Reported per level:
 - ``points_per_s``: points stored per second of the level, beside ``offered_per_s``, what the
   trainers logged per second (the baseline of the same run);
 - ``ingest_ms``: median and p99 of the hooks' batch posts that were stored;
@@ -19,7 +20,7 @@ log for SECONDS and finish. Reported per level:
 ``saturation`` names the first level whose ingest p99 passed 1 s or whose hooks had to spool.
 
     python -m benchmarks.load [--levels 8,16,32,64,128,256] [--seconds 60]
-                              [--databases sqlite,postgres]
+                              [--topologies sqlite,postgres,postgres_proxy]
 """
 
 from __future__ import annotations
@@ -41,7 +42,13 @@ from typing import Any
 
 import httpx
 
-from benchmarks._support import postgres_database, service_process, sqlite_url, summary_ms
+from benchmarks._support import (
+    Nginx,
+    postgres_database,
+    service_process,
+    sqlite_url,
+    summary_ms,
+)
 
 KEYS = 100
 STEPS_PER_S = 10.0
@@ -53,20 +60,24 @@ PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 class ProcessMeter:
-    """CPU seconds and peak RSS of a process, read from /proc while a level runs."""
+    """CPU seconds and peak RSS of the service's processes, read from /proc while a level runs."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
         self.peak_rss = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        total = 0
+        for pid in self.pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / CLOCK_TICKS
 
     def rss(self) -> int:
-        return int(Path(f"/proc/{self.pid}/statm").read_text().split()[1]) * PAGE_BYTES
+        pages = sum(int(Path(f"/proc/{p}/statm").read_text().split()[1]) for p in self.pids)
+        return pages * PAGE_BYTES
 
     def __enter__(self) -> ProcessMeter:
         self.peak_rss, self._cpu0, self._t0 = self.rss(), self.cpu_s(), time.monotonic()
@@ -138,7 +149,9 @@ class Reader:
                 self.read_once(http)
 
 
-def run_level(url: str, pid: int, trainers: int, seconds: float, folder: Path) -> dict[str, Any]:
+def run_level(
+    url: str, pids: list[int], trainers: int, seconds: float, folder: Path
+) -> dict[str, Any]:
     """Start ``trainers`` trainer processes at once, wait for them, check and report."""
     run_ids = [f"load-{trainers}-{i}-{uuid.uuid4().hex[:6]}" for i in range(trainers)]
     idle = Reader(url, run_ids[0])
@@ -146,7 +159,7 @@ def run_level(url: str, pid: int, trainers: int, seconds: float, folder: Path) -
         for _ in range(10):
             idle.read_once(http)
     start_at = time.time() + 1.0 + START_ALLOWANCE_S * trainers
-    with ProcessMeter(pid) as meter, Reader(url, run_ids[0]) as reader:
+    with ProcessMeter(pids) as meter, Reader(url, run_ids[0]) as reader:
         procs = [_spawn(url, run_id, start_at, seconds, folder) for run_id in run_ids]
         reports = [_collect(proc, seconds) for proc in procs]
         elapsed = time.time() - start_at
@@ -241,13 +254,21 @@ def database_bytes(database_url: str) -> int:
     return int(row[0]) if row else 0
 
 
-def run_topology(database_url: str, levels: list[int], seconds: float) -> dict[str, Any]:
-    """One backend process on ``database_url``, the levels one after another."""
+def run_topology(
+    database_url: str, levels: list[int], seconds: float, replicas: int = 1
+) -> dict[str, Any]:
+    """``replicas`` backend processes on ``database_url`` (behind nginx when more than one)."""
     results: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as folder, service_process(database_url) as (url, pid):
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        serving(database_url, replicas, Path(folder)) as (
+            url,
+            pids,
+        ),
+    ):
         stored = 0
         for trainers in levels:
-            level = run_level(url, pid, trainers, seconds, Path(folder))
+            level = run_level(url, pids, trainers, seconds, Path(folder))
             stored += level["stored"]
             level["db_bytes_per_million_points"] = round(
                 database_bytes(database_url) / max(stored, 1) * 1e6
@@ -255,7 +276,21 @@ def run_topology(database_url: str, levels: list[int], seconds: float) -> dict[s
             level["answers_after"] = _answers(url)
             results.append(level)
             print(json.dumps({"level": level}), file=sys.stderr, flush=True)
-    return {"levels": results, "saturation": saturation(results)}
+    return {"replicas": replicas, "levels": results, "saturation": saturation(results)}
+
+
+@contextlib.contextmanager
+def serving(database_url: str, replicas: int, folder: Path) -> Iterator[tuple[str, list[int]]]:
+    """The service's address and process ids: one backend, or several behind nginx."""
+    with contextlib.ExitStack() as stack:
+        backends = [stack.enter_context(service_process(database_url)) for _ in range(replicas)]
+        if replicas == 1:
+            yield backends[0][0], [backends[0][1]]
+            return
+        ports = [int(url.rsplit(":", 1)[1]) for url, _ in backends]
+        proxy = Nginx(folder, ports).start()
+        stack.callback(proxy.stop)
+        yield proxy.url, [pid for _, pid in backends]
 
 
 def _answers(url: str) -> bool:
@@ -284,6 +319,14 @@ def healthy(result: dict[str, Any]) -> bool:
     )
 
 
+# topology -> (database, backend processes); more than one sit behind nginx (deploy/nginx.conf)
+TOPOLOGIES = {
+    "sqlite": ("sqlite", 1),
+    "postgres": ("postgres", 1),
+    "postgres_proxy": ("postgres", 2),
+}
+
+
 @contextlib.contextmanager
 def database(kind: str, folder: Path) -> Iterator[str]:
     if kind == "sqlite":
@@ -297,7 +340,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--levels", default="8,16,32,64,128,256")
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--databases", default="sqlite,postgres")
+    parser.add_argument(
+        "--topologies", default="sqlite,postgres", help=f"of {', '.join(TOPOLOGIES)}"
+    )
     args = parser.parse_args()
     levels = [int(n) for n in args.levels.split(",")]
     out: dict[str, Any] = {
@@ -305,11 +350,12 @@ def main() -> int:
         "cpus": os.cpu_count(),
     }
     with tempfile.TemporaryDirectory() as folder:
-        for kind in args.databases.split(","):
+        for name in args.topologies.split(","):
+            kind, replicas = TOPOLOGIES[name]
             with database(kind, Path(folder)) as url:
-                out[kind] = run_topology(url, levels, args.seconds)
+                out[name] = run_topology(url, levels, args.seconds, replicas)
     print(json.dumps(out))
-    ok = all(healthy(out[kind]) for kind in args.databases.split(","))
+    ok = all(healthy(out[name]) for name in args.topologies.split(","))
     return 0 if ok else 1
 
 

@@ -7,7 +7,6 @@ while one backend is SIGKILLed and restarted.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,56 +19,12 @@ import psycopg
 import pytest
 
 import rlguard
+from benchmarks._support import Nginx
 from tests.backend.test_alerts import COLLAPSE, _alert_view
 from tests.conftest import new_run_id
-from tests.hook.hookutil import ROOT, ServiceProcess, child_env, free_port, wait_for
+from tests.hook.hookutil import ServiceProcess, child_env
 
-NGINX_CONF = ROOT / "deploy" / "nginx.conf"
 TIMEOUT_S = 60.0
-
-
-class Nginx:
-    """nginx in the foreground on 127.0.0.1, proxying to local backends with the deploy config."""
-
-    def __init__(self, folder: Path, backend_ports: list[int]) -> None:
-        binary = shutil.which("nginx") or "/usr/sbin/nginx"
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.folder = folder
-        config = NGINX_CONF.read_text()
-        upstream = next(line for line in config.splitlines() if "rlguard:upstreams" in line)
-        servers = "\n".join(
-            upstream.replace("backend:8000", f"127.0.0.1:{p}") for p in backend_ports
-        )
-        listen = next(line for line in config.splitlines() if "rlguard:listen" in line)
-        config = config.replace(upstream, servers).replace(
-            listen, listen.replace("listen 8000", f"listen 127.0.0.1:{self.port}")
-        )
-        temp = "".join(
-            f"    {kind}_temp_path {folder / kind};\n"
-            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-        )
-        config = "user root;\n" + config.replace("http {\n", "http {\n" + temp, 1)
-        (folder / "nginx.conf").write_text(config)
-        self.command = [binary, "-p", str(folder), "-c", str(folder / "nginx.conf"), "-e"]
-        self.command += ["stderr", "-g", f"daemon off; pid {folder / 'nginx.pid'};"]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Nginx:
-        self.proc = subprocess.Popen(self.command, stderr=subprocess.DEVNULL)
-        wait_for(self._answers, TIMEOUT_S, "nginx to proxy /api/v1/health")
-        return self
-
-    def _answers(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/api/v1/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
 
 
 def test_scale_out_replicas_starting_together_migrate_once(pg_empty_url: str) -> None:
@@ -90,7 +45,7 @@ def test_scale_out_replicas_starting_together_migrate_once(pg_empty_url: str) ->
 def topology(pg_url: str, tmp_path: Path) -> Any:
     env = {"RLGUARD_MIGRATE_ON_START": "false"}
     backends = [ServiceProcess(pg_url, env=env).start() for _ in range(2)]
-    proxy = Nginx(tmp_path, [b.port for b in backends]).start()
+    proxy = Nginx(tmp_path, [b.port for b in backends]).start(TIMEOUT_S)
     yield proxy, backends
     proxy.stop()
     for backend in backends:

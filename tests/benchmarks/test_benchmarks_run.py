@@ -59,8 +59,17 @@ def test_benchmark_prints_json_with_baselines(
 def test_load_benchmark_short_run_loses_nothing_past_fifty_simultaneous_starts() -> None:
     # 64 trainers start at the same second on each database; the benchmark exits 1 on a lost
     # or duplicated point, a trainer that did not finish or a service that stopped answering.
-    result = _run("benchmarks.load", "--levels", "8,64", "--seconds", "10")
-    for kind in ("sqlite", "postgres"):
+    topologies = ("sqlite", "postgres", "postgres_proxy")
+    result = _run(
+        "benchmarks.load",
+        "--levels",
+        "8,64",
+        "--seconds",
+        "10",
+        "--topologies",
+        ",".join(topologies),
+    )
+    for kind in topologies:
         levels = result[kind]["levels"]
         assert [level["trainers"] for level in levels] == [8, 64]
         assert [level["stored"] for level in levels] == [8 * 100 * 100, 64 * 100 * 100]
