@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TypeVar
 
 import anyio.to_thread
@@ -35,9 +34,10 @@ class WriteGate:
     Used only from the event loop, so a plain counter needs no lock.
 
     >>> gate = WriteGate(limit=1, retry_after_s=2)
-    >>> with gate.admitted():
-    ...     gate.saturated
+    >>> gate.enter()
+    >>> gate.saturated
     True
+    >>> gate.leave()
     """
 
     limit: int
@@ -50,8 +50,8 @@ class WriteGate:
     def saturated(self) -> bool:
         return self.in_flight >= self.limit
 
-    @contextmanager
-    def admitted(self) -> Iterator[None]:
+    def enter(self) -> None:
+        """Admit one write, or raise ``Saturated`` (503 with ``Retry-After``) at once."""
         if self.saturated:
             self.refused_total += 1
             raise Saturated(
@@ -61,10 +61,9 @@ class WriteGate:
             )
         self.in_flight += 1
         self.admitted_total += 1
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
+
+    def leave(self) -> None:
+        self.in_flight -= 1
 
 
 class Database:

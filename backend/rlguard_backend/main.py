@@ -22,10 +22,19 @@ from rlguard_backend.db import Checkpointer, make_engine, make_session_factory
 from rlguard_backend.errors import ServiceError
 from rlguard_backend.ingest import InvalidBatch
 from rlguard_backend.liveness import LivenessWatch
+from rlguard_backend.metrics import ServiceMetrics
 from rlguard_backend.webhooks import WebhookWorker
 
 log = logging.getLogger("rlguard_backend")
-ROUTERS = (runs.router, points.router, alerts.router, tokens.router, health.router)
+# (router, whether it sits under the API prefix)
+ROUTERS = (
+    (runs.router, True),
+    (points.router, True),
+    (alerts.router, True),
+    (tokens.router, True),
+    (health.router, True),
+    (health.metrics_router, False),
+)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -76,10 +85,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.database = database
     app.state.auth_required = settings.auth == "on"
     app.state.token_cache = TokenCache()
+    app.state.metrics = ServiceMetrics()
     app.state.checkpointer = checkpointer
     access_table(settings.api_prefix)
-    for router in ROUTERS:
-        app.include_router(router, prefix=settings.api_prefix)
+    for router, prefixed in ROUTERS:
+        app.include_router(router, prefix=settings.api_prefix if prefixed else "")
     _install_error_handlers(app, settings)
     return app
 
@@ -90,7 +100,7 @@ def access_table(api_prefix: str = "/api") -> dict[tuple[str, str], str]:
     Raises at start-up for a route that lists none of READ, WRITE, ADMIN, PUBLIC, or several.
     """
     table: dict[tuple[str, str], str] = {}
-    for router in ROUTERS:
+    for router, prefixed in ROUTERS:
         for route in router.routes:
             assert isinstance(route, APIRoute)
             declared = [ACCESS[d] for d in route.dependencies if d in ACCESS]
@@ -100,7 +110,7 @@ def access_table(api_prefix: str = "/api") -> dict[tuple[str, str], str]:
                     "WRITE, ADMIN, PUBLIC (rlguard_backend.api.deps) in its dependencies"
                 )
             for method in route.methods or ():
-                table[(method, api_prefix + route.path)] = declared[0]
+                table[(method, (api_prefix if prefixed else "") + route.path)] = declared[0]
     return table
 
 
@@ -133,6 +143,7 @@ def _install_error_handlers(app: FastAPI, settings: Settings) -> None:
     @app.exception_handler(OperationalError)
     async def _database_unavailable(_request: Request, exc: OperationalError) -> JSONResponse:
         log.warning("database error: %s", exc)
+        app.state.metrics.database_errors.inc()
         detail = "database unavailable or busy; retry shortly"
         retry = {"Retry-After": str(settings.retry_after_s)}
         return JSONResponse({"detail": detail}, status_code=503, headers=retry)

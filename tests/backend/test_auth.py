@@ -56,7 +56,8 @@ def service(sqlite_url: str) -> Iterator[Service]:
 def call(svc: Service, method: str, path: str, body: Any = None, *, token: str | None) -> int:
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
     answer = httpx.request(method, svc.url + path, json=body, headers=headers, timeout=30)
-    assert answer.headers["content-type"].startswith(("application/json", "text/csv")), path
+    kinds = ("application/json", "text/csv", "text/plain")  # text/plain: Prometheus
+    assert answer.headers["content-type"].startswith(kinds), path
     return answer.status_code
 
 
@@ -110,13 +111,14 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ("GET", "/api/v1/tokens"): lambda: (f"{API}/tokens", None),
         ("DELETE", "/api/v1/tokens/{token_id}"): new_token_path,
         ("GET", "/api/v1/health"): lambda: (f"{API}/health", None),
+        ("GET", "/metrics"): lambda: ("/metrics", None),
     }
 
 
 def test_auth_every_endpoint_refuses_wrong_tokens_and_answers_its_scope(service: Service) -> None:
     table = requests(service, fixtures(service))
     document = httpx.get(service.url + "/openapi.json").json()["paths"]
-    operations = {(m.upper(), p) for p, ops in document.items() for m in ops if p.startswith(API)}
+    operations = {(m.upper(), p) for p, ops in document.items() for m in ops}
     assert operations == set(table), "every endpoint needs a valid request in this table"
     routes = access_table("/api")
     for (method, template), make in sorted(table.items()):

@@ -15,7 +15,7 @@ from rlguard_backend import auth
 from rlguard_backend.auth import Identity
 from rlguard_backend.capacity import Database
 from rlguard_backend.config import Settings
-from rlguard_backend.errors import Forbidden, Unauthorized
+from rlguard_backend.errors import Forbidden, Saturated, Unauthorized
 
 
 async def get_settings(request: Request) -> Settings:
@@ -31,8 +31,15 @@ async def get_database(request: Request) -> Database:
 async def admit_write(request: Request) -> AsyncIterator[Database]:
     """The database for a write, or 503 with ``Retry-After`` at once when too many are in flight."""
     database: Database = request.app.state.database
-    with database.gate.admitted():
+    try:
+        database.gate.enter()
+    except Saturated:
+        request.app.state.metrics.writes_refused.inc()
+        raise
+    try:
         yield database
+    finally:
+        database.gate.leave()
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

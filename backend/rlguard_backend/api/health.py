@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from rlguard_backend import __version__
-from rlguard_backend.api.deps import PUBLIC, DatabaseDep
+from rlguard_backend.api.deps import PUBLIC, READ, DatabaseDep
+from rlguard_backend.metrics import ServiceMetrics
 from rlguard_backend.schemas import Health, WriteLoad
 
 router = APIRouter(prefix="/v1", tags=["health"])
+# served at the root, where Prometheus looks for it
+metrics_router = APIRouter(tags=["health"])
 
 
 @router.get("/health", response_model=Health, dependencies=[PUBLIC])
@@ -38,3 +42,17 @@ async def read_health(db: DatabaseDep) -> Health:
         version=__version__,
         writes=writes,
     )
+
+
+@metrics_router.get(
+    "/metrics",
+    response_class=Response,
+    dependencies=[READ],
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
+)
+async def read_metrics(request: Request, db: DatabaseDep) -> Response:
+    """Ingest rate and latency, detector time, refusals, open alerts, webhook outbox."""
+    metrics: ServiceMetrics = request.app.state.metrics
+    await db.read(metrics.read_database)
+    metrics.writes_in_flight.set(db.gate.in_flight)
+    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -17,6 +17,7 @@ from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, Writ
 from rlguard_backend.config import Settings
 from rlguard_backend.db import write_session
 from rlguard_backend.errors import NotFound, PayloadTooLarge
+from rlguard_backend.metrics import ServiceMetrics
 from rlguard_backend.schemas import BatchAck, BatchIn, MetricKeyList, SeriesResponse, Step
 
 router = APIRouter(prefix="/v1/runs/{run_id}", tags=["points"])
@@ -69,17 +70,27 @@ async def ingest_batch(
     body = await _read_body(request, settings.max_batch_bytes)
     encoding = request.headers.get("content-encoding")
 
+    metrics: ServiceMetrics = request.app.state.metrics
+
     def parse_and_store() -> BatchAck:
-        raw = ingest.decode_body(body, encoding, settings.max_batch_bytes)
-        batch = ingest.parse_batch(raw, settings.max_batch_points)
-        return _store_batch(db.factory, settings, run_id, batch)
+        with metrics.batch_seconds.time():
+            raw = ingest.decode_body(body, encoding, settings.max_batch_bytes)
+            batch = ingest.parse_batch(raw, settings.max_batch_points)
+            return _store_batch(db.factory, settings, run_id, batch, metrics)
 
     ack = await db.on_write_thread(parse_and_store)
+    metrics.batches.labels("duplicate" if ack.duplicate else "stored").inc()
+    if not ack.duplicate:
+        metrics.points.inc(ack.points)
     return Response(ack.model_dump_json(), media_type="application/json")
 
 
 def _store_batch(
-    factory: sessionmaker[Session], settings: Settings, run_id: str, batch: BatchIn
+    factory: sessionmaker[Session],
+    settings: Settings,
+    run_id: str,
+    batch: BatchIn,
+    metrics: ServiceMetrics,
 ) -> BatchAck:
     """The unit of work of one batch: points, rollups, detectors and alerts, one commit.
 
@@ -99,7 +110,8 @@ def _store_batch(
                 )
             ack, _, columns = ingest.store_batch(session, run_id, batch, opened)
             if live is not None:
-                found = detection.detect_steps(session, live, batch.steps, settings, columns)
+                with metrics.detector_seconds.time():
+                    found = detection.detect_steps(session, live, batch.steps, settings, columns)
                 ack.alerts = [alerts.to_public(alert) for alert in found]
             session.commit()
             return ack
