@@ -86,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.auth_required = settings.auth == "on"
     app.state.token_cache = TokenCache()
     app.state.metrics = ServiceMetrics()
+    app.state.schema_head = migrate.head_revision()
     app.state.checkpointer = checkpointer
     access_table(settings.api_prefix)
     for router, prefixed in ROUTERS:

@@ -57,3 +57,10 @@ def downgrade(engine: Engine, revision: str = "base") -> None:
         config = alembic_config()
         config.attributes["connection"] = connection
         command.downgrade(config, revision)
+
+
+def head_revision() -> str | None:
+    """The newest revision the shipped migrations define."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()

@@ -279,9 +279,21 @@ class WriteLoad(BaseModel):
     refused_total: int
 
 
+class SchemaState(BaseModel):
+    """The database's migration revision against the newest this service ships."""
+
+    revision: str | None
+    head: str | None
+    current: bool
+
+
 class Health(BaseModel):
     status: Literal["ok"]
     database: str
     latency_ms: float
     version: str
     writes: WriteLoad
+    schema_: SchemaState = Field(alias="schema")
+    time: float = Field(description="the service's clock (Unix seconds), to check clock skew")
+
+    model_config = ConfigDict(populate_by_name=True)

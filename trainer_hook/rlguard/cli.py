@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "import": ("rlguard._cli_hook", "import a finished run from logs"),
     "export": ("rlguard._cli_hook", "export a run's series as CSV"),
     "detect": ("rlguard._cli_hook", "re-run the detectors over a stored run"),
+    "doctor": ("rlguard._doctor", "check the service, schema, clock, token and spool from here"),
 }
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from rlguard_backend import __version__
 from rlguard_backend.api.deps import PUBLIC, READ, DatabaseDep
 from rlguard_backend.metrics import ServiceMetrics
-from rlguard_backend.schemas import Health, WriteLoad
+from rlguard_backend.schemas import Health, SchemaState, WriteLoad
 
 router = APIRouter(prefix="/v1", tags=["health"])
 # served at the root, where Prometheus looks for it
@@ -20,13 +20,14 @@ metrics_router = APIRouter(tags=["health"])
 
 
 @router.get("/health", response_model=Health, dependencies=[PUBLIC])
-async def read_health(db: DatabaseDep) -> Health:
-    def round_trip(session: Session) -> tuple[float, str]:
+async def read_health(request: Request, db: DatabaseDep) -> Health:
+    def round_trip(session: Session) -> tuple[float, str, str | None]:
         started = time.perf_counter()
-        session.execute(text("SELECT 1")).scalar_one()
-        return (time.perf_counter() - started) * 1000, session.get_bind().dialect.name
+        revision = session.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        return (time.perf_counter() - started) * 1000, session.get_bind().dialect.name, revision
 
-    latency_ms, dialect = await db.read(round_trip)
+    latency_ms, dialect, revision = await db.read(round_trip)
+    head = request.app.state.schema_head
     gate = db.gate
     writes = WriteLoad(
         in_flight=gate.in_flight,
@@ -41,6 +42,8 @@ async def read_health(db: DatabaseDep) -> Health:
         latency_ms=round(latency_ms, 3),
         version=__version__,
         writes=writes,
+        schema=SchemaState(revision=revision, head=head, current=revision == head),
+        time=time.time(),
     )
 
 
