@@ -240,6 +240,7 @@ class SeriesData(BaseModel):
 class SeriesResponse(BaseModel):
     run_id: str
     series: dict[str, SeriesData]
+    missing: list[str] = Field(default_factory=list, description="asked-for keys never logged")
 
 
 TokenScope = Literal["read", "write", "admin"]

@@ -66,10 +66,13 @@ def test_series_live_cursor_returns_only_new_steps(client: TestClient) -> None:
     assert (ranged["steps"], ranged["downsampled"], ranged["method"]) == ([5, 6, 7], False, "raw")
 
 
-def test_series_unknown_key_is_404_and_bad_params_422(client: TestClient) -> None:
+def test_series_unknown_key_is_listed_missing_and_bad_params_422(client: TestClient) -> None:
     run_id = new_run_id()
     client.post("/api/v1/runs", json={"id": run_id, "project": "p"})
-    assert client.get(f"/api/v1/runs/{run_id}/series", params={"keys": "nope"}).status_code == 404
+    batch = {"batch_id": "b", "steps": [{"step": 1, "values": {"seen": 1.0}}]}
+    client.post(f"/api/v1/runs/{run_id}/batches", json=batch)
+    answer = client.get(f"/api/v1/runs/{run_id}/series", params={"keys": "seen,nope"}).json()
+    assert (list(answer["series"]), answer["missing"]) == (["seen"], ["nope"])
     bad = client.get(f"/api/v1/runs/{run_id}/series", params={"max_points": 2})
     assert (bad.status_code, bad.json()["detail"][0]["loc"]) == (422, ["query", "max_points"])
     huge = client.get(f"/api/v1/runs/{run_id}/series", params={"max_points": 10**9})

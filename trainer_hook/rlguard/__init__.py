@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlguard import _registry
+from rlguard._api import Api
 from rlguard._config import HookConfig, load_config
 from rlguard._rank import global_rank
 from rlguard._run import Run, RunStatus
@@ -30,6 +31,7 @@ from rlguard.errors import (
 
 __version__ = "0.1.0"
 __all__ = [
+    "Api",
     "ConfigError",
     "HookConfig",
     "RLGuardError",

@@ -157,7 +157,11 @@ async def read_series(
     ] = 0.0,
     include_times: Annotated[bool, Query(description="wall times for downsampled points")] = False,
 ) -> Response:
-    """Several keys in one call; more than ``max_points`` in range are min/max-bucketed."""
+    """Several keys in one call; more than ``max_points`` in range are min/max-bucketed.
+
+    Keys the run never logged are listed in ``missing`` (a key one run of a sweep lacks is no
+    reason to fail the others).
+    """
     _check_max_points(max_points, settings)
     lo = from_step if after_step is None else max(from_step, after_step + 1)
 
@@ -165,11 +169,6 @@ async def read_series(
         repository.get_run(session, run_id)
         names = _parse_keys(keys, session, run_id)
         found = {k.name: k for k in repository.run_keys(session, run_id) if k.name in set(names)}
-        unknown = [n for n in names if n not in found]
-        if unknown:
-            raise NotFound(
-                f"run {run_id!r} has no key(s) {unknown}; GET /api/v1/runs/{run_id}/keys lists them"
-            )
         result = SeriesResponse.model_construct(
             run_id=run_id,
             series={
@@ -183,7 +182,9 @@ async def read_series(
                     include_times=include_times,
                 )
                 for n in names
+                if n in found
             },
+            missing=[n for n in names if n not in found],
         )
         return result.model_dump_json().encode()
 
