@@ -29,6 +29,7 @@ log = logging.getLogger("rlguard_backend")
 # (router, whether it sits under the API prefix)
 ROUTERS = (
     (runs.router, True),
+    (runs.projects, True),
     (points.router, True),
     (alerts.router, True),
     (tokens.router, True),

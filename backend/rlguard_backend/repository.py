@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from rlguard_backend import points, sql
 from rlguard_backend.errors import Conflict, run_not_found
-from rlguard_backend.models import MetricKey, Run, RunTag, as_utc, utcnow
+from rlguard_backend.models import MetricKey, PointChunk, Rollup, Run, RunTag, as_utc, utcnow
 from rlguard_backend.rollups import BUCKET_WIDTHS
 from rlguard_backend.schemas import MetricKeyPublic, RunCreate, RunPublic, RunUpdate
 from rlguard_backend.signals import canonical_signal
@@ -205,3 +205,18 @@ def describe_keys(session: Session, run_id: str) -> list[MetricKeyPublic]:
         )
         for key in run_keys(session, run_id)
     ]
+
+
+def delete_runs(session: Session, run_ids: Sequence[str]) -> int:
+    """Delete runs with everything they own: points, rollups, keys, alerts, state, samples.
+
+    Chunks and rollups carry no foreign key (one check per row would cost ingest), so they go
+    first by key id; the rest follows the runs through ON DELETE CASCADE.
+    """
+    if not run_ids:
+        return 0
+    key_ids = select(MetricKey.id).where(MetricKey.run_id.in_(run_ids)).scalar_subquery()
+    session.execute(delete(PointChunk).where(PointChunk.key_id.in_(key_ids)))
+    session.execute(delete(Rollup).where(Rollup.key_id.in_(key_ids)))
+    result = session.execute(delete(Run).where(Run.id.in_(run_ids)))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]

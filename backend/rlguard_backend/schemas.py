@@ -77,6 +77,11 @@ class RunUpdate(BaseModel):
     summary: FreeJson | None = None
 
 
+class RunsDeleted(BaseModel):
+    deleted: int
+    run_ids: list[str]
+
+
 class RunRewind(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

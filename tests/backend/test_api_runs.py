@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
+from sqlalchemy import func, select
 
+from rlguard_backend.models import Alert, MetricKey, PointChunk, Rollup
 from tests.conftest import new_run_id
 
 
@@ -168,3 +170,27 @@ def test_nonfinite_numbers_in_config_and_summary_are_kept_as_strings(client: Tes
     )
     assert patched.json()["summary"] == {"best": "-Infinity"}
     assert client.get(f"/api/v1/runs/{run_id}").json()["config"]["lr"] == "NaN"
+
+
+def test_runs_delete_removes_the_run_and_all_it_stored(client: TestClient) -> None:
+    doomed, kept = new_run_id("doomed"), new_run_id("kept")
+    for run_id in (doomed, kept):
+        assert client.post("/api/v1/runs", json={"id": run_id, "project": "del"}).status_code == 201
+        steps = [{"step": s, "values": {"actor/entropy": "NaN", "x": s}} for s in range(300)]
+        client.post(f"/api/v1/runs/{run_id}/batches", json={"batch_id": "b", "steps": steps})
+    factory = client.app.state.session_factory  # type: ignore[attr-defined]
+    with factory() as session:
+        doomed_keys = list(session.scalars(select(MetricKey.id).where(MetricKey.run_id == doomed)))
+    answer = client.delete(f"/api/v1/runs/{doomed}")
+    assert answer.json() == {"deleted": 1, "run_ids": [doomed]}
+    assert client.get(f"/api/v1/runs/{doomed}").status_code == 404
+    assert client.delete(f"/api/v1/runs/{doomed}").status_code == 404
+    with factory() as session:
+        for table in (PointChunk, Rollup):
+            left = select(func.count()).select_from(table).where(table.key_id.in_(doomed_keys))
+            assert session.scalar(left) == 0, table.__tablename__
+        assert session.scalar(select(func.count()).where(Alert.run_id == doomed)) == 0
+    assert client.get(f"/api/v1/runs/{kept}/keys").json()["data"][0]["count"] == 300
+    gone = client.delete("/api/v1/projects/del").json()
+    assert gone == {"deleted": 1, "run_ids": [kept]}
+    assert client.delete("/api/v1/projects/del").status_code == 404

@@ -80,6 +80,20 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
     def new_token_path() -> tuple[str, None]:
         return f"{API}/tokens/{svc.issue('read')[0]}", None
 
+    def new_run(project: str = "auth") -> str:
+        run_id = new_run_id("doomed")
+        admin = {"Authorization": f"Bearer {svc.tokens['admin']}"}
+        created = httpx.post(
+            f"{svc.url}{API}/runs", json={"id": run_id, "project": project}, headers=admin
+        )
+        assert created.status_code == 201
+        return run_id
+
+    def new_project_path() -> tuple[str, None]:
+        project = new_run_id("project")
+        new_run(project)
+        return f"{API}/projects/{project}", None
+
     return {
         ("POST", "/api/v1/runs"): lambda: (
             f"{API}/runs",
@@ -87,6 +101,8 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ),
         ("GET", "/api/v1/runs"): lambda: (f"{API}/runs", None),
         ("GET", "/api/v1/runs/{run_id}"): lambda: (run, None),
+        ("DELETE", "/api/v1/runs/{run_id}"): lambda: (f"{API}/runs/{new_run()}", None),
+        ("DELETE", "/api/v1/projects/{project}"): new_project_path,
         ("PATCH", "/api/v1/runs/{run_id}"): lambda: (run, {"name": "renamed"}),
         ("POST", "/api/v1/runs/{run_id}/heartbeat"): lambda: (f"{run}/heartbeat", {}),
         ("POST", "/api/v1/runs/{run_id}/detect"): lambda: (f"{run}/detect", {"apply": False}),

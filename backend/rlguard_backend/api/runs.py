@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rlguard_backend import detection, repository
-from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
+from rlguard_backend.api.deps import ADMIN, READ, WRITE, DatabaseDep, SettingsDep, WriterDep
 from rlguard_backend.config import Settings
-from rlguard_backend.errors import InvalidField
+from rlguard_backend.errors import InvalidField, NotFound
+from rlguard_backend.models import Run
 from rlguard_backend.schemas import (
     DetectRequest,
     DetectResult,
@@ -19,11 +21,13 @@ from rlguard_backend.schemas import (
     RunList,
     RunPublic,
     RunRewind,
+    RunsDeleted,
     RunStatus,
     RunUpdate,
 )
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
+projects = APIRouter(prefix="/v1/projects", tags=["runs"])
 
 
 def _public(session: Session, run_id: str) -> RunPublic:
@@ -58,6 +62,34 @@ def _check_config(config: dict[str, Any], settings: Settings) -> None:
         detection.check_run_config(config, settings)
     except ValueError as exc:
         raise InvalidField(["body", "config"], f"run config: {exc}") from exc
+
+
+@router.delete("/{run_id}", response_model=RunsDeleted, dependencies=[ADMIN])
+async def delete_run(run_id: str, db: WriterDep) -> RunsDeleted:
+    """Delete a run and everything stored for it (points, alerts, detector state, samples)."""
+
+    def remove(session: Session) -> RunsDeleted:
+        repository.get_run(session, run_id)
+        deleted = repository.delete_runs(session, [run_id])
+        session.commit()
+        return RunsDeleted(deleted=deleted, run_ids=[run_id])
+
+    return await db.write(remove)
+
+
+@projects.delete("/{project}", response_model=RunsDeleted, dependencies=[ADMIN])
+async def delete_project(project: str, db: WriterDep) -> RunsDeleted:
+    """Delete every run of a project with everything stored for them."""
+
+    def remove(session: Session) -> RunsDeleted:
+        run_ids = list(session.scalars(select(Run.id).where(Run.project == project)))
+        if not run_ids:
+            raise NotFound(f"project {project!r} has no runs; GET /api/v1/runs lists them")
+        deleted = repository.delete_runs(session, run_ids)
+        session.commit()
+        return RunsDeleted(deleted=deleted, run_ids=sorted(run_ids))
+
+    return await db.write(remove)
 
 
 @router.get("", response_model=RunList, dependencies=[READ])
