@@ -57,6 +57,10 @@ class Settings(BaseSettings):
         "thread); beyond it the service answers 503 with Retry-After at once",
     )
     retry_after_s: int = Field(default=1, ge=1, description="Retry-After of a refused write")
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="json: one JSON object per log line, with the request id"
+    )
+    access_log: bool = Field(default=False, description="log one line per request")
     shutdown_timeout_s: float = Field(
         default=10.0, gt=0, description="on SIGTERM, how long requests in flight may finish"
     )

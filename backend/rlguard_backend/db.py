@@ -97,6 +97,30 @@ def write_session(factory: sessionmaker[Session]) -> Iterator[Session]:
             raise
 
 
+def backup_sqlite(url: str, target: Path) -> int:
+    """Copy a SQLite database to ``target`` online (SQLite's backup API); returns its pages.
+
+    Readers and the service's writers go on meanwhile; the copy is one consistent snapshot,
+    and holds no WAL of its own.
+    """
+    import sqlite3
+
+    source_path = make_url(url).database
+    if not source_path or source_path == ":memory:":
+        raise ValueError(f"{url}: not a SQLite file")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source = sqlite3.connect(source_path)
+    copy = sqlite3.connect(target)
+    try:
+        source.backup(copy, pages=4096)
+        pages = int(copy.execute("PRAGMA page_count").fetchone()[0])
+        copy.execute("PRAGMA journal_mode=DELETE")
+    finally:
+        copy.close()
+        source.close()
+    return pages
+
+
 class Checkpointer:
     """Copies SQLite's write-ahead log into the database file from a thread of its own.
 

@@ -23,6 +23,7 @@ from rlguard_backend.errors import ServiceError
 from rlguard_backend.ingest import InvalidBatch
 from rlguard_backend.liveness import LivenessWatch
 from rlguard_backend.metrics import ServiceMetrics
+from rlguard_backend.requestlog import RequestIds
 from rlguard_backend.webhooks import WebhookWorker
 
 log = logging.getLogger("rlguard_backend")
@@ -93,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router, prefixed in ROUTERS:
         app.include_router(router, prefix=settings.api_prefix if prefixed else "")
     _install_error_handlers(app, settings)
+    app.add_middleware(RequestIds, log_requests=settings.access_log)
     return app
 
 

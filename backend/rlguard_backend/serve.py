@@ -9,6 +9,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -82,8 +83,10 @@ class ServerThread:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     command = parser.prog.split()[-1]
     if command == "db":
-        parser.add_argument("action", choices=["upgrade", "downgrade", "current"])
-        parser.add_argument("revision", nargs="?", default=None, help="default: head / base")
+        parser.add_argument("action", choices=["upgrade", "downgrade", "current", "backup"])
+        parser.add_argument(
+            "revision", nargs="?", default=None, help="default: head / base; backup: the file"
+        )
         parser.add_argument("--database-url", default=None, help="default: RLGUARD_DATABASE_URL")
         return
     parser.add_argument("--host", default="127.0.0.1")
@@ -160,9 +163,10 @@ def _exit_past_busy_threads(deadline: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    from rlguard_backend import requestlog
+
     settings = _settings(args)
+    requestlog.configure(settings.log_format)
     if args.command == "db":
         return _run_db(args, settings)
     from rlguard_backend.main import create_app
@@ -181,6 +185,8 @@ def _run_db(args: argparse.Namespace, settings: Settings) -> int:
     from rlguard_backend import migrate
     from rlguard_backend.db import make_engine
 
+    if args.action == "backup":
+        return _backup(settings.database_url, args.revision)
     engine = make_engine(settings.database_url)
     if args.action == "upgrade":
         migrate.upgrade(engine, args.revision or "head")
@@ -192,4 +198,23 @@ def _run_db(args: argparse.Namespace, settings: Settings) -> int:
             config.attributes["connection"] = connection
             command.current(config)
     print(f"rlguard db {args.action}: done ({settings.database_url})", file=sys.stderr)
+    return 0
+
+
+def _backup(database_url: str, target: str | None) -> int:
+    """An online copy of the SQLite file, consistent while the service keeps writing."""
+    from rlguard_backend.db import backup_sqlite
+
+    if not database_url.startswith("sqlite"):
+        print(
+            "rlguard db backup copies the SQLite default; for PostgreSQL use its own tools, "
+            "e.g. pg_dump --format=custom (or continuous archiving for point-in-time recovery)",
+            file=sys.stderr,
+        )
+        return 2
+    if not target:
+        print("rlguard db backup needs a target file: rlguard db backup rlguard-backup.db")
+        return 2
+    pages = backup_sqlite(database_url, Path(target))
+    print(f"rlguard db backup: {pages} page(s) copied to {target}", file=sys.stderr)
     return 0

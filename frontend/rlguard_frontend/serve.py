@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 from typing import IO, Any
 
@@ -83,6 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlguard_backend import requestlog
     from rlguard_backend.config import Settings
     from rlguard_backend.serve import (
         announce_auth,
@@ -92,12 +92,11 @@ def run(args: argparse.Namespace) -> int:
         settings_for_host,
     )
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)
     database_url = getattr(args, "database_url", None)
     settings = settings_for_host(
         Settings(**({"database_url": database_url} if database_url else {})), args.host
     )
+    requestlog.configure(settings.log_format)
     sock = bind_socket(args.host, args.port)
     url = base_url(sock)
     if args.command == "dashboard":

@@ -73,7 +73,8 @@ class ServiceProcess:
             text=True,
             cwd=ROOT,
         )
-        lines: queue.Queue[str] = queue.Queue()
+        self.lines: queue.Queue[str] = queue.Queue()  # what it printed, a line each
+        lines = self.lines
         threading.Thread(target=_pump, args=(self.proc, lines), daemon=True).start()
         deadline = time.monotonic() + START_TIMEOUT_S
         seen: list[str] = []
