@@ -43,6 +43,7 @@ __all__ = [
     "finish",
     "init",
     "log",
+    "log_samples",
 ]
 
 
@@ -99,6 +100,14 @@ def log(metrics: Mapping[str, Any], step: int | None = None) -> None:
     if run is None:
         raise RLGuardError("rlguard.log() before rlguard.init(): start a run first")
     run.log(metrics, step)
+
+
+def log_samples(samples: Sequence[Mapping[str, Any]], step: int | None = None) -> None:
+    """``log_samples()`` on the current run; call ``init()`` first."""
+    run = _registry.current()
+    if run is None:
+        raise RLGuardError("rlguard.log_samples() before rlguard.init(): start a run first")
+    run.log_samples(samples, step)
 
 
 def finish(status: str = "finished", summary: Mapping[str, Any] | None = None) -> RunStatus | None:

@@ -110,7 +110,7 @@ def _sync_run(spool: Spool, args: argparse.Namespace) -> tuple[int, int]:
             if body is None:
                 continue
             try:
-                transport.post_batch(spool.dir.name, body)
+                transport.post_kind(batch.kind, spool.dir.name, body)
                 sent += batch.points
             except RejectedError as exc:
                 spool.dead_letter(body, str(exc))
