@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
 from rlguard_backend import __version__, migrate
-from rlguard_backend.api import alerts, health, points, runs
+from rlguard_backend.api import alerts, health, points, runs, samples
 from rlguard_backend.config import Settings
 from rlguard_backend.db import Checkpointer, make_engine, make_session_factory
 from rlguard_backend.errors import ServiceError
@@ -60,7 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.session_factory = session_factory
     app.state.checkpointer = checkpointer
-    for router in (runs.router, points.router, alerts.router, health.router):
+    for router in (runs.router, points.router, samples.router, alerts.router, health.router):
         app.include_router(router, prefix=settings.api_prefix)
     _install_error_handlers(app)
     return app

@@ -1,0 +1,222 @@
+"""Rollout samples: store a batch idempotently, thin old steps, read them sorted and filtered.
+
+A sample's numbers live in columns so SQL sorts and filters them; its text (with the extra
+``scores``) and its per-token arrays are zlib-compressed JSON. Text search therefore runs here,
+over the rows the other filters select. Storage verbs take a Session; no commits, no HTTP.
+
+Retention is per run, from its config: ``samples_keep_steps=K`` keeps every sample of the last
+K steps (counted back from the run's newest step) and thins each older step to its
+``samples_thinned_per_step`` best and as many worst rewards (default 2), applied on ingest.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from rlguard_backend import ingest, sql
+from rlguard_backend.errors import InvalidField, PayloadTooLarge
+from rlguard_backend.models import utcnow
+from rlguard_backend.schemas import (
+    SAMPLE_NUMBER_FIELDS,
+    SAMPLE_TEXT_FIELDS,
+    SampleAck,
+    SampleBatchIn,
+    SampleIn,
+    SampleList,
+    SamplePublic,
+    SampleTokens,
+)
+
+# wire field -> column
+COLUMNS = {name: ("group_id" if name == "group" else name) for name in SAMPLE_NUMBER_FIELDS}
+SORT_FIELDS = ("step", *SAMPLE_NUMBER_FIELDS)
+DEFAULT_THINNED_PER_STEP = 2
+_STORED = [
+    ("run_id", "text"),
+    ("step", "int8"),
+    ("sample_index", "int4"),
+    ("wall_time", "float8"),
+    *((column, "float8") for column in COLUMNS.values()),
+    ("cut", "bool"),
+    ("text_data", "bytea"),
+    ("token_data", "bytea"),
+]
+_UPSERT = "ON CONFLICT (run_id, step, sample_index) DO UPDATE SET " + ", ".join(
+    f"{name} = excluded.{name}" for name, _ in _STORED[3:]
+)
+_READ_COLUMNS = "step, sample_index, wall_time, " + ", ".join(COLUMNS.values())
+
+
+def parse_samples(raw: bytes, max_samples: int) -> SampleBatchIn:
+    """The batch, refused when invalid, too large or naming one sample twice."""
+    batch = ingest.parse_body(SampleBatchIn, raw, "batch_id and samples")
+    if len(batch.samples) > max_samples:
+        raise PayloadTooLarge(
+            f"batch holds {len(batch.samples)} samples, more than the limit of {max_samples}; "
+            "split it (or raise RLGUARD_MAX_BATCH_SAMPLES)"
+        )
+    seen: set[tuple[int, int]] = set()
+    for position, sample in enumerate(batch.samples):
+        if (sample.step, sample.index) in seen:
+            raise InvalidField(
+                ["body", "samples", position],
+                f"sample (step {sample.step}, index {sample.index}) appears twice in the batch; "
+                "give each sample of a step its own index",
+            )
+        seen.add((sample.step, sample.index))
+    return batch
+
+
+def store_samples(session: Session, run_id: str, batch: SampleBatchIn) -> SampleAck:
+    """Store the batch (a sample of a stored step and index replaces it); a known batch id
+    writes nothing. Locks the run first, as ingest of points does."""
+    _, config = ingest.lock_run(session, run_id)
+    ack = SampleAck(batch_id=batch.batch_id, duplicate=False, samples=len(batch.samples))
+    if ingest.batch_seen(session, run_id, batch.batch_id):
+        return ack.model_copy(update={"duplicate": True})
+    sql.execute(
+        session,
+        "INSERT INTO ingested_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)",
+        (run_id, batch.batch_id, len(batch.samples), utcnow()),
+    )
+    newest_before = _newest_step(session, run_id)
+    rows = [_row(run_id, sample) for sample in batch.samples]
+    sql.bulk_insert(session, "samples", _STORED, rows, _UPSERT)
+    if batch.samples:
+        oldest = min(s.step for s in batch.samples)
+        _thin(
+            session, run_id, config, oldest if newest_before is None else min(oldest, newest_before)
+        )
+    return ack
+
+
+def _newest_step(session: Session, run_id: str) -> int | None:
+    found = sql.fetchall(session, "SELECT MAX(step) FROM samples WHERE run_id = ?", (run_id,))
+    return None if found[0][0] is None else int(found[0][0])
+
+
+def _pack(payload: dict[str, Any]) -> bytes:
+    return zlib.compress(json.dumps(payload, ensure_ascii=False).encode(), 6)
+
+
+def _unpack(blob: bytes | None) -> dict[str, Any]:
+    return {} if blob is None else dict(json.loads(zlib.decompress(blob)))
+
+
+def _row(run_id: str, sample: SampleIn) -> tuple[Any, ...]:
+    texts = {name: getattr(sample, name) for name in SAMPLE_TEXT_FIELDS}
+    tokens = sample.tokens.model_dump(exclude_none=True) if sample.tokens else None
+    return (
+        run_id,
+        sample.step,
+        sample.index,
+        sample.time,
+        *(getattr(sample, name) for name in COLUMNS),
+        sample.cut,
+        _pack({**texts, "scores": sample.scores}),
+        _pack(tokens) if tokens else None,
+    )
+
+
+def _thin(session: Session, run_id: str, config: dict[str, Any], since: int) -> None:
+    """Apply the run's retention to the steps from ``since - samples_keep_steps`` (where the
+    last batch left off, or this batch's oldest step) up to ``samples_keep_steps`` before the
+    newest."""
+    keep_steps = config.get("samples_keep_steps")
+    if not isinstance(keep_steps, int) or isinstance(keep_steps, bool) or keep_steps < 0:
+        return
+    per_step = config.get("samples_thinned_per_step", DEFAULT_THINNED_PER_STEP)
+    per_step = per_step if isinstance(per_step, int) and per_step >= 0 else 0
+    below = (_newest_step(session, run_id) or 0) - keep_steps + 1
+    lo = min(since - keep_steps, below)
+    scope = "run_id = ? AND step >= ? AND step < ?"
+    sql.execute(
+        session,
+        f"DELETE FROM samples WHERE {scope} AND (step, sample_index) NOT IN ("
+        "SELECT step, sample_index FROM (SELECT step, sample_index, "
+        "ROW_NUMBER() OVER (PARTITION BY step ORDER BY COALESCE(reward, -1e308) DESC, "
+        "sample_index) AS best, "
+        "ROW_NUMBER() OVER (PARTITION BY step ORDER BY COALESCE(reward, 1e308), "
+        f"sample_index) AS worst FROM samples WHERE {scope}) AS ranked "
+        "WHERE best <= ? OR worst <= ?)",
+        (run_id, lo, below, run_id, lo, below, per_step, per_step),
+    )
+
+
+@dataclass
+class SampleQuery:
+    """What a read asks for: a step range, numeric ranges, a text, an order and a page."""
+
+    from_step: int = 0
+    to_step: int | None = None
+    ranges: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    text: str | None = None
+    sort: str = "step"
+    descending: bool = False
+    limit: int = 100
+    offset: int = 0
+    tokens: bool = False
+
+
+def read_samples(session: Session, run_id: str, query: SampleQuery) -> SampleList:
+    """The run's samples matching ``query``, one page of them, and how many match."""
+    where, params = _where(run_id, query)
+    columns = _READ_COLUMNS + ", cut, text_data" + (", token_data" if query.tokens else "")
+    select = f"SELECT {columns} FROM samples WHERE {where} ORDER BY {_order(query)}"
+    if query.text is None:
+        (count,) = sql.fetchall(session, f"SELECT COUNT(*) FROM samples WHERE {where}", params)[0]
+        rows = sql.fetchall(
+            session, f"{select} LIMIT ? OFFSET ?", [*params, query.limit, query.offset]
+        )
+        return SampleList(data=[_public(run_id, row) for row in rows], count=count)
+    needle = query.text.casefold()
+    found = [
+        sample
+        for sample in (_public(run_id, row) for row in sql.fetchall(session, select, params))
+        if any(needle in (getattr(sample, name) or "").casefold() for name in SAMPLE_TEXT_FIELDS)
+    ]
+    return SampleList(data=found[query.offset : query.offset + query.limit], count=len(found))
+
+
+def _where(run_id: str, query: SampleQuery) -> tuple[str, list[Any]]:
+    clauses, params = ["run_id = ?", "step >= ?"], [run_id, query.from_step]
+    if query.to_step is not None:
+        clauses.append("step <= ?")
+        params.append(query.to_step)
+    for name, (low, high) in query.ranges.items():
+        for bound, operator in ((low, ">="), (high, "<=")):
+            if bound is not None:
+                clauses.append(f"{COLUMNS[name]} {operator} ?")
+                params.append(bound)
+    return " AND ".join(clauses), params
+
+
+def _order(query: SampleQuery) -> str:
+    direction = "DESC" if query.descending else "ASC"
+    if query.sort == "step":
+        return f"step {direction}, sample_index {direction}"
+    column = COLUMNS[query.sort]
+    return f"({column} IS NULL), {column} {direction}, step, sample_index"
+
+
+def _public(run_id: str, row: tuple[Any, ...]) -> SamplePublic:
+    step, index, wall_time, *numbers = row[: 3 + len(COLUMNS)]
+    cut, text_data, *token_data = row[3 + len(COLUMNS) :]
+    texts = _unpack(text_data)
+    tokens = SampleTokens(**_unpack(token_data[0])) if token_data and token_data[0] else None
+    return SamplePublic(
+        run_id=run_id,
+        step=step,
+        index=index,
+        time=wall_time,
+        **{name: texts.get(name) for name in SAMPLE_TEXT_FIELDS},
+        **dict(zip(COLUMNS, numbers, strict=True)),
+        scores=texts.get("scores") or {},
+        cut=bool(cut),
+        tokens=tokens,
+    )
