@@ -113,16 +113,15 @@ def test_trl_grpo_trainer_callback_logs_trl_keys(
         save_strategy="no",
         beta=0.04,
     )
-    callback = RLGuardCallback(
-        project="hook", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
-    )
     trainer = GRPOTrainer(
         model=str(folder),
         reward_funcs=reward_len,
         args=args,
         train_dataset=prompts,
         processing_class=None,
-        callbacks=[callback],
+    )
+    RLGuardCallback.attach(
+        trainer, project="hook", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
     )
     trainer.train()
     stored = stored_series(service.url, run_id)
@@ -130,6 +129,14 @@ def test_trl_grpo_trainer_callback_logs_trl_keys(
         assert sorted(stored[key]) == [1, 2, 3], key
     config = api(service.url, "GET", f"/runs/{run_id}")["config"]
     assert config["kl_coef"] == 0.04 and config["kl_placement"] == "loss"
+    samples = api(service.url, "GET", f"/runs/{run_id}/samples?limit=100")
+    assert samples["count"] == 3 * 4  # 4 completions (2 prompts x 2 generations) per step
+    assert [s["step"] for s in samples["data"]] == [1] * 4 + [2] * 4 + [3] * 4
+    for sample in samples["data"]:
+        assert sample["prompt"] in ("a b", "c d", "e f", "g h")
+        assert sample["reward"] == sample["scores"]["reward_reward_len"]
+        assert sample["reward"] == len(sample["response"])
+        assert sample["group"] == sample["index"] // 2 and sample["advantage"] is not None
 
 
 def test_verl_follower_survives_truncation_and_nulls(
