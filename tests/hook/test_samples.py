@@ -164,8 +164,10 @@ def test_queue_evicts_samples_before_refusing_a_metric_step() -> None:
     assert queue.bytes == 0
 
 
-def test_estimate_bytes_grows_with_text_and_arrays() -> None:
-    small = _samples.estimate_bytes(_records(1, 10))
-    large = _samples.estimate_bytes(_records(1, 10_000))
-    arrays = _samples.estimate_bytes([{"token_kl": np.zeros(1000)}])
-    assert large - small == 10_000 - 10 and arrays == _samples.RECORD_BYTES + 112 + 8000
+def test_snapshot_copies_the_records_and_sizes_text_and_arrays() -> None:
+    logged = _records(1, 10)
+    records, small = _samples.snapshot(logged)
+    assert records == logged and records[0] is not logged[0]
+    large = _samples.snapshot(_records(1, 10_000))[1]
+    arrays = _samples.snapshot([{"token_kl": np.zeros(1000)}])[1]
+    assert large - small == 10_000 - 10 and arrays == _samples.RECORD_BYTES + 32 + 80 + 8000

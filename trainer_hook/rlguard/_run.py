@@ -168,8 +168,7 @@ class Run:
         elif type(step) is not int:
             step = _coerce_step(step)
         try:
-            records = [r.copy() if isinstance(r, dict) else r for r in samples]
-            size = _samples.estimate_bytes(records)
+            records, size = _samples.snapshot(samples)
         except Exception as exc:  # a user object that cannot be iterated or read: warn, go on
             self._warn_samples_once(exc)
             return

@@ -14,7 +14,7 @@ import json
 import math
 import random
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from rlguard import _wire
@@ -34,26 +34,35 @@ TRUNCATION_MARKER = "\n…[rlguard: {n} characters cut]…\n"
 TOKEN_ITEM_BYTES = 12  # a JSON number with its comma, roughly
 RECORD_BYTES = 232  # a small dict plus the queue entry around it
 SAMPLES_PER_BATCH = 512
+_SCALARS = (float, int, bool)
 
 
-def estimate_bytes(records: Sequence[Any]) -> int:
-    """What the queued records hold in memory, roughly; cheap enough for the training thread."""
-    total = 0
-    for record in records:
+def snapshot(samples: Iterable[Any]) -> tuple[list[Any], int]:
+    """Shallow copies of the logged records and roughly the bytes they hold; cheap enough for
+    the training thread (no ABC checks, plain numbers cost no look-up)."""
+    records, total = [], 0
+    for sample in samples:
+        record = sample.copy() if type(sample) is dict else sample
+        records.append(record)
         total += RECORD_BYTES
-        values = record.values() if isinstance(record, Mapping) else ()
+        values = record.values() if type(record) is dict or isinstance(record, Mapping) else ()
         for value in values:
-            if isinstance(value, str):
+            if type(value) is str:
                 total += 49 + len(value)
-                continue
-            nbytes = getattr(value, "nbytes", None)
-            if isinstance(nbytes, int):
-                total += 112 + nbytes
-            elif isinstance(value, (list, tuple)):
-                total += 56 + 40 * len(value)
+            elif type(value) not in _SCALARS:
+                total += 32 + _value_bytes(value)
             else:
                 total += 32
-    return total
+    return records, total
+
+
+def _value_bytes(value: Any) -> int:
+    nbytes = getattr(value, "nbytes", None)  # numpy arrays and torch tensors
+    if isinstance(nbytes, int):
+        return 80 + nbytes
+    if isinstance(value, (list, tuple)):
+        return 24 + 40 * len(value)
+    return 0
 
 
 def select_indices(
