@@ -155,7 +155,7 @@ def test_queue_evicts_samples_before_refusing_a_metric_step() -> None:
     entry_bytes = _samples.sizeof_entry(metrics)
     fitting = 10_000 // entry_bytes
     for step in range(fitting + 3):
-        queue.append((step, step, 0.0, metrics))
+        queue.append((step, 0.0, metrics))
     assert queue.dropped_samples == 20  # the queued samples made room first
     assert queue.dropped_steps == 3 and len(queue) == fitting
     queue.append(object())  # a flush marker always gets in

@@ -34,8 +34,8 @@ class LogQueue:
         return len(self._metrics)
 
     def append(self, item: Any) -> None:
-        """Queue a ``log()`` entry ``(seq, step, time, metrics)``, a flush marker or the stop."""
-        size = sizeof_entry(item[3]) if isinstance(item, tuple) else 0
+        """Queue a ``log()`` entry ``(step, time, metrics)``, a flush marker or the stop."""
+        size = sizeof_entry(item[2]) if type(item) is tuple else 0
         with self._lock:
             if size and not self._make_room(size):
                 self.dropped_steps += 1

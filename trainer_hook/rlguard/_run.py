@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import threading
 import time
@@ -85,7 +84,6 @@ class Run:
         self.active = active
         self.alerts: list[dict[str, Any]] = []
         self._cfg = cfg
-        self._seq = itertools.count()
         self._next_step = 0
         self._finished = False
         self._finish_lock = threading.Lock()
@@ -147,7 +145,7 @@ class Run:
             snapshot = metrics.copy()  # type: ignore[attr-defined]
         except AttributeError:
             snapshot = dict(metrics)
-        queue.append((next(self._seq), step, _now(), snapshot))
+        queue.append((step, _now(), snapshot))
         if type(step) is int:
             self._next_step = step + 1
 
@@ -183,7 +181,7 @@ class Run:
         """System metrics, stamped with the current training step without advancing it."""
         queue = self._queue
         if queue is not None:
-            queue.append((next(self._seq), max(self._next_step - 1, 0), _now(), values))
+            queue.append((max(self._next_step - 1, 0), _now(), values))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until everything logged so far is sent or safely spooled; False on timeout."""

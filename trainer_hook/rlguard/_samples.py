@@ -228,22 +228,23 @@ class SampleShaper:
         index: int,
         when: float,
     ) -> dict[str, Any]:
+        """One sample in at most about ``max_bytes`` of JSON: tokens take half at most, the
+        texts share what the rest leaves."""
         sample: dict[str, Any] = {"step": step, "index": index, "time": when}
-        arrays, tokens_cut = fit_tokens(token_arrays(record), self.max_bytes // 2)
-        texts = {k: _text(record[k]) for k in TEXT_FIELDS if record.get(k) is not None}
-        room = (
-            self.max_bytes - RECORD_BYTES - sum(TOKEN_ITEM_BYTES * len(a) for a in arrays.values())
-        )
-        sample.update(fit_texts(texts, max(room, 0)))
-        scores = {k: v for k, v in numbers.items() if k not in NUMBER_FIELDS}
-        sample.update({k: v for k, v in numbers.items() if k in NUMBER_FIELDS})
-        if "length" not in sample and "text" in arrays and not tokens_cut:
-            sample["length"] = float(len(arrays["text"]))
+        sample.update((k, v) for k, v in numbers.items() if k in NUMBER_FIELDS)
+        scores = [(k, v) for k, v in numbers.items() if k not in NUMBER_FIELDS]
         if scores:
-            sample["scores"] = dict(list(scores.items())[:MAX_SCORES])
+            sample["scores"] = dict(scores[:MAX_SCORES])
+        arrays, tokens_cut = fit_tokens(token_arrays(record), self.max_bytes // 2)
         if arrays:
             sample["tokens"] = arrays
-        if tokens_cut or any(sample.get(k) != v for k, v in texts.items()):
+            if "length" not in sample and "text" in arrays and not tokens_cut:
+                sample["length"] = float(len(arrays["text"]))
+        texts = {k: _text(record[k]) for k in TEXT_FIELDS if record.get(k) is not None}
+        room = self.max_bytes - len(json.dumps(sample, ensure_ascii=False)) - 24 * len(texts)
+        fitted = fit_texts(texts, max(room, 0))
+        sample.update(fitted)
+        if tokens_cut or fitted != texts:
             sample["cut"] = True
         return sample
 

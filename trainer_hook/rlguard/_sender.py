@@ -198,7 +198,7 @@ class Sender:
         return stopped
 
     def _convert(self, item: tuple) -> tuple[int, float, dict[str, float | str]] | None:
-        _seq, raw_step, when, metrics = item
+        raw_step, when, metrics = item
         step = _wire.to_step(raw_step)
         if step is None:
             self._warn_once(
