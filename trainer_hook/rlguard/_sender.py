@@ -80,7 +80,6 @@ class Sender:
         self.cfg = cfg
         self.queue = LogQueue(cfg.max_queue_bytes)
         self._shaper = _samples.SampleShaper(cfg.max_samples_per_step, cfg.max_sample_bytes)
-        self._queue_drops = (0, 0)
         self.counters = Counters()
         self.error: BaseException | None = None  # a bug in the thread, surfaced by status()
         self.spool = Spool(cfg.spool_dir, cfg.run_id, cfg.spool_budget_bytes)
@@ -228,14 +227,14 @@ class Sender:
         return step, when, values
 
     def _warn_queue_drops(self) -> None:
-        drops = (self.queue.dropped_steps, self.queue.dropped_samples)
-        if drops != self._queue_drops:
-            self._queue_drops = drops
+        steps, samples = self.queue.dropped_steps, self.queue.dropped_samples
+        if steps or samples:
             self._warn_once(
                 "queue-full",
                 f"rlguard: the log queue reached its budget (max_queue_mb="
                 f"{self.cfg.max_queue_mb}); samples are dropped first, then new steps; "
-                f"{drops[0]} step(s) and {drops[1]} sample(s) dropped so far (shown once)",
+                f"{steps} step(s) and {samples} sample(s) dropped so far (shown once; "
+                "run.status() keeps counting)",
             )
 
     def _ship(self, entries: list[tuple[int, float, dict[str, float | str]]]) -> None:
@@ -249,39 +248,40 @@ class Sender:
 
     def _ship_samples(self, entries: list[tuple[Any, float, list[Any]]]) -> None:
         """Shape what log_samples() queued into wire samples and deliver them in batches."""
-        samples: list[dict] = []
-        for raw_step, when, records in entries:
-            step = _wire.to_step(raw_step)
-            if step is None:
-                self._drop_samples_of_call(records, f"step must be an int >= 0, got {raw_step!r}")
-                continue
-            shaped = self._shaper.shape(step, when, records)
-            self.counters.samples_filtered += shaped.filtered
-            self.counters.samples_dropped += shaped.invalid
-            if shaped.invalid:
-                self._warn_once(
-                    "sample-record",
-                    "rlguard: log_samples() takes a list of dicts; "
-                    "other items were dropped (shown once)",
-                )
-            for key in shaped.skipped_fields:
-                self._warn_once(
-                    f"sample-key:{key}",
-                    f"rlguard: sample field {key!r} is neither a number nor text; "
-                    "skipped (shown once per field)",
-                )
-            samples += shaped.samples
+        samples = [sample for entry in entries for sample in self._shape(*entry)]
         self.counters.samples_logged += len(samples)
         for chunk in _samples.split_samples(samples):
             batch_id = uuid.uuid4().hex
             self._deliver(SAMPLES, batch_id, len(chunk), _samples.encode_samples(batch_id, chunk))
 
-    def _drop_samples_of_call(self, records: list[Any], why: str) -> None:
-        self.counters.samples_dropped += len(records)
-        self._warn_once(
-            f"sample-call:{why[:20]}",
-            f"rlguard: log_samples(): {why}; that call was dropped (shown once)",
-        )
+    def _shape(self, raw_step: Any, when: float, records: list[Any]) -> list[dict]:
+        """One log_samples() call as wire samples; what it leaves out is counted (and warned
+        about once per cause)."""
+        step = _wire.to_step(raw_step)
+        if step is None:
+            self.counters.samples_dropped += len(records)
+            self._warn_once(
+                "sample-step",
+                f"rlguard: log_samples() step must be an int >= 0, got {raw_step!r}; "
+                "that call was dropped (shown once)",
+            )
+            return []
+        shaped = self._shaper.shape(step, when, records)
+        self.counters.samples_filtered += shaped.filtered
+        self.counters.samples_dropped += shaped.invalid
+        if shaped.invalid:
+            self._warn_once(
+                "sample-record",
+                "rlguard: log_samples() takes a list of dicts; other items were dropped "
+                "(shown once)",
+            )
+        for key in shaped.skipped_fields:
+            self._warn_once(
+                f"sample-key:{key}",
+                f"rlguard: sample field {key!r} is neither a number nor text; skipped "
+                "(shown once per field)",
+            )
+        return shaped.samples
 
     def _deliver(self, kind: str, batch_id: str, count: int, body: bytes) -> None:
         """Post one batch, or spool it while the service is away or older batches wait."""
