@@ -32,6 +32,12 @@ def rollouts(n: int, step: int, text_bytes: int = 100) -> list[dict]:
     ]
 
 
+def start(run_id: str, url: str, spool_dir: Path, **settings: object) -> rlguard.Run:
+    return rlguard.init(
+        project="samples", run_id=run_id, url=url, spool_dir=str(spool_dir), **{**FAST, **settings}
+    )
+
+
 def samples_of(url: str, run_id: str, **params: object) -> dict:
     query = urllib.parse.urlencode({"limit": 1000, **params})
     return dict(api(url, "GET", f"/runs/{run_id}/samples?{query}"))
@@ -40,14 +46,7 @@ def samples_of(url: str, run_id: str, **params: object) -> dict:
 def test_log_samples_round_trip_keeps_the_budget_best_and_worst(
     service: ServiceProcess, run_id: str, spool_dir: Path
 ) -> None:
-    run = rlguard.init(
-        project="samples",
-        run_id=run_id,
-        url=service.url,
-        spool_dir=str(spool_dir),
-        max_samples_per_step=8,
-        **FAST,
-    )
+    run = start(run_id, service.url, spool_dir, max_samples_per_step=8)
     run.log({"reward": 1.0}, step=5)
     rlguard.log_samples(rollouts(100, 5))  # default step: the last log()'s
     run.log_samples(rollouts(3, 6), step=np.int64(6))
@@ -67,14 +66,7 @@ def test_log_samples_round_trip_keeps_the_budget_best_and_worst(
 def test_log_samples_cuts_long_text_with_a_visible_marker(
     service: ServiceProcess, run_id: str, spool_dir: Path
 ) -> None:
-    run = rlguard.init(
-        project="samples",
-        run_id=run_id,
-        url=service.url,
-        spool_dir=str(spool_dir),
-        max_sample_kb=2,
-        **FAST,
-    )
+    run = start(run_id, service.url, spool_dir, max_sample_kb=2)
     run.log_samples([{"prompt": "short", "response": "x" * 50_000 + "THE END", "reward": 1}], 0)
     run.finish()
     (sample,) = samples_of(service.url, run_id)["data"]
@@ -87,9 +79,7 @@ def test_log_samples_never_raises_on_junk(
     service: ServiceProcess, run_id: str, spool_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="rlguard")
-    run = rlguard.init(
-        project="samples", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
-    )
+    run = start(run_id, service.url, spool_dir)
     run.log_samples(None)  # type: ignore[arg-type]
     run.log_samples([1, {"response": "ok", "reward": "high"}], step=2)
     run.log_samples([{"response": "bad step"}], step=-3)
@@ -106,14 +96,7 @@ def test_samples_spool_while_the_service_is_down_and_replay_exactly_once(
     proxy: FaultProxy, run_id: str, spool_dir: Path
 ) -> None:
     proxy.mode = "status:503"
-    run = rlguard.init(
-        project="samples",
-        run_id=run_id,
-        url=proxy.url,
-        spool_dir=str(spool_dir),
-        max_samples_per_step=10,
-        **FAST,
-    )
+    run = start(run_id, proxy.url, spool_dir, max_samples_per_step=10)
     for step in range(4):
         run.log({"loss": float(step)}, step=step)
         run.log_samples(rollouts(10, step), step=step)
@@ -133,14 +116,13 @@ def test_sample_flood_with_the_service_down_loses_no_metric_point(
     url = f"http://127.0.0.1:{free_port()}"
     budget = 16
     max_queue_mb = 1.0
-    run = rlguard.init(
-        project="samples",
-        run_id=run_id,
-        url=url,
-        spool_dir=str(spool_dir),
+    run = start(
+        run_id,
+        url,
+        spool_dir,
         max_samples_per_step=budget,
         max_queue_mb=max_queue_mb,
-        **{**FAST, "flush_interval_s": 600},  # the sender drains only when flushed
+        flush_interval_s=600,  # the sender drains only when flushed
     )
     steps, keys = 40, 20
     for step in range(steps):
