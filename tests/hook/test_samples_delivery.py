@@ -136,3 +136,34 @@ def test_sample_flood_with_the_service_down_loses_no_metric_point(
     accounted = status.samples_logged + status.samples_filtered + status.samples_dropped
     assert accounted == steps * 10 * budget
     assert status.spool_samples == status.samples_logged <= steps * budget
+
+
+def test_a_resumed_process_replays_only_the_samples_before_its_resume_step(
+    service: ServiceProcess, run_id: str, spool_dir: Path
+) -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+    first = start(run_id, down, spool_dir)
+    for step in range(6):
+        first.log_samples(rollouts(4, step), step=step)
+    assert first.finish(timeout_s=0).spool_samples == 24
+    second = start(run_id, service.url, spool_dir, resume_from_step=2)
+    second.log_samples(rollouts(1, 3), step=3)
+    status = second.finish()
+    delivered = status.samples_replayed + status.samples_sent  # step 3 may queue behind them
+    assert (delivered, status.samples_dropped, status.spool_samples) == (12 + 1, 0, 0)
+    stored = samples_of(service.url, run_id)["data"]
+    assert sorted({(s["step"], s["index"]) for s in stored}) == [
+        *((step, i) for step in range(3) for i in range(4)),
+        (3, 0),
+    ]
+
+
+def test_cli_sync_replays_spooled_samples(service: ServiceProcess, run_id: str, spool_dir: Path):
+    first = start(run_id, f"http://127.0.0.1:{free_port()}", spool_dir)
+    first.log_samples(rollouts(5, 0), step=0)
+    assert first.finish(timeout_s=0).spool_samples == 5
+    from rlguard import cli
+
+    assert cli.main(["sync", "--spool-dir", str(spool_dir), "--url", service.url, run_id]) == 0
+    assert samples_of(service.url, run_id)["count"] == 5
+    assert not list((spool_dir / run_id).glob("*.batch"))
