@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import math
 import random
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 from rlguard import _samples
-from rlguard._queue import LogQueue
+from rlguard._queue import ENTRY_BYTES, METRIC_VALUE_BYTES, LogQueue
 from rlguard._samples import SampleShaper, cut_middle, fit_texts, select_indices
 
 R = [0.5, 0.9, 0.1, 0.7, 0.3, 0.2, 0.8, 0.4]  # best 0.9 (index 1), worst 0.1 (index 2)
@@ -152,7 +153,7 @@ def test_queue_evicts_samples_before_refusing_a_metric_step() -> None:
     queue.append_samples(("s", 0.0, []), 10, 5_000)  # does not fit: refused
     assert (queue.dropped_samples, queue.bytes) == (10, 6_000)
     metrics = {f"k{i}": float(i) for i in range(20)}
-    entry_bytes = _samples.sizeof_entry(metrics)
+    entry_bytes = sys.getsizeof(metrics) + METRIC_VALUE_BYTES * len(metrics) + ENTRY_BYTES
     fitting = 10_000 // entry_bytes
     for step in range(fitting + 3):
         queue.append((step, 0.0, metrics))

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import collections
 import threading
+from sys import getsizeof
 from typing import Any
 
-from rlguard._samples import sizeof_entry
+METRIC_VALUE_BYTES = 64  # a float object and its slot in the logged dict, roughly
+ENTRY_BYTES = 120  # the entry tuple, its step and time
 
 
 class LogQueue:
@@ -23,7 +25,7 @@ class LogQueue:
         self.bytes = 0
         self.dropped_steps = 0  # log() entries refused while the budget was spent
         self.dropped_samples = 0  # samples evicted or refused to make room
-        self._metrics: collections.deque[tuple[Any, int]] = collections.deque()
+        self._metrics: collections.deque[Any] = collections.deque()
         self._samples: collections.deque[tuple[Any, int, int]] = collections.deque()
         self._lock = threading.Lock()
 
@@ -35,12 +37,16 @@ class LogQueue:
 
     def append(self, item: Any) -> None:
         """Queue a ``log()`` entry ``(step, time, metrics)``, a flush marker or the stop."""
-        size = sizeof_entry(item[2]) if type(item) is tuple else 0
+        if type(item) is tuple:
+            metrics = item[2]
+            size = getsizeof(metrics) + METRIC_VALUE_BYTES * len(metrics) + ENTRY_BYTES
+        else:
+            size = 0
         with self._lock:
-            if size and not self._make_room(size):
+            if self.bytes + size > self.max_bytes and not self._make_room(size):
                 self.dropped_steps += 1
                 return
-            self._metrics.append((item, size))
+            self._metrics.append(item)
             self.bytes += size
 
     def append_samples(self, item: Any, count: int, size: int) -> None:
@@ -58,7 +64,7 @@ class LogQueue:
             metrics, self._metrics = self._metrics, collections.deque()
             samples, self._samples = self._samples, collections.deque()
             self.bytes = 0
-        return [item for item, _ in metrics], [item for item, _, _ in samples]
+        return list(metrics), [item for item, _, _ in samples]
 
     def _make_room(self, size: int) -> bool:
         """Evict the oldest sample entries until ``size`` more bytes fit; False if they cannot."""

@@ -13,7 +13,6 @@ import gzip
 import json
 import math
 import random
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -293,8 +292,3 @@ def encode_samples(batch_id: str, samples: list[dict]) -> bytes:
 def decode_samples(body: bytes) -> dict:
     """Inverse of ``encode_samples``."""
     return json.loads(gzip.decompress(body))
-
-
-def sizeof_entry(metrics: Mapping[str, Any]) -> int:
-    """Bytes a queued ``log()`` entry holds, roughly: the dict, its values, the tuple."""
-    return sys.getsizeof(metrics) + 64 * len(metrics) + 120
