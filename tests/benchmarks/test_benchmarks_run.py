@@ -54,3 +54,12 @@ def test_benchmark_prints_json_with_baselines(
     if module == "benchmarks.query":
         assert result["sqlite"]["spike_kept"] is True
         assert result["sqlite"]["api_points_returned"] <= 2000
+
+
+def test_benchmark_samples_prints_hook_costs_and_ingest_rates() -> None:
+    result = _run("benchmarks.samples", "--steps", "20", "--batches", "2")
+    hook = result["hook"]
+    assert hook["samples_delivered"] == 20 * 64
+    assert {"median_us", "p99_us"} <= hook["log"].keys() <= hook["log_samples"].keys()
+    for database in ("sqlite", "postgres"):
+        assert result[database]["batches"] == 2 and result[database]["samples_per_s"] > 0
