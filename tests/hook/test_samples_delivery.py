@@ -83,13 +83,32 @@ def test_log_samples_never_raises_on_junk(
     run.log_samples(None)  # type: ignore[arg-type]
     run.log_samples([1, {"response": "ok", "reward": "high"}], step=2)
     run.log_samples([{"response": "bad step"}], step=-3)
+    run.log_samples([{"response": "odd tokens", "tokens": "abc", "token_kl": 5}], step=3)
+    run.log_samples([{"response": "raises", "reward": Unreadable()}], step=4)
     status = run.finish()
-    assert (status.samples_logged, status.samples_dropped, status.samples_sent) == (1, 2, 1)
-    (sample,) = samples_of(service.url, run_id)["data"]
-    assert (sample["response"], sample["reward"]) == ("ok", None)
+    assert (status.samples_logged, status.samples_dropped, status.samples_sent) == (2, 3, 2)
+    ok, odd = samples_of(service.url, run_id, tokens="true")["data"]
+    assert (ok["response"], ok["reward"]) == ("ok", None)
+    assert odd["tokens"] == {
+        "text": ["abc"],
+        "kl": [5.0],
+        "logprobs": None,
+        "entropy": None,
+        "ratio": None,
+    }
     text = caplog.text
     assert "takes a list of dicts" in text and "'reward' is neither a number nor text" in text
-    assert "step must be an int >= 0" in text
+    assert "step must be an int >= 0" in text and "cannot read the samples logged at step 4" in text
+
+
+class Unreadable:
+    """A value whose conversion to a number raises."""
+
+    def item(self) -> float:
+        raise RuntimeError("device lost")
+
+    shape = ()
+    __module__ = "numpy"
 
 
 def test_samples_spool_while_the_service_is_down_and_replay_exactly_once(

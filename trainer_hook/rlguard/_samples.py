@@ -157,7 +157,9 @@ def _as_list(value: Any) -> list[Any]:
     if callable(tolist):
         listed = tolist()
         return listed if isinstance(listed, list) else [listed]
-    return list(value)
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return list(value) if isinstance(value, Iterable) and not isinstance(value, str) else [value]
 
 
 def _wire_number(value: Any) -> float | None:

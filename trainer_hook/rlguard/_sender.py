@@ -266,7 +266,16 @@ class Sender:
                 "that call was dropped (shown once)",
             )
             return []
-        shaped = self._shaper.shape(step, when, records)
+        try:
+            shaped = self._shaper.shape(step, when, records)
+        except Exception as exc:  # a user object whose conversion raised: report, keep going
+            self.counters.samples_dropped += len(records)
+            self._warn_once(
+                f"sample-convert:{type(exc).__name__}",
+                f"rlguard: cannot read the samples logged at step {step} ({exc!r}); that call "
+                "was dropped (shown once)",
+            )
+            return []
         self.counters.samples_filtered += shaped.filtered
         self.counters.samples_dropped += shaped.invalid
         if shaped.invalid:
