@@ -6,7 +6,8 @@ over the rows the other filters select. Storage verbs take a Session; no commits
 
 Retention is per run, from its config: ``samples_keep_steps=K`` keeps every sample of the last
 K steps (counted back from the run's newest step) and thins each older step to its
-``samples_thinned_per_step`` best and as many worst rewards (default 2), applied on ingest.
+``samples_thinned_per_step`` best and as many worst rewards (default 2), applied on ingest;
+steps within ``samples_alert_margin_steps`` (default 2) of an alert keep every sample.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from rlguard_backend.schemas import (
 COLUMNS = {name: ("group_id" if name == "group" else name) for name in SAMPLE_NUMBER_FIELDS}
 SORT_FIELDS = ("step", *SAMPLE_NUMBER_FIELDS)
 DEFAULT_THINNED_PER_STEP = 2
+DEFAULT_ALERT_MARGIN_STEPS = 2
 _STORED = [
     ("run_id", "text"),
     ("step", "int8"),
@@ -123,15 +125,24 @@ def _row(run_id: str, sample: SampleIn) -> tuple[Any, ...]:
     )
 
 
+def _retention(config: dict[str, Any]) -> tuple[int, int, int] | None:
+    """The run's ``(keep_steps, thinned_per_step, alert_margin_steps)``; None keeps all."""
+    keys = ("samples_keep_steps", "samples_thinned_per_step", "samples_alert_margin_steps")
+    defaults = (None, DEFAULT_THINNED_PER_STEP, DEFAULT_ALERT_MARGIN_STEPS)
+    values = [config.get(key, default) for key, default in zip(keys, defaults, strict=True)]
+    if not all(type(v) is int and v >= 0 for v in values):
+        return None
+    return values[0], values[1], values[2]
+
+
 def _thin(session: Session, run_id: str, config: dict[str, Any], since: int) -> None:
     """Apply the run's retention to the steps from ``since - samples_keep_steps`` (where the
     last batch left off, or this batch's oldest step) up to ``samples_keep_steps`` before the
-    newest."""
-    keep_steps = config.get("samples_keep_steps")
-    if not isinstance(keep_steps, int) or isinstance(keep_steps, bool) or keep_steps < 0:
+    newest, sparing the steps near any of the run's alerts."""
+    retention = _retention(config)
+    if retention is None:
         return
-    per_step = config.get("samples_thinned_per_step", DEFAULT_THINNED_PER_STEP)
-    per_step = per_step if isinstance(per_step, int) and per_step >= 0 else 0
+    keep_steps, per_step, margin = retention
     below = (_newest_step(session, run_id) or 0) - keep_steps + 1
     lo = min(since - keep_steps, below)
     scope = "run_id = ? AND step >= ? AND step < ?"
@@ -143,8 +154,10 @@ def _thin(session: Session, run_id: str, config: dict[str, Any], since: int) -> 
         "sample_index) AS best, "
         "ROW_NUMBER() OVER (PARTITION BY step ORDER BY COALESCE(reward, 1e308), "
         f"sample_index) AS worst FROM samples WHERE {scope}) AS ranked "
-        "WHERE best <= ? OR worst <= ?)",
-        (run_id, lo, below, run_id, lo, below, per_step, per_step),
+        "WHERE best <= ? OR worst <= ?) AND NOT EXISTS (SELECT 1 FROM alerts "
+        "WHERE alerts.run_id = samples.run_id "
+        "AND samples.step BETWEEN alerts.first_step - ? AND alerts.last_step + ?)",
+        (run_id, lo, below, run_id, lo, below, per_step, per_step, margin, margin),
     )
 
 

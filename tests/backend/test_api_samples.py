@@ -148,15 +148,14 @@ def test_samples_bad_query_names_the_fix(client: TestClient, run_id: str, params
     assert detail in json.dumps(response.json()["detail"])
 
 
-def test_alert_samples_are_those_of_its_steps_worst_first(client: TestClient, run_id: str):
-    _post(client, run_id, "b", [_sample(step, i) for step in range(8) for i in range(4)])
+def _add_alert(client: TestClient, run_id: str, first_step: int, last_step: int) -> int:
     with client.app.state.session_factory() as session:  # type: ignore[attr-defined]
         alert = Alert(
             run_id=run_id,
             detector="entropy_collapse",
             severity="warn",
-            first_step=3,
-            last_step=5,
+            first_step=first_step,
+            last_step=last_step,
             message="m",
             evidence={},
             advice=[],
@@ -165,7 +164,12 @@ def test_alert_samples_are_those_of_its_steps_worst_first(client: TestClient, ru
         )
         session.add(alert)
         session.commit()
-        alert_id = alert.id
+        return int(alert.id)
+
+
+def test_alert_samples_are_those_of_its_steps_worst_first(client: TestClient, run_id: str):
+    _post(client, run_id, "b", [_sample(step, i) for step in range(8) for i in range(4)])
+    alert_id = _add_alert(client, run_id, first_step=3, last_step=5)
     found = client.get(f"/api/v1/alerts/{alert_id}/samples", params={"limit": 4}).json()
     assert found["count"] == 12
     assert [s["reward"] for s in found["data"]] == [0.0, 0.0, 0.0, 0.1]
@@ -184,6 +188,16 @@ def test_samples_retention_thins_steps_before_the_last_k(client: TestClient) -> 
     assert [by_step[s] for s in range(7)] == [[0.0, 0.9]] * 7, by_step  # the worst, the best
     assert all(len(by_step[s]) == 8 for s in (7, 8, 9))
     assert _stored(client) == 7 * 2 + 3 * 8
+
+
+def test_samples_retention_spares_the_steps_around_an_alert(client: TestClient) -> None:
+    run_id = _create_run(client, {"samples_keep_steps": 3, "samples_alert_margin_steps": 1})
+    _add_alert(client, run_id, first_step=2, last_step=3)
+    for step in range(10):
+        _post(client, run_id, f"b{step}", [_sample(step, i) for i in range(8)])
+    kept = _get(client, run_id, limit=1000)["data"]
+    per_step = [sum(1 for x in kept if x["step"] == s) for s in range(10)]
+    assert per_step == [4, 8, 8, 8, 8, 4, 4, 8, 8, 8]  # 1-4: the alert's steps and one each side
 
 
 def test_samples_rewind_supersedes_later_samples(client: TestClient, run_id: str) -> None:
