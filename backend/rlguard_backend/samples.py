@@ -130,9 +130,10 @@ def _retention(config: dict[str, Any]) -> tuple[int, int, int] | None:
     keys = ("samples_keep_steps", "samples_thinned_per_step", "samples_alert_margin_steps")
     defaults = (None, DEFAULT_THINNED_PER_STEP, DEFAULT_ALERT_MARGIN_STEPS)
     values = [config.get(key, default) for key, default in zip(keys, defaults, strict=True)]
-    if not all(type(v) is int and v >= 0 for v in values):
+    numbers = [v for v in values if type(v) is int and v >= 0]
+    if len(numbers) != len(values):
         return None
-    return values[0], values[1], values[2]
+    return numbers[0], numbers[1], numbers[2]
 
 
 def _thin(session: Session, run_id: str, config: dict[str, Any], since: int) -> None:
