@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 import rlguard
-from rlguard.integrations.verl import JsonlFollower, patch_tracking, run_config
+from rlguard.integrations.verl import (
+    JsonlFollower,
+    RolloutDirFollower,
+    patch_tracking,
+    run_config,
+)
 from tests.hook.hookutil import ServiceProcess, api, child_env, free_port, stored_series
 
 FAST = {"gpu": False, "flush_interval_s": 0.05}
@@ -163,6 +168,54 @@ def test_verl_follower_survives_truncation_and_nulls(
     assert stored["b"] == {s: "NaN" for s in range(1, 6)}
 
 
+def verl_dump_line(step: int, i: int) -> str:
+    """One line as verl's ``_dump_generations`` writes it (with an older verl's ``gts``)."""
+    record = {
+        "input": f"user: {i} + {i} =",
+        "output": f"{2 * i}<|im_end|>",
+        "gts": str(2 * i),
+        "score": float(i % 2),
+        "step": step,
+        "acc": True,
+        "pred": str(2 * i),
+    }
+    return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+def test_verl_rollout_follower_logs_dumps_as_samples(
+    service: ServiceProcess, run_id: str, spool_dir: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "rollouts"
+    run = rlguard.init(
+        project="hook", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
+    )
+    follower = RolloutDirFollower(folder, run)
+    assert follower.poll() == 0  # no folder yet
+    folder.mkdir()
+    (folder / "1.jsonl").write_text("".join(verl_dump_line(1, i) for i in range(3)))
+    (folder / "2.jsonl").write_text(verl_dump_line(2, 0)[:-9])  # verl is still writing it
+    (folder / "notes.jsonl").write_text(verl_dump_line(9, 0))
+    assert follower.poll() == 3
+    (folder / "2.jsonl").write_text("".join(verl_dump_line(2, i) for i in range(2)))
+    assert (follower.poll(), follower.poll()) == (2, 0)
+    run.finish()
+    stored = api(service.url, "GET", f"/runs/{run_id}/samples?limit=100")["data"]
+    assert [(s["step"], s["index"], s["reward"]) for s in stored] == [
+        (1, 0, 0.0),
+        (1, 1, 1.0),
+        (1, 2, 0.0),
+        (2, 0, 0.0),
+        (2, 1, 1.0),
+    ]
+    first = stored[1]
+    assert (first["prompt"], first["response"], first["ground_truth"]) == (
+        "user: 1 + 1 =",
+        "2<|im_end|>",
+        "2",
+    )
+    assert first["scores"] == {"acc": 1.0}
+
+
 class Tracking:
     """A stand-in for ``verl.utils.tracking.Tracking`` (verl is not installable here)."""
 
@@ -252,10 +305,16 @@ def test_cli_import_then_export(service: ServiceProcess, run_id: str, tmp_path: 
 def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_path: Path) -> None:
     path = tmp_path / "m.jsonl"
     path.write_text("".join(json.dumps({"step": s, "data": {"a": s}}) + "\n" for s in range(20)))
+    rollouts = tmp_path / "rollouts"
+    rollouts.mkdir()
+    for step in range(3):
+        (rollouts / f"{step}.jsonl").write_text("".join(verl_dump_line(step, i) for i in range(4)))
     done = cli(
         "follow",
         "verl",
         str(path),
+        "--rollouts",
+        str(rollouts),
         "--url",
         service.url,
         "--run-id",
@@ -267,6 +326,8 @@ def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_pa
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert stored_series(service.url, run_id) == {"a": {s: float(s) for s in range(20)}}
+    assert api(service.url, "GET", f"/runs/{run_id}/samples")["count"] == 3 * 4
+    assert "and 12 sample(s) sent" in done.stdout + done.stderr
 
 
 def test_gpu_sampler_without_nvml_logs_host_metrics_only(

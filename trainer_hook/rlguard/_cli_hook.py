@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--run-id", default=None)
         parser.add_argument("--name", default=None)
     if command == "follow":
+        parser.add_argument(
+            "--rollouts", type=Path, default=None, help="verl's trainer.rollout_data_dir"
+        )
         parser.add_argument("--poll-s", type=float, default=0.5)
         parser.add_argument("--exit-after-idle-s", type=float, default=None)
     elif command == "import":
@@ -137,16 +140,23 @@ def _start_run(args: argparse.Namespace, default_name: str) -> rlguard.Run:
 
 
 def follow(args: argparse.Namespace) -> int:
-    """Tail a verl JSONL file into a run until interrupted (or idle for a while)."""
-    from rlguard.integrations.verl import JsonlFollower
+    """Tail a verl JSONL file (and its rollout dumps) into a run until interrupted (or idle)."""
+    from rlguard.integrations.verl import JsonlFollower, RolloutDirFollower, follow_all
 
     run = _start_run(args, args.path.stem)
     follower = JsonlFollower(args.path, run)
+    followers: list[Any] = [follower]
+    if args.rollouts is not None:
+        followers.append(RolloutDirFollower(args.rollouts, run))
     _say(f"following {args.path} into run {run.id} at {run.url}")
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends following, then we finish
-        follower.follow(threading.Event(), args.poll_s, args.exit_after_idle_s)
+        follow_all(followers, threading.Event(), args.poll_s, args.exit_after_idle_s)
     status = run.finish()
-    _say(f"run {run.id}: {follower.steps} step(s), {status.sent + status.replayed} point(s) sent")
+    samples = status.samples_sent + status.samples_replayed
+    _say(
+        f"run {run.id}: {follower.steps} step(s), {status.sent + status.replayed} point(s) "
+        f"and {samples} sample(s) sent"
+    )
     return 0 if status.spool_batches == 0 else 1
 
 
