@@ -291,9 +291,27 @@ def test_cli_import_then_export(service: ServiceProcess, run_id: str, tmp_path: 
     log.write_text(
         "".join(f"step:{s} - actor/entropy:{0.5 - s / 100:.3f} - x:nan\n" for s in range(1, 51))
     )
-    done = cli("import", str(log), "--url", service.url, "--run-id", run_id, "--project", "imp")
+    rollouts = tmp_path / "rollouts"
+    rollouts.mkdir()
+    for step in range(1, 51):  # 100 generations a step: the hook keeps its budget of 64
+        (rollouts / f"{step}.jsonl").write_text(
+            "".join(verl_dump_line(step, i) for i in range(100))
+        )
+    done = cli(
+        "import",
+        str(log),
+        "--rollouts",
+        str(rollouts),
+        "--url",
+        service.url,
+        "--run-id",
+        run_id,
+        "--project",
+        "imp",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "imported 50 step(s), 100 point(s) as verl-console" in done.stdout
+    assert "imported 50 step(s), 100 point(s) and 3200 sample(s) as verl-console" in done.stdout
+    assert api(service.url, "GET", f"/runs/{run_id}/samples?step=50")["count"] == 64
     stored = stored_series(service.url, run_id)
     assert len(stored["actor/entropy"]) == 50 and stored["x"][7] == "NaN"
     out = tmp_path / "export.csv"

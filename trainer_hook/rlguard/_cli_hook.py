@@ -37,10 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--project", default=None)
         parser.add_argument("--run-id", default=None)
         parser.add_argument("--name", default=None)
-    if command == "follow":
+    if command in ("follow", "import"):
         parser.add_argument(
             "--rollouts", type=Path, default=None, help="verl's trainer.rollout_data_dir"
         )
+    if command == "follow":
         parser.add_argument("--poll-s", type=float, default=0.5)
         parser.add_argument("--exit-after-idle-s", type=float, default=None)
     elif command == "import":
@@ -176,10 +177,25 @@ def import_run(args: argparse.Namespace) -> int:
         if steps % IMPORT_FLUSH_EVERY_STEPS == 0:
             run.flush()
             progress.show(steps)
+    if args.rollouts is not None:
+        _import_rollouts(args.rollouts, run)
     status = run.finish()
     progress.done(steps)
-    _say(f"imported {steps} step(s), {status.logged} point(s) as {fmt} into run {run.id}")
+    _say(
+        f"imported {steps} step(s), {status.logged} point(s) and {status.samples_logged} "
+        f"sample(s) as {fmt} into run {run.id}"
+    )
     return 0 if status.spool_batches == 0 and status.dead_lettered == 0 else 1
+
+
+def _import_rollouts(folder: Path, run: rlguard.Run) -> None:
+    """Every rollout dump in ``folder``, one step at a time (the queue stays small)."""
+    from rlguard.integrations.verl import RolloutDirFollower
+
+    follower = RolloutDirFollower(folder, run)
+    for path, text in follower.pending():
+        follower.log_file(path, text)
+        run.flush()
 
 
 class _Progress:

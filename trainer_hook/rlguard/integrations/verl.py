@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,12 @@ class RolloutDirFollower:
 
     def poll(self) -> int:
         """Log the dump files that are new or rewritten; the number of samples logged."""
-        logged = 0
+        logged = sum(self.log_file(path, text) for path, text in self.pending())
+        self.samples += logged
+        return logged
+
+    def pending(self) -> Iterator[tuple[Path, str]]:
+        """The complete dump files not read yet (or rewritten since), in step order."""
         for path in sorted(self.folder.glob("*.jsonl"), key=lambda p: (len(p.stem), p.stem)):
             try:
                 size = path.stat().st_size
@@ -97,14 +102,15 @@ class RolloutDirFollower:
             if not path.stem.isdigit() or self._sizes.get(path.name) == size:
                 continue
             text = path.read_text(encoding="utf-8", errors="replace")
-            if not text.endswith("\n"):  # verl is still writing it
-                continue
-            self._sizes[path.name] = size
-            records = [r for r in map(_json_line, text.splitlines()) if r is not None]
-            self.run.log_samples([rollout_sample(r) for r in records], step=int(path.stem))
-            logged += len(records)
-        self.samples += logged
-        return logged
+            if text.endswith("\n"):  # else verl is still writing it
+                self._sizes[path.name] = size
+                yield path, text
+
+    def log_file(self, path: Path, text: str) -> int:
+        """Log one dump file's lines as the samples of its step; how many there were."""
+        records = [r for r in map(_json_line, text.splitlines()) if r is not None]
+        self.run.log_samples([rollout_sample(r) for r in records], step=int(path.stem))
+        return len(records)
 
 
 def rollout_sample(record: Mapping[str, Any]) -> dict[str, Any]:
