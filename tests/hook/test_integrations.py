@@ -320,6 +320,22 @@ def test_cli_import_then_export(service: ServiceProcess, run_id: str, tmp_path: 
     assert len(out.read_text().splitlines()) == 51
 
 
+def test_cli_import_says_when_most_step_lines_were_left_out(
+    service: ServiceProcess, run_id: str, tmp_path: Path
+) -> None:
+    from tests.hook.test_importers import verl_console_with_config
+
+    log = tmp_path / "verl.log"
+    log.write_text(verl_console_with_config(300))
+    auto = cli("import", str(log), "--url", service.url, "--run-id", run_id)
+    assert auto.returncode == 0, auto.stdout + auto.stderr
+    assert "imported 300 step(s)" in auto.stdout and "warning" not in auto.stdout
+    forced = cli("import", str(log), "--url", service.url, "--format", "trl-console")
+    assert forced.returncode == 1
+    assert "only 2 step(s) were imported as trl-console, but 300 lines" in forced.stdout
+    assert "import it again with --format verl-console" in forced.stdout
+
+
 def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_path: Path) -> None:
     path = tmp_path / "m.jsonl"
     path.write_text("".join(json.dumps({"step": s, "data": {"a": s}}) + "\n" for s in range(20)))

@@ -185,7 +185,25 @@ def import_run(args: argparse.Namespace) -> int:
         f"imported {steps} step(s), {status.logged} point(s) and {status.samples_logged} "
         f"sample(s) as {fmt} into run {run.id}"
     )
-    return 0 if status.spool_batches == 0 and status.dead_lettered == 0 else 1
+    complete = _says_what_was_left(args.path, fmt, steps)
+    return 0 if complete and status.spool_batches == 0 and status.dead_lettered == 0 else 1
+
+
+def _says_what_was_left(path: Path, fmt: str, steps: int) -> bool:
+    """False (with the fix) when most of a text log's step lines were not imported as steps."""
+    from rlguard.integrations.importers import TEXT_FORMATS, count_step_lines
+
+    if fmt not in TEXT_FORMATS or path.is_dir():
+        return True
+    counts = count_step_lines(path)
+    best = max(TEXT_FORMATS, key=lambda name: counts[name])
+    if 2 * steps >= counts[best]:
+        return True
+    _say(
+        f"warning: only {steps} step(s) were imported as {fmt}, but {counts[best]} lines of "
+        f"{path} read as {best} steps; import it again with --format {best}"
+    )
+    return False
 
 
 def _import_rollouts(folder: Path, run: rlguard.Run) -> None:
