@@ -216,6 +216,44 @@ def test_verl_rollout_follower_logs_dumps_as_samples(
     assert first["scores"] == {"acc": 1.0}
 
 
+def write_scalars(folder: Path, steps: range, tag: str = "policy_loss") -> Path:
+    """Scalars as OpenRLHF's TensorboardLogger writes them (SummaryWriter.add_scalar)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(folder))
+    for step in steps:
+        writer.add_scalar(f"train/{tag}", step / 10, step)
+    writer.close()
+    return max(folder.glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime_ns)
+
+
+def test_tensorboard_follower_survives_partial_records_and_new_files(
+    service: ServiceProcess, run_id: str, spool_dir: Path, tmp_path: Path
+) -> None:
+    from rlguard.integrations.tensorboard import TensorboardFollower
+
+    written = write_scalars(tmp_path / "written", range(10))
+    data = written.read_bytes()
+    folder = tmp_path / "tb"
+    folder.mkdir()
+    live = folder / written.name
+    live.write_bytes(data[: len(data) - 7])  # the last record still being written
+    run = rlguard.init(
+        project="hook", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
+    )
+    follower = TensorboardFollower(folder, run)
+    assert follower.poll() == 9
+    with open(live, "ab") as handle:
+        handle.write(data[len(data) - 7 :])
+    assert (follower.poll(), follower.poll()) == (1, 0)
+    write_scalars(folder / "critic", range(5, 8), tag="value_loss")  # a restart's new file
+    assert follower.poll() == 3
+    run.finish()
+    stored = stored_series(service.url, run_id)
+    assert stored["train/policy_loss"] == {s: pytest.approx(s / 10) for s in range(10)}
+    assert stored["critic/train/value_loss"] == {s: pytest.approx(s / 10) for s in range(5, 8)}
+
+
 class Tracking:
     """A stand-in for ``verl.utils.tracking.Tracking`` (verl is not installable here)."""
 
@@ -362,6 +400,27 @@ def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_pa
     assert stored_series(service.url, run_id) == {"a": {s: float(s) for s in range(20)}}
     assert api(service.url, "GET", f"/runs/{run_id}/samples")["count"] == 3 * 4
     assert "and 12 sample(s) sent" in done.stdout + done.stderr
+
+
+def test_cli_follow_tensorboard_until_idle(
+    service: ServiceProcess, run_id: str, tmp_path: Path
+) -> None:
+    write_scalars(tmp_path / "tb", range(12))
+    done = cli(
+        "follow",
+        "tensorboard",
+        str(tmp_path / "tb"),
+        "--url",
+        service.url,
+        "--run-id",
+        run_id,
+        "--poll-s",
+        "0.1",
+        "--exit-after-idle-s",
+        "0.5",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(stored_series(service.url, run_id)["train/policy_loss"]) == list(range(12))
 
 
 def test_gpu_sampler_without_nvml_logs_host_metrics_only(

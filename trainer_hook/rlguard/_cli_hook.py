@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--spool-dir", default=None, help="default RLGUARD_SPOOL_DIR")
     elif command in ("follow", "import"):
         if command == "follow":
-            parser.add_argument("framework", choices=["verl"])
+            parser.add_argument("framework", choices=["verl", "tensorboard"])
         parser.add_argument("path", type=Path)
         parser.add_argument("--project", default=None)
         parser.add_argument("--run-id", default=None)
@@ -141,11 +141,16 @@ def _start_run(args: argparse.Namespace, default_name: str) -> rlguard.Run:
 
 
 def follow(args: argparse.Namespace) -> int:
-    """Tail a verl JSONL file (and its rollout dumps) into a run until interrupted (or idle)."""
+    """Tail a verl JSONL file (and its rollout dumps) or a TensorBoard directory into a run
+    until interrupted (or idle)."""
     from rlguard.integrations.verl import JsonlFollower, RolloutDirFollower, follow_all
 
     run = _start_run(args, args.path.stem)
-    follower = JsonlFollower(args.path, run)
+    follower: Any = JsonlFollower(args.path, run)
+    if args.framework == "tensorboard":
+        from rlguard.integrations.tensorboard import TensorboardFollower
+
+        follower = TensorboardFollower(args.path, run)
     followers: list[Any] = [follower]
     if args.rollouts is not None:
         followers.append(RolloutDirFollower(args.rollouts, run))
