@@ -374,19 +374,15 @@ def test_cli_import_says_when_most_step_lines_were_left_out(
     assert "import it again with --format verl-console" in forced.stdout
 
 
-def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_path: Path) -> None:
-    path = tmp_path / "m.jsonl"
-    path.write_text("".join(json.dumps({"step": s, "data": {"a": s}}) + "\n" for s in range(20)))
-    rollouts = tmp_path / "rollouts"
-    rollouts.mkdir()
-    for step in range(3):
-        (rollouts / f"{step}.jsonl").write_text("".join(verl_dump_line(step, i) for i in range(4)))
-    done = cli(
+def follow_until_idle(
+    service: ServiceProcess, run_id: str, framework: str, path: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``rlguard follow`` into ``run_id`` until half a second passes without news."""
+    return cli(
         "follow",
-        "verl",
+        framework,
         str(path),
-        "--rollouts",
-        str(rollouts),
+        *extra,
         "--url",
         service.url,
         "--run-id",
@@ -396,6 +392,16 @@ def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_pa
         "--exit-after-idle-s",
         "0.5",
     )
+
+
+def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "data": {"a": s}}) + "\n" for s in range(20)))
+    rollouts = tmp_path / "rollouts"
+    rollouts.mkdir()
+    for step in range(3):
+        (rollouts / f"{step}.jsonl").write_text("".join(verl_dump_line(step, i) for i in range(4)))
+    done = follow_until_idle(service, run_id, "verl", path, "--rollouts", str(rollouts))
     assert done.returncode == 0, done.stdout + done.stderr
     assert stored_series(service.url, run_id) == {"a": {s: float(s) for s in range(20)}}
     assert api(service.url, "GET", f"/runs/{run_id}/samples")["count"] == 3 * 4
@@ -406,19 +412,7 @@ def test_cli_follow_tensorboard_until_idle(
     service: ServiceProcess, run_id: str, tmp_path: Path
 ) -> None:
     write_scalars(tmp_path / "tb", range(12))
-    done = cli(
-        "follow",
-        "tensorboard",
-        str(tmp_path / "tb"),
-        "--url",
-        service.url,
-        "--run-id",
-        run_id,
-        "--poll-s",
-        "0.1",
-        "--exit-after-idle-s",
-        "0.5",
-    )
+    done = follow_until_idle(service, run_id, "tensorboard", tmp_path / "tb")
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(stored_series(service.url, run_id)["train/policy_loss"]) == list(range(12))
 
