@@ -80,17 +80,13 @@ def select_indices(
         return []
     kept: list[int] = []
     quarter = max(budget // 4, 1)
-    ranked = sorted((r, i) for i, r in enumerate(rewards) if _finite(r))
-    by_kl = sorted(((-k, i) for i, k in enumerate(kls) if _finite(k)))  # type: ignore[operator]
+    ranked = sorted((r, i) for i, r in enumerate(rewards) if r is not None and math.isfinite(r))
+    by_kl = sorted((-k, i) for i, k in enumerate(kls) if k is not None and math.isfinite(k))
     for group in ([i for _, i in ranked[::-1]], [i for _, i in ranked], [i for _, i in by_kl]):
         _take(kept, group, min(quarter, budget - len(kept)))
     rest = sorted(set(range(n)) - set(kept))
     kept += rng.sample(rest, budget - len(kept))
     return sorted(kept)
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 def _take(kept: list[int], ranked: list[int], count: int) -> None:
