@@ -50,14 +50,16 @@ def test_log_samples_round_trip_keeps_the_budget_best_and_worst(
     run.log({"reward": 1.0}, step=5)
     rlguard.log_samples(rollouts(100, 5))  # default step: the last log()'s
     run.log_samples(rollouts(3, 6), step=np.int64(6))
+    rlguard.log({"reward": 2.0}, step=7, samples=rollouts(2, 7))  # with metrics, their step
     status = run.finish()
-    assert (status.samples_logged, status.samples_filtered, status.samples_sent) == (11, 92, 11)
+    assert (status.samples_logged, status.samples_filtered, status.samples_sent) == (13, 92, 13)
+    assert samples_of(service.url, run_id, step=7)["count"] == 2
     assert (status.samples_dropped, status.spool_samples) == (0, 0)
     at_five = samples_of(service.url, run_id, step=5, sort="reward", order="desc")
     rewards = [s["reward"] for s in at_five["data"]]
     assert at_five["count"] == 8 and rewards[:2] == [99.0, 98.0] and rewards[-2:] == [1.0, 0.0]
     searched = samples_of(service.url, run_id, q="EOS", min_reward=1, limit=2, offset=1)
-    assert searched["count"] == 5 and len(searched["data"]) == 2
+    assert searched["count"] == 6 and len(searched["data"]) == 2
     with_tokens = samples_of(service.url, run_id, step=6, tokens="true")["data"]
     assert [s["tokens"]["kl"] for s in with_tokens] == [[0.5, 0.5, 0.5]] * 3
     assert [s["kl"] for s in with_tokens] == pytest.approx([0.0, 0.001, 0.002])

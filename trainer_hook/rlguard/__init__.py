@@ -94,12 +94,16 @@ def current_run() -> Run | None:
     return _registry.current()
 
 
-def log(metrics: Mapping[str, Any], step: int | None = None) -> None:
+def log(
+    metrics: Mapping[str, Any],
+    step: int | None = None,
+    samples: Sequence[Mapping[str, Any]] | None = None,
+) -> None:
     """``log()`` on the current run; call ``init()`` first."""
     run = _registry.current()
     if run is None:
         raise RLGuardError("rlguard.log() before rlguard.init(): start a run first")
-    run.log(metrics, step)
+    run.log(metrics, step, samples)
 
 
 def log_samples(samples: Sequence[Mapping[str, Any]], step: int | None = None) -> None:

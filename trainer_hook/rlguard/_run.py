@@ -132,8 +132,14 @@ class Run:
             self._sampler = SystemSampler(self._log_system, self._cfg.gpu_interval_s)
             self._sampler.start()
 
-    def log(self, metrics: Mapping[str, Any], step: Any = None) -> None:
-        """Queue ``metrics`` for ``step`` (default: the previous step + 1). No I/O, never blocks."""
+    def log(
+        self,
+        metrics: Mapping[str, Any],
+        step: Any = None,
+        samples: Iterable[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Queue ``metrics`` for ``step`` (default: the previous step + 1), and ``samples`` as
+        ``log_samples`` does at the same step. No I/O, never blocks."""
         queue = self._queue
         if queue is None:
             return
@@ -148,6 +154,8 @@ class Run:
         queue.append((step, _now(), snapshot))
         if type(step) is int:
             self._next_step = step + 1
+        if samples is not None:
+            self.log_samples(samples, step)
 
     def log_samples(self, samples: Iterable[Mapping[str, Any]], step: Any = None) -> None:
         """Queue rollout samples for ``step`` (default: the step of the last ``log()``).
