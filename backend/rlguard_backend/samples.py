@@ -177,17 +177,26 @@ class SampleQuery:
     tokens: bool = False
 
 
-def read_samples(session: Session, run_id: str, query: SampleQuery) -> SampleList:
-    """The run's samples matching ``query``, one page of them, and how many match."""
+def read_samples(
+    session: Session, run_id: str, query: SampleQuery, max_search_rows: int = 50_000
+) -> SampleList:
+    """The run's samples matching ``query``, one page of them, and how many match; a text
+    search reads at most ``max_search_rows`` rows."""
     where, params = _where(run_id, query)
     columns = _READ_COLUMNS + ", cut, text_data" + (", token_data" if query.tokens else "")
     select = f"SELECT {columns} FROM samples WHERE {where} ORDER BY {_order(query)}"
+    (count,) = sql.fetchall(session, f"SELECT COUNT(*) FROM samples WHERE {where}", params)[0]
     if query.text is None:
-        (count,) = sql.fetchall(session, f"SELECT COUNT(*) FROM samples WHERE {where}", params)[0]
         rows = sql.fetchall(
             session, f"{select} LIMIT ? OFFSET ?", [*params, query.limit, query.offset]
         )
         return SampleList(data=[_public(run_id, row) for row in rows], count=count)
+    if count > max_search_rows:
+        raise PayloadTooLarge(
+            f"the text search would read {count} samples, more than {max_search_rows}; narrow "
+            "it with step, from_step/to_step or min_/max_ filters (or raise "
+            "RLGUARD_MAX_SAMPLE_SEARCH_ROWS)"
+        )
     needle = query.text.casefold()
     found = [
         sample

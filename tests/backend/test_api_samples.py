@@ -79,6 +79,16 @@ def test_samples_round_trip_sorted_filtered_searched_paged(client: TestClient, r
     assert _get(client, run_id, from_step=3)["count"] == 10
 
 
+def test_samples_text_search_over_too_many_rows_asks_for_a_narrower_query(
+    app: object, run_id: str, client: TestClient
+) -> None:
+    app.state.settings.max_sample_search_rows = 5  # type: ignore[attr-defined]
+    _post(client, run_id, "b", [_sample(step, i) for step in range(2) for i in range(4)])
+    wide = client.get(f"/api/v1/runs/{run_id}/samples", params={"q": "needle"})
+    assert wide.status_code == 413 and "narrow it with step" in wide.json()["detail"]
+    assert _get(client, run_id, q="needle", step=1)["count"] == 1
+
+
 def test_samples_replayed_batch_id_is_a_no_op(client: TestClient, run_id: str) -> None:
     assert _post(client, run_id, "same", [_sample(1, 0)]).json()["duplicate"] is False
     replay = _post(client, run_id, "same", [_sample(1, 0, reward=-5.0), _sample(1, 1)])

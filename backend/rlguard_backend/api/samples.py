@@ -108,6 +108,7 @@ def _ranges(request: Request) -> dict[str, tuple[float | None, float | None]]:
 def read_run_samples(
     run_id: str,
     request: Request,
+    settings: SettingsDep,
     step: Annotated[Step | None, Query(description="one step (or use from_step/to_step)")] = None,
     from_step: Step = 0,
     to_step: Step | None = None,
@@ -137,7 +138,7 @@ def read_run_samples(
     )
     with request.app.state.session_factory() as session:
         repository.get_run(session, run_id)
-        found = samples.read_samples(session, run_id, query)
+        found = samples.read_samples(session, run_id, query, settings.max_sample_search_rows)
     return Response(found.model_dump_json(), media_type="application/json")
 
 
