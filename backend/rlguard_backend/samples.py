@@ -86,14 +86,14 @@ def store_samples(session: Session, run_id: str, batch: SampleBatchIn) -> Sample
         "INSERT INTO ingested_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)",
         (run_id, batch.batch_id, len(batch.samples), utcnow()),
     )
-    newest_before = _newest_step(session, run_id)
+    retention = _retention(config)
+    newest_before = _newest_step(session, run_id) if retention else None
     rows = [_row(run_id, sample) for sample in batch.samples]
     sql.bulk_insert(session, "samples", _STORED, rows, _UPSERT)
-    if batch.samples:
+    if retention and batch.samples:
         oldest = min(s.step for s in batch.samples)
-        _thin(
-            session, run_id, config, oldest if newest_before is None else min(oldest, newest_before)
-        )
+        since = oldest if newest_before is None else min(oldest, newest_before)
+        _thin(session, run_id, retention, since)
     return ack
 
 
@@ -136,13 +136,10 @@ def _retention(config: dict[str, Any]) -> tuple[int, int, int] | None:
     return numbers[0], numbers[1], numbers[2]
 
 
-def _thin(session: Session, run_id: str, config: dict[str, Any], since: int) -> None:
+def _thin(session: Session, run_id: str, retention: tuple[int, int, int], since: int) -> None:
     """Apply the run's retention to the steps from ``since - samples_keep_steps`` (where the
     last batch left off, or this batch's oldest step) up to ``samples_keep_steps`` before the
     newest, sparing the steps near any of the run's alerts."""
-    retention = _retention(config)
-    if retention is None:
-        return
     keep_steps, per_step, margin = retention
     below = (_newest_step(session, run_id) or 0) - keep_steps + 1
     lo = min(since - keep_steps, below)
