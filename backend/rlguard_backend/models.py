@@ -212,6 +212,7 @@ class Sample(Base):
     __table_args__ = (Index("ix_samples_run_reward", "run_id", "reward"),)
 
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    split: Mapped[str] = mapped_column(String(32), primary_key=True)
     step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     sample_index: Mapped[int] = mapped_column(Integer, primary_key=True)
     wall_time: Mapped[float | None] = mapped_column(Double)

@@ -40,6 +40,7 @@ DEFAULT_THINNED_PER_STEP = 2
 DEFAULT_ALERT_MARGIN_STEPS = 2
 _STORED = [
     ("run_id", "text"),
+    ("split", "text"),
     ("step", "int8"),
     ("sample_index", "int4"),
     ("wall_time", "float8"),
@@ -48,10 +49,10 @@ _STORED = [
     ("text_data", "bytea"),
     ("token_data", "bytea"),
 ]
-_UPSERT = "ON CONFLICT (run_id, step, sample_index) DO UPDATE SET " + ", ".join(
-    f"{name} = excluded.{name}" for name, _ in _STORED[3:]
+_UPSERT = "ON CONFLICT (run_id, split, step, sample_index) DO UPDATE SET " + ", ".join(
+    f"{name} = excluded.{name}" for name, _ in _STORED[4:]
 )
-_READ_COLUMNS = "step, sample_index, wall_time, " + ", ".join(COLUMNS.values())
+_READ_COLUMNS = "split, step, sample_index, wall_time, " + ", ".join(COLUMNS.values())
 
 
 def parse_samples(raw: bytes, max_samples: int) -> SampleBatchIn:
@@ -62,15 +63,16 @@ def parse_samples(raw: bytes, max_samples: int) -> SampleBatchIn:
             f"batch holds {len(batch.samples)} samples, more than the limit of {max_samples}; "
             "split it (or raise RLGUARD_MAX_BATCH_SAMPLES)"
         )
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[str, int, int]] = set()
     for position, sample in enumerate(batch.samples):
-        if (sample.step, sample.index) in seen:
+        key = (sample.split, sample.step, sample.index)
+        if key in seen:
             raise InvalidField(
                 ["body", "samples", position],
-                f"sample (step {sample.step}, index {sample.index}) appears twice in the batch; "
-                "give each sample of a step its own index",
+                f"sample (step {sample.step}, index {sample.index}, split {sample.split!r}) "
+                "appears twice in the batch; give each sample of a step its own index",
             )
-        seen.add((sample.step, sample.index))
+        seen.add(key)
     return batch
 
 
@@ -115,6 +117,7 @@ def _row(run_id: str, sample: SampleIn) -> tuple[Any, ...]:
     tokens = sample.tokens.model_dump(exclude_none=True) if sample.tokens else None
     return (
         run_id,
+        sample.split,
         sample.step,
         sample.index,
         sample.time,
@@ -146,11 +149,11 @@ def _thin(session: Session, run_id: str, retention: tuple[int, int, int], since:
     scope = "run_id = ? AND step >= ? AND step < ?"
     sql.execute(
         session,
-        f"DELETE FROM samples WHERE {scope} AND (step, sample_index) NOT IN ("
-        "SELECT step, sample_index FROM (SELECT step, sample_index, "
-        "ROW_NUMBER() OVER (PARTITION BY step ORDER BY COALESCE(reward, -1e308) DESC, "
+        f"DELETE FROM samples WHERE {scope} AND (split, step, sample_index) NOT IN ("
+        "SELECT split, step, sample_index FROM (SELECT split, step, sample_index, "
+        "ROW_NUMBER() OVER (PARTITION BY split, step ORDER BY COALESCE(reward, -1e308) DESC, "
         "sample_index) AS best, "
-        "ROW_NUMBER() OVER (PARTITION BY step ORDER BY COALESCE(reward, 1e308), "
+        "ROW_NUMBER() OVER (PARTITION BY split, step ORDER BY COALESCE(reward, 1e308), "
         f"sample_index) AS worst FROM samples WHERE {scope}) AS ranked "
         "WHERE best <= ? OR worst <= ?) AND NOT EXISTS (SELECT 1 FROM alerts "
         "WHERE alerts.run_id = samples.run_id "
@@ -165,6 +168,7 @@ class SampleQuery:
 
     from_step: int = 0
     to_step: int | None = None
+    split: str = "train"
     ranges: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     text: str | None = None
     sort: str = "step"
@@ -204,7 +208,8 @@ def read_samples(
 
 
 def _where(run_id: str, query: SampleQuery) -> tuple[str, list[Any]]:
-    clauses, params = ["run_id = ?", "step >= ?"], [run_id, query.from_step]
+    clauses = ["run_id = ?", "split = ?", "step >= ?"]
+    params: list[Any] = [run_id, query.split, query.from_step]
     if query.to_step is not None:
         clauses.append("step <= ?")
         params.append(query.to_step)
@@ -225,14 +230,15 @@ def _order(query: SampleQuery) -> str:
 
 
 def _public(run_id: str, row: tuple[Any, ...]) -> SamplePublic:
-    step, index, wall_time, *numbers = row[: 3 + len(COLUMNS)]
-    cut, text_data, *token_data = row[3 + len(COLUMNS) :]
+    split, step, index, wall_time, *numbers = row[: 4 + len(COLUMNS)]
+    cut, text_data, *token_data = row[4 + len(COLUMNS) :]
     texts = _unpack(text_data)
     tokens = SampleTokens(**_unpack(token_data[0])) if token_data and token_data[0] else None
     return SamplePublic(
         run_id=run_id,
         step=step,
         index=index,
+        split=split,
         time=wall_time,
         **{name: texts.get(name) for name in SAMPLE_TEXT_FIELDS},
         **dict(zip(COLUMNS, numbers, strict=True)),

@@ -272,6 +272,7 @@ SAMPLE_NUMBER_FIELDS = (
     "kl",
 )
 SAMPLE_TEXT_FIELDS = ("prompt", "response", "reference", "ground_truth")
+SampleSplit = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
 
 
 class SampleTokens(BaseModel):
@@ -303,6 +304,7 @@ class SampleIn(BaseModel):
 
     step: Step
     index: Annotated[int, Field(ge=0, le=2**31 - 1)]
+    split: SampleSplit = Field(default="train", description='e.g. "train" or "validation"')
     time: float | None = None
     prompt: str | None = None
     response: str | None = None
@@ -342,6 +344,7 @@ class SamplePublic(BaseModel):
     run_id: str
     step: int
     index: int
+    split: str
     time: float | None
     prompt: str | None
     response: str | None

@@ -1,5 +1,8 @@
 """Rollout samples beside the points: numbers in columns, text and tokens zlib-compressed.
 
+A sample is keyed by (run, split, step, index): ``split`` keeps validation generations apart
+from the training rollouts of the same step.
+
 Revision ID: 0005
 Revises: 0004
 Create Date: 2026-12-01
@@ -31,6 +34,7 @@ def upgrade() -> None:
     op.create_table(
         "samples",
         sa.Column("run_id", sa.String(length=128), nullable=False),
+        sa.Column("split", sa.String(length=32), nullable=False),
         sa.Column("step", sa.BigInteger(), nullable=False),
         sa.Column("sample_index", sa.Integer(), nullable=False),
         sa.Column("wall_time", sa.Double(), nullable=True),
@@ -41,7 +45,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["run_id"], ["runs.id"], name=op.f("fk_samples_run_id_runs"), ondelete="CASCADE"
         ),
-        sa.PrimaryKeyConstraint("run_id", "step", "sample_index", name=op.f("pk_samples")),
+        sa.PrimaryKeyConstraint("run_id", "split", "step", "sample_index", name=op.f("pk_samples")),
     )
     op.create_index("ix_samples_run_reward", "samples", ["run_id", "reward"], unique=False)
 

@@ -89,6 +89,16 @@ def test_samples_text_search_over_too_many_rows_asks_for_a_narrower_query(
     assert _get(client, run_id, q="needle", step=1)["count"] == 1
 
 
+def test_samples_of_another_split_stay_apart(client: TestClient, run_id: str) -> None:
+    both = [_sample(1, 0), _sample(1, 0, split="validation", response="val")]
+    assert _post(client, run_id, "b", both).json()["samples"] == 2
+    assert [s["split"] for s in _get(client, run_id)["data"]] == ["train"]
+    (val,) = _get(client, run_id, split="validation")["data"]
+    assert (val["step"], val["index"], val["response"]) == (1, 0, "val")
+    bad = _post(client, run_id, "c", [_sample(2, 0, split="Val!")])
+    assert bad.status_code == 422 and "split" in json.dumps(bad.json()["detail"])
+
+
 def test_samples_replayed_batch_id_is_a_no_op(client: TestClient, run_id: str) -> None:
     assert _post(client, run_id, "same", [_sample(1, 0)]).json()["duplicate"] is False
     replay = _post(client, run_id, "same", [_sample(1, 0, reward=-5.0), _sample(1, 1)])

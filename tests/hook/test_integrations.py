@@ -397,15 +397,21 @@ def follow_until_idle(
 def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_path: Path) -> None:
     path = tmp_path / "m.jsonl"
     path.write_text("".join(json.dumps({"step": s, "data": {"a": s}}) + "\n" for s in range(20)))
-    rollouts = tmp_path / "rollouts"
-    rollouts.mkdir()
-    for step in range(3):
-        (rollouts / f"{step}.jsonl").write_text("".join(verl_dump_line(step, i) for i in range(4)))
-    done = follow_until_idle(service, run_id, "verl", path, "--rollouts", str(rollouts))
+    rollouts, validation = tmp_path / "rollouts", tmp_path / "validation"
+    for folder, steps in ((rollouts, range(3)), (validation, (0, 2))):
+        folder.mkdir()
+        for step in steps:
+            (folder / f"{step}.jsonl").write_text(
+                "".join(verl_dump_line(step, i) for i in range(4))
+            )
+    extra = ("--rollouts", str(rollouts), "--validation", str(validation))
+    done = follow_until_idle(service, run_id, "verl", path, *extra)
     assert done.returncode == 0, done.stdout + done.stderr
     assert stored_series(service.url, run_id) == {"a": {s: float(s) for s in range(20)}}
     assert api(service.url, "GET", f"/runs/{run_id}/samples")["count"] == 3 * 4
-    assert "and 12 sample(s) sent" in done.stdout + done.stderr
+    val = api(service.url, "GET", f"/runs/{run_id}/samples?split=validation")
+    assert val["count"] == 2 * 4 and {s["step"] for s in val["data"]} == {0, 2}
+    assert "and 20 sample(s) sent" in done.stdout + done.stderr
 
 
 def test_cli_follow_tensorboard_until_idle(

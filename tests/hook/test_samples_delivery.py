@@ -51,9 +51,11 @@ def test_log_samples_round_trip_keeps_the_budget_best_and_worst(
     rlguard.log_samples(rollouts(100, 5))  # default step: the last log()'s
     run.log_samples(rollouts(3, 6), step=np.int64(6))
     rlguard.log({"reward": 2.0}, step=7, samples=rollouts(2, 7))  # with metrics, their step
+    rlguard.log_samples(rollouts(12, 7), step=7, split="validation")  # a budget of its own
     status = run.finish()
-    assert (status.samples_logged, status.samples_filtered, status.samples_sent) == (13, 92, 13)
+    assert (status.samples_logged, status.samples_filtered, status.samples_sent) == (21, 96, 21)
     assert samples_of(service.url, run_id, step=7)["count"] == 2
+    assert samples_of(service.url, run_id, step=7, split="validation")["count"] == 8
     assert (status.samples_dropped, status.spool_samples) == (0, 0)
     at_five = samples_of(service.url, run_id, step=5, sort="reward", order="desc")
     rewards = [s["reward"] for s in at_five["data"]]
@@ -87,8 +89,9 @@ def test_log_samples_never_raises_on_junk(
     run.log_samples([{"response": "bad step"}], step=-3)
     run.log_samples([{"response": "odd tokens", "tokens": "abc", "token_kl": 5}], step=3)
     run.log_samples([{"response": "raises", "reward": Unreadable()}], step=4)
+    run.log_samples([{"response": "bad split"}], step=5, split="Val!")
     status = run.finish()
-    assert (status.samples_logged, status.samples_dropped, status.samples_sent) == (2, 3, 2)
+    assert (status.samples_logged, status.samples_dropped, status.samples_sent) == (2, 4, 2)
     ok, odd = samples_of(service.url, run_id, tokens="true")["data"]
     assert (ok["response"], ok["reward"]) == ("ok", None)
     assert odd["tokens"] == {
@@ -101,6 +104,7 @@ def test_log_samples_never_raises_on_junk(
     text = caplog.text
     assert "takes a list of dicts" in text and "'reward' is neither a number nor text" in text
     assert "step must be an int >= 0" in text and "cannot read the samples logged at step 4" in text
+    assert "split must be a short lower-case name" in text
 
 
 class Unreadable:

@@ -106,12 +106,14 @@ def log(
     run.log(metrics, step, samples)
 
 
-def log_samples(samples: Sequence[Mapping[str, Any]], step: int | None = None) -> None:
+def log_samples(
+    samples: Sequence[Mapping[str, Any]], step: int | None = None, split: str = "train"
+) -> None:
     """``log_samples()`` on the current run; call ``init()`` first."""
     run = _registry.current()
     if run is None:
         raise RLGuardError("rlguard.log_samples() before rlguard.init(): start a run first")
-    run.log_samples(samples, step)
+    run.log_samples(samples, step, split)
 
 
 def finish(status: str = "finished", summary: Mapping[str, Any] | None = None) -> RunStatus | None:

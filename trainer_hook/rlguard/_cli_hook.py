@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--rollouts", type=Path, default=None, help="verl's trainer.rollout_data_dir"
         )
+        parser.add_argument(
+            "--validation", type=Path, default=None, help="verl's trainer.validation_data_dir"
+        )
     if command == "follow":
         parser.add_argument("--poll-s", type=float, default=0.5)
         parser.add_argument("--exit-after-idle-s", type=float, default=None)
@@ -152,8 +155,9 @@ def follow(args: argparse.Namespace) -> int:
 
         follower = TensorboardFollower(args.path, run)
     followers: list[Any] = [follower]
-    if args.rollouts is not None:
-        followers.append(RolloutDirFollower(args.rollouts, run))
+    for folder, split in ((args.rollouts, "train"), (args.validation, "validation")):
+        if folder is not None:
+            followers.append(RolloutDirFollower(folder, run, split))
     _say(f"following {args.path} into run {run.id} at {run.url}")
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends following, then we finish
         follow_all(followers, threading.Event(), args.poll_s, args.exit_after_idle_s)
@@ -182,8 +186,9 @@ def import_run(args: argparse.Namespace) -> int:
         if steps % IMPORT_FLUSH_EVERY_STEPS == 0:
             run.flush()
             progress.show(steps)
-    if args.rollouts is not None:
-        _import_rollouts(args.rollouts, run)
+    for folder, split in ((args.rollouts, "train"), (args.validation, "validation")):
+        if folder is not None:
+            _import_rollouts(folder, run, split)
     status = run.finish()
     progress.done(steps)
     _say(
@@ -211,11 +216,11 @@ def _says_what_was_left(path: Path, fmt: str, steps: int) -> bool:
     return False
 
 
-def _import_rollouts(folder: Path, run: rlguard.Run) -> None:
+def _import_rollouts(folder: Path, run: rlguard.Run, split: str) -> None:
     """Every rollout dump in ``folder``, one step at a time (the queue stays small)."""
     from rlguard.integrations.verl import RolloutDirFollower
 
-    follower = RolloutDirFollower(folder, run)
+    follower = RolloutDirFollower(folder, run, split)
     for path, text in follower.pending():
         follower.log_file(path, text)
         run.flush()

@@ -157,8 +157,11 @@ class Run:
         if samples is not None:
             self.log_samples(samples, step)
 
-    def log_samples(self, samples: Iterable[Mapping[str, Any]], step: Any = None) -> None:
-        """Queue rollout samples for ``step`` (default: the step of the last ``log()``).
+    def log_samples(
+        self, samples: Iterable[Mapping[str, Any]], step: Any = None, split: str = "train"
+    ) -> None:
+        """Queue rollout samples for ``step`` (default: the step of the last ``log()``);
+        ``split`` names another set than the training rollouts, e.g. ``"validation"``.
 
         Each sample is a dict: text (``prompt``, ``response``, ``reference``, ``ground_truth``),
         numbers (``reward`` and components such as ``reward_format``, ``advantage``, ``length``,
@@ -178,7 +181,7 @@ class Run:
         except Exception as exc:  # a user object that cannot be iterated or read: warn, go on
             self._warn_samples_once(exc)
             return
-        queue.append_samples((step, _now(), records), len(records), size)
+        queue.append_samples((step, _now(), records, split), len(records), size)
 
     def _warn_samples_once(self, exc: Exception) -> None:
         if not self._samples_warned:

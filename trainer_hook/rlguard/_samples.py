@@ -13,6 +13,7 @@ import gzip
 import json
 import math
 import random
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -33,6 +34,8 @@ TRUNCATION_MARKER = "\n…[rlguard: {n} characters cut]…\n"
 TOKEN_ITEM_BYTES = 12  # a JSON number with its comma, roughly
 RECORD_BYTES = 232  # a small dict plus the queue entry around it
 SAMPLES_PER_BATCH = 512
+TRAIN = "train"
+SPLIT_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # backend schemas.SampleSplit
 _SCALARS = (float, int, bool)
 
 
@@ -189,21 +192,21 @@ class Shaped(NamedTuple):
 class SampleShaper:
     """Turns what ``log_samples`` queued into wire samples, keeping the per-step budget.
 
-    Calls for the same step share the budget and number their samples on from the previous
-    call's, so two calls at one step never overwrite each other.
+    Calls for the same step and split share the budget and number their samples on from the
+    previous call's, so two calls at one step never overwrite each other.
     """
 
     def __init__(self, max_per_step: int, max_bytes: int) -> None:
         self.max_per_step = max_per_step
         self.max_bytes = max_bytes
-        self._step = -1
+        self._key: tuple[int, str] = (-1, TRAIN)
         self._seen = 0
         self._kept = 0
 
-    def shape(self, step: int, when: float, records: list[Any]) -> Shaped:
+    def shape(self, step: int, when: float, records: list[Any], split: str = TRAIN) -> Shaped:
         """The wire samples of one call."""
-        if step != self._step:
-            self._step, self._seen, self._kept = step, 0, 0
+        if (step, split) != self._key:
+            self._key, self._seen, self._kept = (step, split), 0, 0
         mappings = [r for r in records if isinstance(r, Mapping)]
         numbers, skipped = read_numbers(mappings)
         rewards = [n.get("reward") for n in numbers]
@@ -215,6 +218,9 @@ class SampleShaper:
         ]
         self._seen += len(mappings)
         self._kept += len(samples)
+        if split != TRAIN:
+            for sample in samples:
+                sample["split"] = split
         return Shaped(samples, len(mappings) - len(samples), len(records) - len(mappings), skipped)
 
     def _wire_sample(

@@ -246,7 +246,7 @@ class Sender:
                 POINTS, batch_id, _wire.count_points(chunk), _wire.encode_batch(batch_id, chunk)
             )
 
-    def _ship_samples(self, entries: list[tuple[Any, float, list[Any]]]) -> None:
+    def _ship_samples(self, entries: list[tuple[Any, float, list[Any], Any]]) -> None:
         """Shape what log_samples() queued into wire samples and deliver them in batches."""
         samples = [sample for entry in entries for sample in self._shape(*entry)]
         self.counters.samples_logged += len(samples)
@@ -254,20 +254,18 @@ class Sender:
             batch_id = uuid.uuid4().hex
             self._deliver(SAMPLES, batch_id, len(chunk), _samples.encode_samples(batch_id, chunk))
 
-    def _shape(self, raw_step: Any, when: float, records: list[Any]) -> list[dict]:
+    def _shape(self, raw_step: Any, when: float, records: list[Any], split: Any) -> list[dict]:
         """One log_samples() call as wire samples; what it leaves out is counted (and warned
         about once per cause)."""
         step = _wire.to_step(raw_step)
         if step is None:
-            self.counters.samples_dropped += len(records)
-            self._warn_once(
-                "sample-step",
-                f"rlguard: log_samples() step must be an int >= 0, got {raw_step!r}; "
-                "that call was dropped (shown once)",
+            return self._drop_call(records, f"step must be an int >= 0, got {raw_step!r}")
+        if not isinstance(split, str) or not _samples.SPLIT_PATTERN.match(split):
+            return self._drop_call(
+                records, f"split must be a short lower-case name like 'validation', got {split!r}"
             )
-            return []
         try:
-            shaped = self._shaper.shape(step, when, records)
+            shaped = self._shaper.shape(step, when, records, split)
         except Exception as exc:  # a user object whose conversion raised: report, keep going
             self.counters.samples_dropped += len(records)
             self._warn_once(
@@ -291,6 +289,14 @@ class Sender:
                 "(shown once per field)",
             )
         return shaped.samples
+
+    def _drop_call(self, records: list[Any], problem: str) -> list[dict]:
+        self.counters.samples_dropped += len(records)
+        self._warn_once(
+            f"sample-call:{problem.split()[0]}",
+            f"rlguard: log_samples() {problem}; that call was dropped (shown once)",
+        )
+        return []
 
     def _deliver(self, kind: str, batch_id: str, count: int, body: bytes) -> None:
         """Post one batch, or spool it while the service is away or older batches wait."""

@@ -112,6 +112,7 @@ def read_run_samples(
     step: Annotated[Step | None, Query(description="one step (or use from_step/to_step)")] = None,
     from_step: Step = 0,
     to_step: Step | None = None,
+    split: Annotated[str, Query(description='"train" rollouts or e.g. "validation"')] = "train",
     sort: Annotated[str, Query(description=f"one of {', '.join(SORT_FIELDS)}")] = "step",
     order: Order = "asc",
     q: Annotated[str | None, Query(min_length=1, description="text in any text field")] = None,
@@ -128,6 +129,7 @@ def read_run_samples(
     query = SampleQuery(
         from_step=from_step if step is None else step,
         to_step=to_step if step is None else step,
+        split=split,
         ranges=_ranges(request),
         text=q,
         sort=sort,

@@ -76,9 +76,10 @@ class RLGuardCallback(TrainerCallback):
         if SUMMARY_KEYS & logs.keys():
             return
         self.run.log(dict(logs), step=state.global_step)
-        self._log_completions(state.global_step)
+        evaluating = any(key.startswith("eval_") for key in logs)
+        self._log_completions(state.global_step, "validation" if evaluating else "train")
 
-    def _log_completions(self, step: int) -> None:
+    def _log_completions(self, step: int, split: str) -> None:
         """The trainer's latest completions as samples, once per generation batch."""
         logs = getattr(self.trainer, "_logs", None)
         if self.run is None or not isinstance(logs, Mapping) or not logs.get("completion"):
@@ -87,7 +88,7 @@ class RLGuardCallback(TrainerCallback):
         if completions == self._last_completions:  # no new generation since the last log
             return
         self._last_completions = completions
-        self.run.log_samples(completion_samples(self.trainer, logs), step=step)
+        self.run.log_samples(completion_samples(self.trainer, logs), step=step, split=split)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.run is not None and self._owns_run:

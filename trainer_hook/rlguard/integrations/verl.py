@@ -3,7 +3,8 @@
 Zero-code route (the trainer runs in a Ray actor): add ``file`` to ``trainer.logger``, set
 ``VERL_FILE_LOGGER_PATH=/path/metrics.jsonl`` and run ``rlguard follow verl /path/metrics.jsonl``;
 with ``trainer.rollout_data_dir=/path/rollouts`` add ``--rollouts /path/rollouts`` to log the
-rollouts verl dumps there (``<step>.jsonl``) as samples.
+rollouts verl dumps there (``<step>.jsonl``) as samples, and ``--validation DIR`` for the
+generations of ``trainer.validation_data_dir`` (split ``validation``).
 
 In-process route: call ``rlguard.integrations.verl.patch_tracking()`` before the trainer builds
 its ``Tracking``; inside Ray workers install it with
@@ -80,9 +81,10 @@ class RolloutDirFollower:
     samples replace the stored ones).
     """
 
-    def __init__(self, folder: Path, run: rlguard.Run) -> None:
+    def __init__(self, folder: Path, run: rlguard.Run, split: str = "train") -> None:
         self.folder = Path(folder)
         self.run = run
+        self.split = split
         self.samples = 0
         self._sizes: dict[str, int] = {}
 
@@ -109,7 +111,8 @@ class RolloutDirFollower:
     def log_file(self, path: Path, text: str) -> int:
         """Log one dump file's lines as the samples of its step; how many there were."""
         records = [r for r in map(_json_line, text.splitlines()) if r is not None]
-        self.run.log_samples([rollout_sample(r) for r in records], step=int(path.stem))
+        samples = [rollout_sample(r) for r in records]
+        self.run.log_samples(samples, step=int(path.stem), split=self.split)
         return len(records)
 
 
