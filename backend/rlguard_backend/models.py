@@ -209,7 +209,7 @@ class Sample(Base):
     per-token arrays as zlib-compressed JSON (``samples.py`` packs and unpacks them)."""
 
     __tablename__ = "samples"
-    __table_args__ = (Index("ix_samples_run_reward", "run_id", "reward"),)
+    __table_args__ = (Index("ix_samples_run_reward", "run_id", "split", "reward"),)
 
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     split: Mapped[str] = mapped_column(String(32), primary_key=True)

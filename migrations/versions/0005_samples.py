@@ -47,7 +47,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("run_id", "split", "step", "sample_index", name=op.f("pk_samples")),
     )
-    op.create_index("ix_samples_run_reward", "samples", ["run_id", "reward"], unique=False)
+    op.create_index("ix_samples_run_reward", "samples", ["run_id", "split", "reward"], unique=False)
 
 
 def downgrade() -> None:
