@@ -117,12 +117,16 @@ def test_trl_grpo_trainer_callback_logs_trl_keys(
         use_cpu=True,
         save_strategy="no",
         beta=0.04,
+        eval_strategy="steps",
+        eval_steps=3,
+        per_device_eval_batch_size=4,
     )
     trainer = GRPOTrainer(
         model=str(folder),
         reward_funcs=reward_len,
         args=args,
         train_dataset=prompts,
+        eval_dataset=Dataset.from_dict({"prompt": ["h g", "f e"]}),
         processing_class=None,
     )
     RLGuardCallback.attach(
@@ -142,6 +146,9 @@ def test_trl_grpo_trainer_callback_logs_trl_keys(
         assert sample["reward"] == sample["scores"]["reward_reward_len"]
         assert sample["reward"] == len(sample["response"])
         assert sample["group"] == sample["index"] // 2 and sample["advantage"] is not None
+    evaluated = api(service.url, "GET", f"/runs/{run_id}/samples?split=validation")
+    assert evaluated["count"] == 4, evaluated  # 2 evaluation prompts x 2 generations, at step 3
+    assert {(s["step"], s["prompt"]) for s in evaluated["data"]} == {(3, "h g"), (3, "f e")}
 
 
 def test_verl_follower_survives_truncation_and_nulls(
