@@ -36,7 +36,7 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-BENCHMARKS := ingest query hook_overhead demo_overhead detectors dashboard
+BENCHMARKS := ingest query hook_overhead demo_overhead detectors dashboard samples
 
 bench: setup services
 	for b in $(BENCHMARKS); do echo "== $$b"; $(PY) -m benchmarks.$$b || exit 1; done

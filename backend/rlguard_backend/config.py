@@ -40,6 +40,12 @@ class Settings(BaseSettings):
         default=32 * 1024 * 1024, gt=0, description="largest accepted batch body, after gunzip"
     )
     max_batch_points: int = Field(default=200_000, gt=0, description="most points in one batch")
+    max_batch_samples: int = Field(
+        default=4096, gt=0, description="most rollout samples in one samples batch"
+    )
+    max_sample_search_rows: int = Field(
+        default=50_000, gt=0, description="most samples a text search (q=) reads"
+    )
     max_series_points: int = Field(
         default=100_000, gt=0, description="largest max_points a series query may ask for"
     )

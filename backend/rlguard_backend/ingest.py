@@ -8,9 +8,9 @@ import zlib
 from collections import defaultdict
 from collections.abc import Sequence
 from itertools import pairwise
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
 from rlguard_backend import points, repository, sql
@@ -20,6 +20,7 @@ from rlguard_backend.points import Columns
 from rlguard_backend.schemas import BatchAck, BatchIn
 
 GZIP_WBITS = 16 + zlib.MAX_WBITS
+Body = TypeVar("Body", bound=BaseModel)
 
 
 class InvalidBatch(Exception):
@@ -52,16 +53,21 @@ def decode_body(body: bytes, content_encoding: str | None, max_bytes: int) -> by
     return data
 
 
-def parse_batch(raw: bytes, max_points: int) -> BatchIn:
+def parse_body(model: type[Body], raw: bytes, fields: str) -> Body:
+    """``raw`` as ``model``: 400 when it is not a JSON object, 422 naming each invalid field."""
     try:
-        batch = BatchIn.model_validate_json(raw)
+        return model.model_validate_json(raw)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
         if any(e["type"] == "json_invalid" for e in errors):
             raise MalformedRequest(f"body is not valid JSON: {errors[0]['msg']}") from exc
         if any(e["type"] == "model_type" and not e["loc"] for e in errors):
-            raise MalformedRequest("body must be a JSON object with batch_id and steps") from exc
+            raise MalformedRequest(f"body must be a JSON object with {fields}") from exc
         raise InvalidBatch([dict(e) for e in errors]) from exc
+
+
+def parse_batch(raw: bytes, max_points: int) -> BatchIn:
+    batch = parse_body(BatchIn, raw, "batch_id and steps")
     count = sum(len(step.values) for step in batch.steps)
     if count > max_points:
         raise PayloadTooLarge(

@@ -13,7 +13,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy.exc import OperationalError
 
 from rlguard_backend import __version__, migrate
-from rlguard_backend.api import alerts, health, points, runs, tokens
+from rlguard_backend.api import alerts, health, points, runs, samples, tokens
 from rlguard_backend.api.deps import ACCESS
 from rlguard_backend.auth import TokenCache
 from rlguard_backend.capacity import Database
@@ -32,6 +32,7 @@ ROUTERS = (
     (runs.router, True),
     (runs.projects, True),
     (points.router, True),
+    (samples.router, True),
     (alerts.router, True),
     (tokens.router, True),
     (health.router, True),

@@ -205,3 +205,28 @@ class ApiToken(Base):
     project: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Sample(Base):
+    """One rollout sample: its numbers in columns (sorted and filtered in SQL), its text and
+    per-token arrays as zlib-compressed JSON (``samples.py`` packs and unpacks them)."""
+
+    __tablename__ = "samples"
+    __table_args__ = (Index("ix_samples_run_reward", "run_id", "split", "reward"),)
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    split: Mapped[str] = mapped_column(String(32), primary_key=True)
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    sample_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    wall_time: Mapped[float | None] = mapped_column(Double)
+    reward: Mapped[float | None] = mapped_column(Double)
+    advantage: Mapped[float | None] = mapped_column(Double)
+    length: Mapped[float | None] = mapped_column(Double)
+    truncated: Mapped[float | None] = mapped_column(Double)
+    group_id: Mapped[float | None] = mapped_column(Double)
+    logprob: Mapped[float | None] = mapped_column(Double)
+    entropy: Mapped[float | None] = mapped_column(Double)
+    kl: Mapped[float | None] = mapped_column(Double)
+    cut: Mapped[bool] = mapped_column(Boolean, default=False)
+    text_data: Mapped[bytes] = mapped_column(LargeBinary)
+    token_data: Mapped[bytes | None] = mapped_column(LargeBinary)

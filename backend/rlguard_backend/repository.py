@@ -128,9 +128,10 @@ def heartbeat(session: Session, run: Run) -> Run:
 
 
 def rewind_run(session: Session, run: Run, step: int) -> Run:
-    """Supersede every point after ``step``: a restarted trainer rewrites them."""
+    """Supersede every point and sample after ``step``: a restarted trainer rewrites them."""
     keys = list(session.scalars(select(MetricKey).where(MetricKey.run_id == run.id)))
     points.delete_after(session, [k.id for k in keys], step)
+    sql.execute(session, "DELETE FROM samples WHERE run_id = ? AND step > ?", (run.id, step))
     for key in keys:
         if key.last_step is not None and key.last_step > step:
             tail = points.key_tail(session, key.id)

@@ -10,7 +10,14 @@ import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 RunStatus = Literal["running", "finished", "crashed", "failed"]
 RUN_STATUSES: tuple[str, ...] = ("running", "finished", "crashed", "failed")
@@ -303,3 +310,115 @@ class Health(BaseModel):
     time: float = Field(description="the service's clock (Unix seconds), to check clock skew")
 
     model_config = ConfigDict(populate_by_name=True)
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+SampleNumber = Annotated[float | None, AfterValidator(_finite_or_none)]
+SAMPLE_NUMBER_FIELDS = (
+    "reward",
+    "advantage",
+    "length",
+    "truncated",
+    "group",
+    "logprob",
+    "entropy",
+    "kl",
+)
+SAMPLE_TEXT_FIELDS = ("prompt", "response", "reference", "ground_truth")
+SampleSplit = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+
+
+class SampleTokens(BaseModel):
+    """Per-token arrays of one response, all of one length; non-finite numbers are null."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: list[str] | None = None
+    logprobs: list[SampleNumber] | None = None
+    entropy: list[SampleNumber] | None = None
+    kl: list[SampleNumber] | None = None
+    ratio: list[SampleNumber] | None = None
+
+    @model_validator(mode="after")
+    def _same_length(self) -> SampleTokens:
+        lengths = {len(v) for v in self.model_dump(exclude_none=True).values()}
+        if len(lengths) > 1:
+            raise ValueError(
+                f"per-token arrays have different lengths {sorted(lengths)}; send one entry per "
+                "response token in each"
+            )
+        return self
+
+
+class SampleIn(BaseModel):
+    """One rollout sample at ``step``; ``index`` tells the samples of a step apart."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: Step
+    index: Annotated[int, Field(ge=0, le=2**31 - 1)]
+    split: SampleSplit = Field(default="train", description='e.g. "train" or "validation"')
+    time: float | None = None
+    prompt: str | None = None
+    response: str | None = None
+    reference: str | None = None
+    ground_truth: str | None = None
+    reward: SampleNumber = None
+    advantage: SampleNumber = None
+    length: SampleNumber = None
+    truncated: SampleNumber = None
+    group: SampleNumber = None
+    logprob: SampleNumber = None
+    entropy: SampleNumber = None
+    kl: SampleNumber = None
+    scores: dict[MetricName, SampleNumber] = Field(
+        default_factory=dict, max_length=64, description="more numbers, e.g. reward components"
+    )
+    tokens: SampleTokens | None = None
+    cut: bool = Field(default=False, description="the hook cut text or tokens to its budget")
+
+
+class SampleBatchIn(BaseModel):
+    """One sample ingest request; a client-chosen ``batch_id`` makes replays harmless."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_id: BatchId
+    samples: list[SampleIn]
+
+
+class SampleAck(BaseModel):
+    batch_id: str
+    duplicate: bool = Field(description="true when this batch id was stored before")
+    samples: int = Field(description="samples in the batch")
+
+
+class SamplePublic(BaseModel):
+    run_id: str
+    step: int
+    index: int
+    split: str
+    time: float | None
+    prompt: str | None
+    response: str | None
+    reference: str | None
+    ground_truth: str | None
+    reward: float | None
+    advantage: float | None
+    length: float | None
+    truncated: float | None
+    group: float | None
+    logprob: float | None
+    entropy: float | None
+    kl: float | None
+    scores: dict[str, float | None]
+    cut: bool
+    tokens: SampleTokens | None = Field(description="per-token arrays, only with tokens=true")
+
+
+class SampleList(BaseModel):
+    data: list[SamplePublic]
+    count: int = Field(description="samples matching the query, before limit/offset")

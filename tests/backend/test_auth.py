@@ -118,6 +118,15 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ("GET", "/api/v1/runs/{run_id}/series"): lambda: (f"{run}/series", None),
         ("GET", "/api/v1/runs/{run_id}/export"): lambda: (f"{run}/export", None),
         ("GET", "/api/v1/runs/{run_id}/alerts"): lambda: (f"{run}/alerts", None),
+        ("POST", "/api/v1/runs/{run_id}/samples"): lambda: (
+            f"{run}/samples",
+            {"batch_id": new_run_id("s"), "samples": [{"step": 3, "index": 0, "reward": 1.0}]},
+        ),
+        ("GET", "/api/v1/runs/{run_id}/samples"): lambda: (f"{run}/samples", None),
+        ("GET", "/api/v1/alerts/{alert_id}/samples"): lambda: (
+            f"{API}/alerts/{ids['alert_id']}/samples",
+            None,
+        ),
         ("GET", "/api/v1/alerts"): lambda: (f"{API}/alerts", None),
         ("PATCH", "/api/v1/alerts/{alert_id}"): lambda: (
             f"{API}/alerts/{ids['alert_id']}",

@@ -30,6 +30,7 @@ TABLES = {
     "rollups",
     "run_tags",
     "runs",
+    "samples",
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -20,6 +21,9 @@ STARTUP_TIMEOUT_S = 90
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    # setuptools builds in ROOT/build and keeps what it copied there before: a renamed
+    # migration would ship twice
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     subprocess.run(
         [
             sys.executable,

@@ -75,3 +75,12 @@ def test_load_benchmark_short_run_loses_nothing_past_fifty_simultaneous_starts()
         assert [level["stored"] for level in levels] == [8 * 100 * 100, 64 * 100 * 100]
         assert all(level["lost"] == level["duplicated"] == 0 for level in levels)
         assert all(level["read_failures"] == 0 for level in levels)
+
+
+def test_benchmark_samples_prints_hook_costs_and_ingest_rates() -> None:
+    result = _run("benchmarks.samples", "--steps", "20", "--batches", "2")
+    hook = result["hook"]
+    assert hook["samples_delivered"] == 20 * 64
+    assert {"median_us", "p99_us"} <= hook["log"].keys() <= hook["log_samples"].keys()
+    for database in ("sqlite", "postgres"):
+        assert result[database]["batches"] == 2 and result[database]["samples_per_s"] > 0

@@ -46,6 +46,13 @@ def test_demo_cli_streams_preset_into_service(server: RunningServer) -> None:
         assert (run["status"], run["last_step"]) == ("finished", STEPS)  # steps count from 1
         assert run["config"]["kl_placement"] in ("loss", "reward", "none")
         keys = {k["name"]: k for k in http.get(f"/api/v1/runs/{run['id']}/keys").json()["data"]}
+        samples = http.get(f"/api/v1/runs/{run['id']}/samples", params={"limit": 1}).json()
+        worst = http.get(
+            f"/api/v1/runs/{run['id']}/samples", params={"step": STEPS, "sort": "reward"}
+        ).json()
+    assert samples["count"] == STEPS * 64  # 8 groups of 8 responses: the default budget
+    assert samples["data"][0]["prompt"].endswith("=") and samples["data"][0]["step"] == 1
+    assert worst["count"] == 64 and worst["data"][0]["reward"] <= worst["data"][-1]["reward"]
     for name in ("actor/entropy", "actor/ppo_kl", "actor/pg_clipfrac", "critic/score/mean"):
         assert (keys[name]["count"], keys[name]["first_step"]) == (STEPS, 1), name
     assert keys["actor/entropy"]["signal"] == "entropy"

@@ -113,3 +113,17 @@ def test_cli_defaults_and_no_log_run(capsys: pytest.CaptureFixture[str]) -> None
     )
     assert demo_cli.run(args) == 0
     assert "kl-too-strong: 2 steps" in capsys.readouterr().out
+
+
+def test_train_logs_decoded_rollouts_as_samples() -> None:
+    calls: list[tuple[int, list[dict]]] = []
+    train(QUICK, steps=2, seed=0, log_samples=lambda samples, step: calls.append((step, samples)))
+    assert [(step, len(samples)) for step, samples in calls] == [(1, 32), (2, 32)]
+    for sample in calls[0][1]:
+        a, b = (int(d) for d in sample["prompt"].rstrip("=").split("+"))
+        assert sample["reference"] == f"{a + b}<eos>"
+        assert sample["reward"] == float(sample["response"] == sample["reference"])
+        assert sample["length"] == len(sample["tokens"]) == len(sample["token_kl"])
+        assert "".join(sample["tokens"]) == sample["response"]
+    groups = [s["group"] for s in calls[0][1]]
+    assert groups == sorted(groups) and len(set(groups)) == 4

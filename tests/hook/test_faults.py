@@ -1,4 +1,4 @@
-"""Fault injection on real processes: the database ends with every logged point exactly once."""
+"""Fault injection on real processes: the database ends with every logged point and sample once."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.hook.hookutil import (
     stored_series,
     wait_for,
 )
-from tests.hook.trainer_script import values_at
+from tests.hook.trainer_script import samples_at, values_at
 
 SCRIPT = ROOT / "tests" / "hook" / "trainer_script.py"
 
@@ -45,6 +45,23 @@ def expected(steps: int) -> dict[str, dict[int, object]]:
     return out
 
 
+def stored_samples(url: str, run_id: str) -> dict[int, list[str]]:
+    """Every stored sample's response, by step, read page by page."""
+    out: dict[int, list[str]] = {}
+    offset = 0
+    while True:
+        page = api(url, "GET", f"/runs/{run_id}/samples?limit=1000&offset={offset}")
+        for sample in page["data"]:
+            out.setdefault(sample["step"], []).append(sample["response"])
+        offset += len(page["data"])
+        if offset >= page["count"]:
+            return out
+
+
+def expected_samples(steps: int) -> dict[int, list[str]]:
+    return {step: [str(s["response"]) for s in samples_at(step)] for step in range(steps)}
+
+
 def finished(trainer: subprocess.Popen, timeout_s: float = 120) -> None:
     out, err = trainer.communicate(timeout=timeout_s)
     assert trainer.returncode == 0, (out, err[-3000:])
@@ -70,6 +87,7 @@ def test_faults_service_down_from_the_start_then_started(tmp_path: Path) -> None
         service.start()
         finished(trainer)
         assert stored_series(service.url, "down-first") == expected(150)
+        assert stored_samples(service.url, "down-first") == expected_samples(150)
         assert api(service.url, "GET", "/runs/down-first")["status"] == "finished"
     finally:
         trainer.kill()
@@ -96,6 +114,7 @@ def test_faults_service_sigkilled_three_times_mid_run(tmp_path: Path) -> None:
             service.start()
         finished(trainer)
         assert stored_series(service.url, "service-killed") == expected(600)
+        assert stored_samples(service.url, "service-killed") == expected_samples(600)
     finally:
         trainer.kill()
         service.stop()
@@ -118,6 +137,7 @@ def test_faults_trainer_sigkilled_and_restarted_with_the_same_run_id(tmp_path: P
         restarted = start_trainer(service.url, "trainer-killed", tmp_path, 400, 0.001)
         finished(restarted)
         assert stored_series(service.url, "trainer-killed") == expected(400)
+        assert stored_samples(service.url, "trainer-killed") == expected_samples(400)
         assert api(service.url, "GET", "/runs/trainer-killed")["resume_from_step"] == resumed_from
     finally:
         service.stop()

@@ -101,3 +101,44 @@ def test_import_tensorboard_directory(tmp_path: Path) -> None:
     records = list(importers.read_tensorboard(tmp_path))
     assert [s for s, _ in records] == [0, 1, 2]
     assert records[2][1]["train/kl"] == pytest.approx(0.2)
+
+
+def verl_console_with_config(steps: int) -> str:
+    """A verl console log as a run prints it: its whole config (pprint), then step lines."""
+    import pprint
+
+    actor = {
+        "clip_ratio_low": 0.2,
+        "clip_ratio_high": 0.28,
+        "ppo_mini_batch_size": 256,
+        "optim": {"lr": 1e-06, "weight_decay": 0.01, "warmup_style": "constant"},
+        "checkpoint": {"contents": ["model", "optimizer", "extra"]},
+    }
+    config = {
+        "actor_rollout_ref": {"actor": actor, "rollout": {f"opt_{i}": i for i in range(60)}},
+        "algorithm": {"adv_estimator": "grpo", "kl_ctrl": {"kl_coef": 0.001, "type": "fixed"}},
+        "data": {f"field_{i}": f"value_{i}" for i in range(150)},
+        "trainer": {"logger": ["console", "file"], "total_training_steps": steps},
+    }
+    printed = pprint.pformat(config, width=80) + "\n"
+    banner = "{'n_gpus_per_node': 8, 'nnodes': 1}\n{'global_pool': 8, 'ref_pool': 8}\n"
+    lines = "".join(
+        f"(TaskRunner pid=4242) step:{s} - actor/entropy:{0.6 - s / 1e4:.3f} - "
+        f"actor/ppo_kl:{s / 1e5:.5f} - critic/score/mean:0.5\n"
+        for s in range(1, steps + 1)
+    )
+    return printed + banner + lines
+
+
+def test_detect_format_reads_past_verl_printed_config(tmp_path: Path) -> None:
+    path = tmp_path / "verl.log"
+    path.write_text(verl_console_with_config(400))
+    assert len(path.read_text().splitlines()[:250]) == 250  # the config alone fills the head
+    assert importers.count_step_lines(path) == {
+        "verl-jsonl": 0,
+        "openrlhf-console": 0,
+        "verl-console": 400,
+        "trl-console": 2,
+    }
+    assert importers.detect_format(path) == "verl-console"
+    assert len(list(importers.read_verl_console(path))) == 400

@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 import rlguard
-from rlguard.integrations.verl import JsonlFollower, patch_tracking, run_config
+from rlguard.integrations.verl import (
+    JsonlFollower,
+    RolloutDirFollower,
+    patch_tracking,
+    run_config,
+)
 from tests.hook.hookutil import ServiceProcess, api, child_env, free_port, stored_series
 
 FAST = {"gpu": False, "flush_interval_s": 0.05}
@@ -112,17 +117,20 @@ def test_trl_grpo_trainer_callback_logs_trl_keys(
         use_cpu=True,
         save_strategy="no",
         beta=0.04,
-    )
-    callback = RLGuardCallback(
-        project="hook", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
+        eval_strategy="steps",
+        eval_steps=3,
+        per_device_eval_batch_size=4,
     )
     trainer = GRPOTrainer(
         model=str(folder),
         reward_funcs=reward_len,
         args=args,
         train_dataset=prompts,
+        eval_dataset=Dataset.from_dict({"prompt": ["h g", "f e"]}),
         processing_class=None,
-        callbacks=[callback],
+    )
+    RLGuardCallback.attach(
+        trainer, project="hook", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
     )
     trainer.train()
     stored = stored_series(service.url, run_id)
@@ -130,6 +138,17 @@ def test_trl_grpo_trainer_callback_logs_trl_keys(
         assert sorted(stored[key]) == [1, 2, 3], key
     config = api(service.url, "GET", f"/runs/{run_id}")["config"]
     assert config["kl_coef"] == 0.04 and config["kl_placement"] == "loss"
+    samples = api(service.url, "GET", f"/runs/{run_id}/samples?limit=100")
+    assert samples["count"] == 3 * 4  # 4 completions (2 prompts x 2 generations) per step
+    assert [s["step"] for s in samples["data"]] == [1] * 4 + [2] * 4 + [3] * 4
+    for sample in samples["data"]:
+        assert sample["prompt"] in ("a b", "c d", "e f", "g h")
+        assert sample["reward"] == sample["scores"]["reward_reward_len"]
+        assert sample["reward"] == len(sample["response"])
+        assert sample["group"] == sample["index"] // 2 and sample["advantage"] is not None
+    evaluated = api(service.url, "GET", f"/runs/{run_id}/samples?split=validation")
+    assert evaluated["count"] == 4, evaluated  # 2 evaluation prompts x 2 generations, at step 3
+    assert {(s["step"], s["prompt"]) for s in evaluated["data"]} == {(3, "h g"), (3, "f e")}
 
 
 def test_verl_follower_survives_truncation_and_nulls(
@@ -154,6 +173,92 @@ def test_verl_follower_survives_truncation_and_nulls(
     stored = stored_series(service.url, run_id)
     assert stored["a"] == {1: 1.0, 2: 2.0, 3: 3.0, 4: 40.0, 5: 50.0, 6: 60.0, 7: 70.0}
     assert stored["b"] == {s: "NaN" for s in range(1, 6)}
+
+
+def verl_dump_line(step: int, i: int) -> str:
+    """One line as verl's ``_dump_generations`` writes it (with an older verl's ``gts``)."""
+    record = {
+        "input": f"user: {i} + {i} =",
+        "output": f"{2 * i}<|im_end|>",
+        "gts": str(2 * i),
+        "score": float(i % 2),
+        "step": step,
+        "acc": True,
+        "pred": str(2 * i),
+    }
+    return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+def test_verl_rollout_follower_logs_dumps_as_samples(
+    service: ServiceProcess, run_id: str, spool_dir: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "rollouts"
+    run = rlguard.init(
+        project="hook", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
+    )
+    follower = RolloutDirFollower(folder, run)
+    assert follower.poll() == 0  # no folder yet
+    folder.mkdir()
+    (folder / "1.jsonl").write_text("".join(verl_dump_line(1, i) for i in range(3)))
+    (folder / "2.jsonl").write_text(verl_dump_line(2, 0)[:-9])  # verl is still writing it
+    (folder / "notes.jsonl").write_text(verl_dump_line(9, 0))
+    assert follower.poll() == 3
+    (folder / "2.jsonl").write_text("".join(verl_dump_line(2, i) for i in range(2)))
+    assert (follower.poll(), follower.poll()) == (2, 0)
+    run.finish()
+    stored = api(service.url, "GET", f"/runs/{run_id}/samples?limit=100")["data"]
+    assert [(s["step"], s["index"], s["reward"]) for s in stored] == [
+        (1, 0, 0.0),
+        (1, 1, 1.0),
+        (1, 2, 0.0),
+        (2, 0, 0.0),
+        (2, 1, 1.0),
+    ]
+    first = stored[1]
+    assert (first["prompt"], first["response"], first["ground_truth"]) == (
+        "user: 1 + 1 =",
+        "2<|im_end|>",
+        "2",
+    )
+    assert first["scores"] == {"acc": 1.0}
+
+
+def write_scalars(folder: Path, steps: range, tag: str = "policy_loss") -> Path:
+    """Scalars as OpenRLHF's TensorboardLogger writes them (SummaryWriter.add_scalar)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(folder))
+    for step in steps:
+        writer.add_scalar(f"train/{tag}", step / 10, step)
+    writer.close()
+    return max(folder.glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime_ns)
+
+
+def test_tensorboard_follower_survives_partial_records_and_new_files(
+    service: ServiceProcess, run_id: str, spool_dir: Path, tmp_path: Path
+) -> None:
+    from rlguard.integrations.tensorboard import TensorboardFollower
+
+    written = write_scalars(tmp_path / "written", range(10))
+    data = written.read_bytes()
+    folder = tmp_path / "tb"
+    folder.mkdir()
+    live = folder / written.name
+    live.write_bytes(data[: len(data) - 7])  # the last record still being written
+    run = rlguard.init(
+        project="hook", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
+    )
+    follower = TensorboardFollower(folder, run)
+    assert follower.poll() == 9
+    with open(live, "ab") as handle:
+        handle.write(data[len(data) - 7 :])
+    assert (follower.poll(), follower.poll()) == (1, 0)
+    write_scalars(folder / "critic", range(5, 8), tag="value_loss")  # a restart's new file
+    assert follower.poll() == 3
+    run.finish()
+    stored = stored_series(service.url, run_id)
+    assert stored["train/policy_loss"] == {s: pytest.approx(s / 10) for s in range(10)}
+    assert stored["critic/train/value_loss"] == {s: pytest.approx(s / 10) for s in range(5, 8)}
 
 
 class Tracking:
@@ -231,9 +336,27 @@ def test_cli_import_then_export(service: ServiceProcess, run_id: str, tmp_path: 
     log.write_text(
         "".join(f"step:{s} - actor/entropy:{0.5 - s / 100:.3f} - x:nan\n" for s in range(1, 51))
     )
-    done = cli("import", str(log), "--url", service.url, "--run-id", run_id, "--project", "imp")
+    rollouts = tmp_path / "rollouts"
+    rollouts.mkdir()
+    for step in range(1, 51):  # 100 generations a step: the hook keeps its budget of 64
+        (rollouts / f"{step}.jsonl").write_text(
+            "".join(verl_dump_line(step, i) for i in range(100))
+        )
+    done = cli(
+        "import",
+        str(log),
+        "--rollouts",
+        str(rollouts),
+        "--url",
+        service.url,
+        "--run-id",
+        run_id,
+        "--project",
+        "imp",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "imported 50 step(s), 100 point(s) as verl-console" in done.stdout
+    assert "imported 50 step(s), 100 point(s) and 3200 sample(s) as verl-console" in done.stdout
+    assert api(service.url, "GET", f"/runs/{run_id}/samples?step=50")["count"] == 64
     stored = stored_series(service.url, run_id)
     assert len(stored["actor/entropy"]) == 50 and stored["x"][7] == "NaN"
     out = tmp_path / "export.csv"
@@ -242,13 +365,31 @@ def test_cli_import_then_export(service: ServiceProcess, run_id: str, tmp_path: 
     assert len(out.read_text().splitlines()) == 51
 
 
-def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_path: Path) -> None:
-    path = tmp_path / "m.jsonl"
-    path.write_text("".join(json.dumps({"step": s, "data": {"a": s}}) + "\n" for s in range(20)))
-    done = cli(
+def test_cli_import_says_when_most_step_lines_were_left_out(
+    service: ServiceProcess, run_id: str, tmp_path: Path
+) -> None:
+    from tests.hook.test_importers import verl_console_with_config
+
+    log = tmp_path / "verl.log"
+    log.write_text(verl_console_with_config(300))
+    auto = cli("import", str(log), "--url", service.url, "--run-id", run_id)
+    assert auto.returncode == 0, auto.stdout + auto.stderr
+    assert "imported 300 step(s)" in auto.stdout and "warning" not in auto.stdout
+    forced = cli("import", str(log), "--url", service.url, "--format", "trl-console")
+    assert forced.returncode == 1
+    assert "only 2 step(s) were imported as trl-console, but 300 lines" in forced.stdout
+    assert "import it again with --format verl-console" in forced.stdout
+
+
+def follow_until_idle(
+    service: ServiceProcess, run_id: str, framework: str, path: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``rlguard follow`` into ``run_id`` until half a second passes without news."""
+    return cli(
         "follow",
-        "verl",
+        framework,
         str(path),
+        *extra,
         "--url",
         service.url,
         "--run-id",
@@ -258,8 +399,35 @@ def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_pa
         "--exit-after-idle-s",
         "0.5",
     )
+
+
+def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "data": {"a": s}}) + "\n" for s in range(20)))
+    rollouts, validation = tmp_path / "rollouts", tmp_path / "validation"
+    for folder, steps in ((rollouts, range(3)), (validation, (0, 2))):
+        folder.mkdir()
+        for step in steps:
+            (folder / f"{step}.jsonl").write_text(
+                "".join(verl_dump_line(step, i) for i in range(4))
+            )
+    extra = ("--rollouts", str(rollouts), "--validation", str(validation))
+    done = follow_until_idle(service, run_id, "verl", path, *extra)
     assert done.returncode == 0, done.stdout + done.stderr
     assert stored_series(service.url, run_id) == {"a": {s: float(s) for s in range(20)}}
+    assert api(service.url, "GET", f"/runs/{run_id}/samples")["count"] == 3 * 4
+    val = api(service.url, "GET", f"/runs/{run_id}/samples?split=validation")
+    assert val["count"] == 2 * 4 and {s["step"] for s in val["data"]} == {0, 2}
+    assert "and 20 sample(s) sent" in done.stdout + done.stderr
+
+
+def test_cli_follow_tensorboard_until_idle(
+    service: ServiceProcess, run_id: str, tmp_path: Path
+) -> None:
+    write_scalars(tmp_path / "tb", range(12))
+    done = follow_until_idle(service, run_id, "tensorboard", tmp_path / "tb")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(stored_series(service.url, run_id)["train/policy_loss"]) == list(range(12))
 
 
 def test_gpu_sampler_without_nvml_logs_host_metrics_only(

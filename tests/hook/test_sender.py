@@ -230,7 +230,6 @@ def test_memory_stays_bounded_during_a_long_outage(run_id: str, spool_dir: Path)
         run_id=run_id,
         url=url,
         spool_dir=str(spool_dir),
-        max_queue_steps=50_000,
         **FAST,
     )
     tracemalloc.start()

@@ -45,6 +45,7 @@ __all__ = [
     "finish",
     "init",
     "log",
+    "log_samples",
 ]
 
 
@@ -95,12 +96,26 @@ def current_run() -> Run | None:
     return _registry.current()
 
 
-def log(metrics: Mapping[str, Any], step: int | None = None) -> None:
+def log(
+    metrics: Mapping[str, Any],
+    step: int | None = None,
+    samples: Sequence[Mapping[str, Any]] | None = None,
+) -> None:
     """``log()`` on the current run; call ``init()`` first."""
     run = _registry.current()
     if run is None:
         raise RLGuardError("rlguard.log() before rlguard.init(): start a run first")
-    run.log(metrics, step)
+    run.log(metrics, step, samples)
+
+
+def log_samples(
+    samples: Sequence[Mapping[str, Any]], step: int | None = None, split: str = "train"
+) -> None:
+    """``log_samples()`` on the current run; call ``init()`` first."""
+    run = _registry.current()
+    if run is None:
+        raise RLGuardError("rlguard.log_samples() before rlguard.init(): start a run first")
+    run.log_samples(samples, step, split)
 
 
 def finish(status: str = "finished", summary: Mapping[str, Any] | None = None) -> RunStatus | None:

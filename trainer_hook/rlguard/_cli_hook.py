@@ -32,11 +32,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--spool-dir", default=None, help="default RLGUARD_SPOOL_DIR")
     elif command in ("follow", "import"):
         if command == "follow":
-            parser.add_argument("framework", choices=["verl"])
+            parser.add_argument("framework", choices=["verl", "tensorboard"])
         parser.add_argument("path", type=Path)
         parser.add_argument("--project", default=None)
         parser.add_argument("--run-id", default=None)
         parser.add_argument("--name", default=None)
+    if command in ("follow", "import"):
+        parser.add_argument(
+            "--rollouts", type=Path, default=None, help="verl's trainer.rollout_data_dir"
+        )
+        parser.add_argument(
+            "--validation", type=Path, default=None, help="verl's trainer.validation_data_dir"
+        )
     if command == "follow":
         parser.add_argument("--poll-s", type=float, default=0.5)
         parser.add_argument("--exit-after-idle-s", type=float, default=None)
@@ -116,7 +123,7 @@ def _sync_run(spool: Spool, args: argparse.Namespace) -> tuple[int, int]:
             if body is None:
                 continue
             try:
-                transport.post_batch(spool.dir.name, body)
+                transport.post_kind(batch.kind, spool.dir.name, body)
                 sent += batch.points
             except RejectedError as exc:
                 spool.dead_letter(body, str(exc))
@@ -143,16 +150,29 @@ def _start_run(args: argparse.Namespace, default_name: str) -> rlguard.Run:
 
 
 def follow(args: argparse.Namespace) -> int:
-    """Tail a verl JSONL file into a run until interrupted (or idle for a while)."""
-    from rlguard.integrations.verl import JsonlFollower
+    """Tail a verl JSONL file (and its rollout dumps) or a TensorBoard directory into a run
+    until interrupted (or idle)."""
+    from rlguard.integrations.verl import JsonlFollower, RolloutDirFollower, follow_all
 
     run = _start_run(args, args.path.stem)
-    follower = JsonlFollower(args.path, run)
+    follower: Any = JsonlFollower(args.path, run)
+    if args.framework == "tensorboard":
+        from rlguard.integrations.tensorboard import TensorboardFollower
+
+        follower = TensorboardFollower(args.path, run)
+    followers: list[Any] = [follower]
+    for folder, split in ((args.rollouts, "train"), (args.validation, "validation")):
+        if folder is not None:
+            followers.append(RolloutDirFollower(folder, run, split))
     _say(f"following {args.path} into run {run.id} at {run.url}")
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends following, then we finish
-        follower.follow(threading.Event(), args.poll_s, args.exit_after_idle_s)
+        follow_all(followers, threading.Event(), args.poll_s, args.exit_after_idle_s)
     status = run.finish()
-    _say(f"run {run.id}: {follower.steps} step(s), {status.sent + status.replayed} point(s) sent")
+    samples = status.samples_sent + status.samples_replayed
+    _say(
+        f"run {run.id}: {follower.steps} step(s), {status.sent + status.replayed} point(s) "
+        f"and {samples} sample(s) sent"
+    )
     return 0 if status.spool_batches == 0 else 1
 
 
@@ -172,10 +192,44 @@ def import_run(args: argparse.Namespace) -> int:
         if steps % IMPORT_FLUSH_EVERY_STEPS == 0:
             run.flush()
             progress.show(steps)
+    for folder, split in ((args.rollouts, "train"), (args.validation, "validation")):
+        if folder is not None:
+            _import_rollouts(folder, run, split)
     status = run.finish()
     progress.done(steps)
-    _say(f"imported {steps} step(s), {status.logged} point(s) as {fmt} into run {run.id}")
-    return 0 if status.spool_batches == 0 and status.dead_lettered == 0 else 1
+    _say(
+        f"imported {steps} step(s), {status.logged} point(s) and {status.samples_logged} "
+        f"sample(s) as {fmt} into run {run.id}"
+    )
+    complete = _says_what_was_left(args.path, fmt, steps)
+    return 0 if complete and status.spool_batches == 0 and status.dead_lettered == 0 else 1
+
+
+def _says_what_was_left(path: Path, fmt: str, steps: int) -> bool:
+    """False (with the fix) when most of a text log's step lines were not imported as steps."""
+    from rlguard.integrations.importers import TEXT_FORMATS, count_step_lines
+
+    if fmt not in TEXT_FORMATS or path.is_dir():
+        return True
+    counts = count_step_lines(path)
+    best = max(TEXT_FORMATS, key=lambda name: counts[name])
+    if 2 * steps >= counts[best]:
+        return True
+    _say(
+        f"warning: only {steps} step(s) were imported as {fmt}, but {counts[best]} lines of "
+        f"{path} read as {best} steps; import it again with --format {best}"
+    )
+    return False
+
+
+def _import_rollouts(folder: Path, run: rlguard.Run, split: str) -> None:
+    """Every rollout dump in ``folder``, one step at a time (the queue stays small)."""
+    from rlguard.integrations.verl import RolloutDirFollower
+
+    follower = RolloutDirFollower(folder, run, split)
+    for path, text in follower.pending():
+        follower.log_file(path, text)
+        run.flush()
 
 
 class _Progress:

@@ -54,7 +54,9 @@ class HookConfig:
     gpu_interval_s: float = 5.0
     flush_interval_s: float = 0.5
     max_batch_points: int = 20_000
-    max_queue_steps: int = 100_000
+    max_queue_mb: float = 256.0
+    max_samples_per_step: int = 64
+    max_sample_kb: float = 32.0
     spool_budget_mb: float = 1024.0
     finish_timeout_s: float = 30.0
     request_timeout_s: float = 10.0
@@ -75,6 +77,14 @@ class HookConfig:
     @property
     def spool_budget_bytes(self) -> int:
         return int(self.spool_budget_mb * 1024 * 1024)
+
+    @property
+    def max_queue_bytes(self) -> int:
+        return int(self.max_queue_mb * 1024 * 1024)
+
+    @property
+    def max_sample_bytes(self) -> int:
+        return int(self.max_sample_kb * 1024)
 
 
 def _parse_bool(key: str, raw: object) -> bool:
@@ -199,7 +209,9 @@ _PARSERS: dict[str, Callable[[str, object], Any]] = {
     "gpu_interval_s": _parse_number(float, 0.1, "a number of seconds >= 0.1"),
     "flush_interval_s": _parse_number(float, 0.01, "a number of seconds >= 0.01, e.g. 0.5"),
     "max_batch_points": _POSITIVE_INT,
-    "max_queue_steps": _POSITIVE_INT,
+    "max_queue_mb": _parse_number(float, 0.001, "a number of megabytes > 0, e.g. 256"),
+    "max_samples_per_step": _parse_number(int, 0, "an integer >= 0 (0 keeps no samples)"),
+    "max_sample_kb": _parse_number(float, 1.0, "a number of kilobytes >= 1, e.g. 32"),
     "spool_budget_mb": _parse_number(float, 0.0, "a number of megabytes >= 0"),
     "finish_timeout_s": _SECONDS,
     "request_timeout_s": _parse_number(float, 0.1, "a number of seconds >= 0.1"),

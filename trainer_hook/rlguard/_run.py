@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from rlguard import _wire
+from rlguard import _samples, _wire
 from rlguard._config import HookConfig
 from rlguard._sender import Sender
+from rlguard._spool import SAMPLES
 
 logger = logging.getLogger("rlguard")
 _now = time.time
@@ -21,8 +21,9 @@ _now = time.time
 
 @dataclasses.dataclass(frozen=True)
 class RunStatus:
-    """Counters of a run's points; ``logged == sent + replayed + dead_lettered + dropped +
-    spool_points`` once the queue is drained."""
+    """Counters of a run's points and samples; once the queue is drained ``logged == sent +
+    replayed + dead_lettered + dropped + spool_points``, and the same for the ``samples_*``
+    counters with ``spool_samples`` (``samples_filtered``: left out by the per-step budget)."""
 
     logged: int
     skipped: int
@@ -36,6 +37,14 @@ class RunStatus:
     spool_batches: int
     spool_points: int
     last_error: str | None
+    samples_logged: int = 0
+    samples_filtered: int = 0
+    samples_sent: int = 0
+    samples_replayed: int = 0
+    samples_dropped: int = 0
+    samples_dead_lettered: int = 0
+    spool_samples: int = 0
+    queued_bytes: int = 0
 
 
 def _coerce_step(step: object) -> object:
@@ -53,6 +62,9 @@ class _ClosedQueue:
         if not self.warned:
             self.warned = True
             logger.warning("rlguard: log() after finish() is ignored")
+
+    def append_samples(self, item: object, count: int, size: int) -> None:
+        self.append(item)
 
 
 class Run:
@@ -72,13 +84,13 @@ class Run:
         self.active = active
         self.alerts: list[dict[str, Any]] = []
         self._cfg = cfg
-        self._seq = itertools.count()
         self._next_step = 0
         self._finished = False
         self._finish_lock = threading.Lock()
         self._sampler: Any = None
         self._sender: Sender | None = None
         self._queue: Any = None
+        self._samples_warned = False
         if active:
             payload = {
                 "id": cfg.run_id,
@@ -120,8 +132,14 @@ class Run:
             self._sampler = SystemSampler(self._log_system, self._cfg.gpu_interval_s)
             self._sampler.start()
 
-    def log(self, metrics: Mapping[str, Any], step: Any = None) -> None:
-        """Queue ``metrics`` for ``step`` (default: the previous step + 1). No I/O, never blocks."""
+    def log(
+        self,
+        metrics: Mapping[str, Any],
+        step: Any = None,
+        samples: Iterable[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Queue ``metrics`` for ``step`` (default: the previous step + 1), and ``samples`` as
+        ``log_samples`` does at the same step. No I/O, never blocks."""
         queue = self._queue
         if queue is None:
             return
@@ -133,15 +151,48 @@ class Run:
             snapshot = metrics.copy()  # type: ignore[attr-defined]
         except AttributeError:
             snapshot = dict(metrics)
-        queue.append((next(self._seq), step, _now(), snapshot))
+        queue.append((step, _now(), snapshot))
         if type(step) is int:
             self._next_step = step + 1
+        if samples is not None:
+            self.log_samples(samples, step)
+
+    def log_samples(
+        self, samples: Iterable[Mapping[str, Any]], step: Any = None, split: str = "train"
+    ) -> None:
+        """Queue rollout samples for ``step`` (default: the step of the last ``log()``);
+        ``split`` names another set than the training rollouts, e.g. ``"validation"``.
+
+        Each sample is a dict: text (``prompt``, ``response``, ``reference``, ``ground_truth``),
+        numbers (``reward`` and components such as ``reward_format``, ``advantage``, ``length``,
+        ``truncated``, ``group``, ``logprob``, ``entropy``, ``kl``) and per-token arrays
+        (``tokens``, ``token_logprobs``, ``token_entropy``, ``token_kl``, ``token_ratio``).
+        No I/O, never raises; budgets and the sampling policy apply in the sender thread.
+        """
+        queue = self._queue
+        if queue is None:
+            return
+        if step is None:
+            step = max(self._next_step - 1, 0)
+        elif type(step) is not int:
+            step = _coerce_step(step)
+        try:
+            records, size = _samples.snapshot(samples)
+        except Exception as exc:  # a user object that cannot be iterated or read: warn, go on
+            self._warn_samples_once(exc)
+            return
+        queue.append_samples((step, _now(), records, split), len(records), size)
+
+    def _warn_samples_once(self, exc: Exception) -> None:
+        if not self._samples_warned:
+            self._samples_warned = True
+            logger.warning("rlguard: log_samples() takes a list of dicts (%r); ignored", exc)
 
     def _log_system(self, values: dict[str, float]) -> None:
         """System metrics, stamped with the current training step without advancing it."""
         queue = self._queue
         if queue is not None:
-            queue.append((next(self._seq), max(self._next_step - 1, 0), _now(), values))
+            queue.append((max(self._next_step - 1, 0), _now(), values))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until everything logged so far is sent or safely spooled; False on timeout."""
@@ -189,7 +240,8 @@ class Run:
             return RunStatus(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None)
         counters = self._sender.counters
         batches, points = self._sender.backlog_points()
-        queued = len(self._sender.queue)
+        sample_batches, spool_samples = self._sender.backlog_points(SAMPLES)
+        queue = self._sender.queue
         return RunStatus(
             logged=counters.logged,
             skipped=counters.skipped,
@@ -197,12 +249,20 @@ class Run:
             spooled=counters.spooled,
             replayed=counters.replayed,
             dropped=counters.dropped,
-            dropped_steps=counters.dropped_steps,
+            dropped_steps=counters.dropped_steps + queue.dropped_steps,
             dead_lettered=counters.dead_lettered,
-            queued_steps=queued,
-            spool_batches=batches,
+            queued_steps=len(queue),
+            spool_batches=batches + sample_batches,
             spool_points=points,
             last_error=counters.last_error,
+            samples_logged=counters.samples_logged,
+            samples_filtered=counters.samples_filtered,
+            samples_sent=counters.samples_sent,
+            samples_replayed=counters.samples_replayed,
+            samples_dropped=counters.samples_dropped + queue.dropped_samples,
+            samples_dead_lettered=counters.samples_dead_lettered,
+            spool_samples=spool_samples,
+            queued_bytes=queue.bytes,
         )
 
     def _receive_alert(self, alert: dict[str, Any]) -> None:

@@ -19,15 +19,17 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from rlguard import _wire
+from rlguard import _samples, _wire
 from rlguard._config import HookConfig
-from rlguard._spool import Spool, SpooledBatch
+from rlguard._queue import LogQueue
+from rlguard._spool import POINTS, SAMPLES, Spool, SpooledBatch
 from rlguard._transport import Transport
 from rlguard.errors import RejectedError, RetryableError, SpoolError, TransportError
 
 logger = logging.getLogger("rlguard")
 
 STOP = object()  # the queue's stop sentinel
+_NOUNS = {POINTS: "point(s)", SAMPLES: "sample(s)"}
 
 
 class FlushMarker:
@@ -52,6 +54,18 @@ class Counters:
     dropped_steps: int = 0
     dead_lettered: int = 0
     last_error: str | None = None
+    samples_logged: int = 0  # kept by the per-step budget and put in batches
+    samples_filtered: int = 0  # over the per-step budget, left out by the sampling policy
+    samples_sent: int = 0
+    samples_spooled: int = 0
+    samples_replayed: int = 0
+    samples_dropped: int = 0
+    samples_dead_lettered: int = 0
+
+    def add(self, kind: str, name: str, n: int) -> None:
+        """Count ``n`` points (kind ``"p"``) or samples (``"s"``) as ``name``."""
+        field = name if kind == POINTS else f"samples_{name}"
+        setattr(self, field, getattr(self, field) + n)
 
 
 class Sender:
@@ -64,7 +78,8 @@ class Sender:
         on_alert: Callable[[dict[str, Any]], None],
     ) -> None:
         self.cfg = cfg
-        self.queue: collections.deque[Any] = collections.deque(maxlen=cfg.max_queue_steps)
+        self.queue = LogQueue(cfg.max_queue_bytes)
+        self._shaper = _samples.SampleShaper(cfg.max_samples_per_step, cfg.max_sample_bytes)
         self.counters = Counters()
         self.error: BaseException | None = None  # a bug in the thread, surfaced by status()
         self.spool = Spool(cfg.spool_dir, cfg.run_id, cfg.spool_budget_bytes)
@@ -82,7 +97,6 @@ class Sender:
         self._next_heartbeat = 0.0
         self._close_deadline = float("inf")
         self._final: dict[str, Any] | None = None
-        self._last_seq = -1
         self._warned: set[str] = set()
         self._thread = threading.Thread(
             target=self._loop, name=f"rlguard-sender-{cfg.run_id}", daemon=True
@@ -113,9 +127,9 @@ class Sender:
         self._thread.join(timeout_s + 1.0)
         return not self._thread.is_alive()
 
-    def backlog_points(self) -> tuple[int, int]:
-        """Batches and points still in the spool."""
-        backlog = list(self._backlog)
+    def backlog_points(self, kind: str = POINTS) -> tuple[int, int]:
+        """Batches and points (or samples, for kind ``"s"``) still in the spool."""
+        backlog = [b for b in list(self._backlog) if b.kind == kind]
         return len(backlog), sum(b.points for b in backlog)
 
     # ---- the thread --------------------------------------------------------------------------
@@ -161,8 +175,9 @@ class Sender:
         entries: list[tuple[int, float, dict[str, float | str]]] = []
         points = 0
         stopped = False
-        while self.queue:
-            item = self.queue.popleft()
+        queued, sample_entries = self.queue.take()
+        self._warn_queue_drops()
+        for item in queued:
             if item is STOP:
                 stopped = True
                 break
@@ -178,13 +193,11 @@ class Sender:
                 entries, points = [], 0
         if entries:
             self._ship(entries)
+        self._ship_samples(sample_entries)
         return stopped
 
     def _convert(self, item: tuple) -> tuple[int, float, dict[str, float | str]] | None:
-        seq, raw_step, when, metrics = item
-        if seq > self._last_seq + 1:  # the queue overflowed: its oldest entries were dropped
-            self._count_dropped_steps(seq - self._last_seq - 1)
-        self._last_seq = max(self._last_seq, seq)
+        raw_step, when, metrics = item
         step = _wire.to_step(raw_step)
         if step is None:
             self._warn_once(
@@ -213,47 +226,106 @@ class Sender:
             )
         return step, when, values
 
-    def _count_dropped_steps(self, n: int) -> None:
-        self.counters.dropped_steps += n
-        self._warn_once(
-            "queue-full",
-            f"rlguard: the log queue was full (max_queue_steps="
-            f"{self.cfg.max_queue_steps}); {n} step(s) dropped (shown once)",
-        )
+    def _warn_queue_drops(self) -> None:
+        steps, samples = self.queue.dropped_steps, self.queue.dropped_samples
+        if steps or samples:
+            self._warn_once(
+                "queue-full",
+                f"rlguard: the log queue reached its budget (max_queue_mb="
+                f"{self.cfg.max_queue_mb}); samples are dropped first, then new steps; "
+                f"{steps} step(s) and {samples} sample(s) dropped so far (shown once; "
+                "run.status() keeps counting)",
+            )
 
     def _ship(self, entries: list[tuple[int, float, dict[str, float | str]]]) -> None:
         steps = _wire.merge_steps(entries)
         self.counters.logged += _wire.count_points(steps)
         for chunk in _wire.split_by_points(steps, self.cfg.max_batch_points):
             batch_id = uuid.uuid4().hex
-            body = _wire.encode_batch(batch_id, chunk)
-            points = _wire.count_points(chunk)
-            if self._backlog or time.monotonic() < self._retry_at:
-                self._spool_put(batch_id, points, body)  # keeps the order: oldest first
-                continue
-            try:
-                self._post(body)
-            except RetryableError as exc:
-                self._note_failure(exc)
-                self._spool_put(batch_id, points, body)
-            except RejectedError as exc:
-                self._dead_letter(body, points, exc)
-            else:
-                self.counters.sent += points
+            self._deliver(
+                POINTS, batch_id, _wire.count_points(chunk), _wire.encode_batch(batch_id, chunk)
+            )
 
-    def _post(self, body: bytes) -> None:
+    def _ship_samples(self, entries: list[tuple[Any, float, list[Any], Any]]) -> None:
+        """Shape what log_samples() queued into wire samples and deliver them in batches."""
+        samples = [sample for entry in entries for sample in self._shape(*entry)]
+        self.counters.samples_logged += len(samples)
+        for chunk in _samples.split_samples(samples):
+            batch_id = uuid.uuid4().hex
+            self._deliver(SAMPLES, batch_id, len(chunk), _samples.encode_samples(batch_id, chunk))
+
+    def _shape(self, raw_step: Any, when: float, records: list[Any], split: Any) -> list[dict]:
+        """One log_samples() call as wire samples; what it leaves out is counted (and warned
+        about once per cause)."""
+        step = _wire.to_step(raw_step)
+        if step is None:
+            return self._drop_call(records, f"step must be an int >= 0, got {raw_step!r}")
+        if not isinstance(split, str) or not _samples.SPLIT_PATTERN.match(split):
+            return self._drop_call(
+                records, f"split must be a short lower-case name like 'validation', got {split!r}"
+            )
+        try:
+            shaped = self._shaper.shape(step, when, records, split)
+        except Exception as exc:  # a user object whose conversion raised: report, keep going
+            self.counters.samples_dropped += len(records)
+            self._warn_once(
+                f"sample-convert:{type(exc).__name__}",
+                f"rlguard: cannot read the samples logged at step {step} ({exc!r}); that call "
+                "was dropped (shown once)",
+            )
+            return []
+        self.counters.samples_filtered += shaped.filtered
+        self.counters.samples_dropped += shaped.invalid
+        if shaped.invalid:
+            self._warn_once(
+                "sample-record",
+                "rlguard: log_samples() takes a list of dicts; other items were dropped "
+                "(shown once)",
+            )
+        for key in shaped.skipped_fields:
+            self._warn_once(
+                f"sample-key:{key}",
+                f"rlguard: sample field {key!r} is neither a number nor text; skipped "
+                "(shown once per field)",
+            )
+        return shaped.samples
+
+    def _drop_call(self, records: list[Any], problem: str) -> list[dict]:
+        self.counters.samples_dropped += len(records)
+        self._warn_once(
+            f"sample-call:{problem.split()[0]}",
+            f"rlguard: log_samples() {problem}; that call was dropped (shown once)",
+        )
+        return []
+
+    def _deliver(self, kind: str, batch_id: str, count: int, body: bytes) -> None:
+        """Post one batch, or spool it while the service is away or older batches wait."""
+        if self._backlog or time.monotonic() < self._retry_at:
+            self._spool_put(batch_id, count, body, kind)  # keeps the order: oldest first
+            return
+        try:
+            self._post(body, kind)
+        except RetryableError as exc:
+            self._note_failure(exc)
+            self._spool_put(batch_id, count, body, kind)
+        except RejectedError as exc:
+            self._dead_letter(body, count, exc, kind)
+        else:
+            self.counters.add(kind, "sent", count)
+
+    def _post(self, body: bytes, kind: str = POINTS) -> None:
         """Post one batch, creating the run first if needed, and hand its alerts over."""
         if self._run_rejected is not None:
             raise self._run_rejected
         self._ensure_run()
         try:
-            ack = self._transport.post_batch(self.cfg.run_id, body)
+            ack = self._transport.post_kind(kind, self.cfg.run_id, body)
         except RejectedError as exc:
             if exc.status != 404:
                 raise
             self._run_created = False  # the service lost the run (a fresh database): create again
             self._ensure_run()
-            ack = self._transport.post_batch(self.cfg.run_id, body)
+            ack = self._transport.post_kind(kind, self.cfg.run_id, body)
         self._note_success()
         for alert in (ack or {}).get("alerts", []):
             self._on_alert(alert)
@@ -274,34 +346,37 @@ class Sender:
         self._run_created = True
         self._run_payload = {**self._run_payload, "resume_from_step": None}  # rewind once only
 
-    def _spool_put(self, batch_id: str, points: int, body: bytes) -> None:
+    def _spool_put(self, batch_id: str, points: int, body: bytes, kind: str = POINTS) -> None:
         try:
             if not self._run_json_written:
                 self.spool.write_json(
                     "run.json", {**self._run_payload, "resume_from_step": None, "url": self.cfg.url}
                 )
                 self._run_json_written = True
-            batch = self.spool.put(batch_id, points, body)
+            batch = self.spool.put(batch_id, points, body, kind)
         except (SpoolError, OSError) as exc:
             self._drop(
+                kind,
                 points,
                 "spool-error",
-                f"rlguard: cannot write the spool ({exc}); {points} point(s) dropped",
+                f"rlguard: cannot write the spool ({exc}); {points} {_NOUNS[kind]} dropped",
             )
             return
         if batch is None:
             self._drop(
+                kind,
                 points,
                 "spool-full",
                 f"rlguard: the spool {self.spool.dir} is at its budget "
-                f"({self.cfg.spool_budget_mb} MB); new points are dropped until it drains",
+                f"({self.cfg.spool_budget_mb} MB); new {_NOUNS[kind]} are dropped until it "
+                "drains",
             )
             return
         self._backlog.append(batch)
-        self.counters.spooled += points
+        self.counters.add(kind, "spooled", points)
 
-    def _drop(self, points: int, cause: str, message: str) -> None:
-        self.counters.dropped += points
+    def _drop(self, kind: str, points: int, cause: str, message: str) -> None:
+        self.counters.add(kind, "dropped", points)
         self.counters.last_error = message
         self._warn_once(cause, message)
 
@@ -312,27 +387,31 @@ class Sender:
             body = self.spool.read(batch)
             points = batch.points
             if body is not None and batch.batch_id in self._inherited:
-                body, points = self._superseded_removed(body, points)
+                body, points = self._superseded_removed(body, points, batch.kind)
             if body is not None:
                 try:
-                    self._post(body)
+                    self._post(body, batch.kind)
                 except RetryableError as exc:
                     self._note_failure(exc)
                     return
                 except RejectedError as exc:
-                    self._dead_letter(body, points, exc)
+                    self._dead_letter(body, points, exc, batch.kind)
                 else:
-                    self.counters.replayed += points
+                    self.counters.add(batch.kind, "replayed", points)
             self.spool.remove(batch, batch.size)
             self._backlog.popleft()
             if time.monotonic() >= until:
                 return
 
-    def _superseded_removed(self, body: bytes, points: int) -> tuple[bytes | None, int]:
+    def _superseded_removed(
+        self, body: bytes, points: int, kind: str = POINTS
+    ) -> tuple[bytes | None, int]:
         """An earlier process's batch without the steps this restart will log again."""
         resume = self.cfg.resume_from_step
         if resume is None:
             return body, points
+        if kind == SAMPLES:
+            return self._samples_superseded_removed(body, points, resume)
         batch = _wire.decode_batch(body)
         steps = [s for s in batch["steps"] if s["step"] <= resume]
         if len(steps) == len(batch["steps"]):
@@ -341,8 +420,21 @@ class Sender:
             return None, 0
         return _wire.encode_batch(batch["batch_id"], steps), _wire.count_points(steps)
 
-    def _dead_letter(self, body: bytes, points: int, exc: RejectedError) -> None:
-        self.counters.dead_lettered += points
+    def _samples_superseded_removed(
+        self, body: bytes, count: int, resume: int
+    ) -> tuple[bytes | None, int]:
+        batch = _samples.decode_samples(body)
+        kept = [s for s in batch["samples"] if s["step"] <= resume]
+        if len(kept) == count:
+            return body, count
+        if not kept:
+            return None, 0
+        return _samples.encode_samples(batch["batch_id"], kept), len(kept)
+
+    def _dead_letter(
+        self, body: bytes, points: int, exc: RejectedError, kind: str = POINTS
+    ) -> None:
+        self.counters.add(kind, "dead_lettered", points)
         self.counters.last_error = str(exc)
         try:
             path = self.spool.dead_letter(body, str(exc))
@@ -356,7 +448,7 @@ class Sender:
         self._warn_once(
             f"rejected:{exc.status}",
             f"rlguard: the service rejected a batch of "
-            f"{points} point(s) ({exc}); kept in {path} (shown once per status)",
+            f"{points} {_NOUNS[kind]} ({exc}); kept in {path} (shown once per status)",
         )
 
     def _note_failure(self, exc: RetryableError) -> None:

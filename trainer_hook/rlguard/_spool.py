@@ -4,6 +4,7 @@ Layout of ``<spool_dir>/<run_id>/``::
 
     run.json                         the run's create request, so `rlguard sync` can replay alone
     000001732870000123456789-p40-<batch_id>.batch   gzip JSON body, exactly as it will be POSTed
+    000001732870000123456790-s64-<batch_id>.batch   a batch of 64 rollout samples
     final.json                       the status update finish() could not deliver
     dead-letter.jsonl                batches the service rejected (4xx), with the reason
 
@@ -25,16 +26,18 @@ from typing import Any
 from rlguard.errors import SpoolError
 
 BATCH_SUFFIX = ".batch"
-_BATCH_NAME = re.compile(r"^(\d{24})-p(\d+)-(.+)\.batch$")
+_BATCH_NAME = re.compile(r"^(\d{24})-([ps])(\d+)-(.+)\.batch$")
+POINTS, SAMPLES = "p", "s"  # the kinds of batch: metric points, rollout samples
 
 
 @dataclass(frozen=True)
 class SpooledBatch:
-    """One batch file: its path, point count and id."""
+    """One batch file: its path, point (or sample) count, id and kind."""
 
     path: Path
     points: int
     batch_id: str
+    kind: str = POINTS
 
     @property
     def size(self) -> int:
@@ -89,20 +92,22 @@ class Spool:
             self._size = sum(batch.size for batch in self.pending())
         return self._size
 
-    def put(self, batch_id: str, points: int, body: bytes) -> SpooledBatch | None:
+    def put(
+        self, batch_id: str, points: int, body: bytes, kind: str = POINTS
+    ) -> SpooledBatch | None:
         """Store one batch durably; None when the budget has no room for it."""
         if self.size_bytes() + len(body) > self.budget_bytes:
             return None
         self._ensure_dir()
         self._sequence += 1
         stamp = time.time_ns() * 1000 + self._sequence % 1000
-        name = f"{stamp:024d}-p{points}-{batch_id}{BATCH_SUFFIX}"
+        name = f"{stamp:024d}-{kind}{points}-{batch_id}{BATCH_SUFFIX}"
         try:
             write_atomic(self.dir / name, body)
         except OSError as exc:
             raise SpoolError(f"cannot write {self.dir / name}: {exc}") from exc
         self._size = self.size_bytes() + len(body)
-        return SpooledBatch(self.dir / name, points, batch_id)
+        return SpooledBatch(self.dir / name, points, batch_id, kind)
 
     def pending(self) -> list[SpooledBatch]:
         """Spooled batches, oldest first."""
@@ -114,7 +119,7 @@ class Spool:
         for name in names:
             match = _BATCH_NAME.match(name)
             if match:
-                batches.append(SpooledBatch(self.dir / name, int(match[2]), match[3]))
+                batches.append(SpooledBatch(self.dir / name, int(match[3]), match[4], match[2]))
         return batches
 
     def read(self, batch: SpooledBatch) -> bytes | None:

@@ -107,6 +107,15 @@ class Transport:
     def post_batch(self, run_id: str, gzipped_body: bytes) -> Any:
         return self.request("POST", f"/runs/{_quote(run_id)}/batches", gzipped_body, gzipped=True)
 
+    def post_samples(self, run_id: str, gzipped_body: bytes) -> Any:
+        return self.request("POST", f"/runs/{_quote(run_id)}/samples", gzipped_body, gzipped=True)
+
+    def post_kind(self, kind: str, run_id: str, gzipped_body: bytes) -> Any:
+        """Post a spooled batch of ``kind`` (``"p"`` points, ``"s"`` samples)."""
+        if kind == "s":
+            return self.post_samples(run_id, gzipped_body)
+        return self.post_batch(run_id, gzipped_body)
+
     def update_run(self, run_id: str, payload: dict[str, Any]) -> Any:
         return self.send_json("PATCH", f"/runs/{_quote(run_id)}", payload)
 

@@ -20,7 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "token": ("rlguard_backend.token_cli", "API tokens: create, list, revoke"),
     "demo": ("rlguard.demo.cli", "run the tiny GRPO trainer and stream it into a service"),
     "sync": ("rlguard._cli_hook", "replay batches left in a spool directory"),
-    "follow": ("rlguard._cli_hook", "follow a trainer's log file live (verl JSONL)"),
+    "follow": ("rlguard._cli_hook", "follow a trainer's logs live (verl JSONL, TensorBoard dir)"),
     "import": ("rlguard._cli_hook", "import a finished run from logs"),
     "export": ("rlguard._cli_hook", "export a run's series as CSV"),
     "detect": ("rlguard._cli_hook", "re-run the detectors over a stored run"),

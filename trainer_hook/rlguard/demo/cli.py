@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlguard.demo.presets import ALL, PRESETS, resolve
-from rlguard.demo.trainer import LogFn, TrainResult
+from rlguard.demo.trainer import LogFn, SamplesFn, TrainResult
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -38,7 +38,7 @@ class HookLoggerFactory:
     project: str
     steps: int
 
-    def __call__(self, preset: str, seed: int) -> tuple[LogFn, Callable[[str], None]]:
+    def __call__(self, preset: str, seed: int) -> tuple[LogFn, Callable[[str], None], SamplesFn]:
         import rlguard
 
         config = resolve(preset).run_config(planned_steps=self.steps)
@@ -58,7 +58,7 @@ class HookLoggerFactory:
         def finish(status: str) -> None:
             run.finish(status=status)
 
-        return log, finish
+        return log, finish, run.log_samples
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,10 +8,11 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from rlguard.demo.presets import PresetConfig, resolve
-from rlguard.demo.trainer import LogFn, TrainResult, train
+from rlguard.demo.trainer import LogFn, SamplesFn, TrainResult, train
 
-# Builds the logger inside the child process: (preset name, seed) -> (log, finish(status))
-LoggerFactory = Callable[[str, int], tuple[LogFn, Callable[[str], None]]]
+# Builds the loggers inside the child process:
+# (preset name, seed) -> (log, finish(status), log_samples)
+LoggerFactory = Callable[[str, int], tuple[LogFn, Callable[[str], None], SamplesFn | None]]
 
 
 def train_one(
@@ -32,9 +33,9 @@ def train_one(
         torch.set_num_threads(threads)
     if make_logger is None:
         return train(preset, steps, seed, device)
-    log, finish = make_logger(resolve(preset).name, seed)
+    log, finish, log_samples = make_logger(resolve(preset).name, seed)
     try:
-        result = train(preset, steps, seed, device, log)
+        result = train(preset, steps, seed, device, log, log_samples)
     except BaseException:
         finish("failed")
         raise

@@ -14,9 +14,11 @@ from rlguard import probes
 from rlguard.demo import losses
 from rlguard.demo.model import TinyCausalLM, response_logits, sample, token_log_probs
 from rlguard.demo.presets import PresetConfig, resolve
+from rlguard.demo.rollouts import Rollout, to_samples
 from rlguard.demo.task import RESPONSE_LEN, VOCAB, AdditionTask, pass_at_k, response_mask
 
 LogFn = Callable[[dict[str, float], int], None]
+SamplesFn = Callable[[list[dict[str, object]], int], None]
 SFT_LR = 1e-2
 SFT_BATCH = 128
 
@@ -64,20 +66,24 @@ def train(
     seed: int = 0,
     device: str = "cpu",
     log: LogFn | None = None,
+    log_samples: SamplesFn | None = None,
 ) -> TrainResult:
-    """Pre-train briefly, then run ``steps`` GRPO steps, calling ``log(metrics, step)`` each."""
+    """Pre-train briefly, then run ``steps`` GRPO steps, calling ``log(metrics, step)`` and
+    ``log_samples(rollout samples, step)`` each."""
     start = time.perf_counter()
     run = _setup(resolve(preset), seed, resolve_device(device))
     result = TrainResult(preset=run.cfg.name, seed=seed)
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
-        metrics = _train_step(run)
+        metrics, rollout = _train_step(run)
         if step == 1 or step % run.cfg.val_every == 0 or step == steps:
             metrics.update(_validate(run))
         metrics["timing_s/step"] = time.perf_counter() - t0
         result.history.append(metrics)
         if log is not None:
             log(metrics, step)
+        if log_samples is not None:
+            log_samples(to_samples(run.task, rollout, run.cfg.group_size), step)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -135,7 +141,7 @@ def _pretrain(
         optimizer.step()
 
 
-def _train_step(run: _Run) -> dict[str, float]:
+def _train_step(run: _Run) -> tuple[dict[str, float], Rollout]:
     cfg, task, gen = run.cfg, run.task, run.generator
     device = run.train_set.device
     pick = torch.randint(len(run.train_set), (cfg.groups,), generator=gen, device=device)
@@ -149,8 +155,9 @@ def _train_step(run: _Run) -> dict[str, float]:
         old_logits = response_logits(run.policy, ids, task.prompt_len)
         old_logp = token_log_probs(old_logits, responses)
         ref_logp = token_log_probs(response_logits(run.reference, ids, task.prompt_len), responses)
+    token_entropy = probes.entropy_from_logits(old_logits)
     stats = {
-        "actor/entropy": probes.masked_mean(probes.entropy_from_logits(old_logits), mask),
+        "actor/entropy": probes.masked_mean(token_entropy, mask),
         "probe/kl_to_ref": probes.masked_mean(probes.kl_estimate(old_logp, ref_logp, "k3"), mask),
         "critic/score/mean": scores.mean(),
         "response/format_ok": well_formed.mean(),
@@ -166,7 +173,10 @@ def _train_step(run: _Run) -> dict[str, float]:
     if cfg.kl_placement == "loss":
         stats["actor/kl_coef"] = torch.tensor(cfg.kl_coef)
     stats["actor/lr"] = torch.tensor(cfg.lr)
-    return _to_floats(stats)
+    rollout = Rollout(
+        operands, prompts, responses, scores, advantages, mask, old_logp, ref_logp, token_entropy
+    )
+    return _to_floats(stats), rollout
 
 
 def _reward_kl(

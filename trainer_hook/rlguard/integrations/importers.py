@@ -3,7 +3,9 @@
 Formats: verl console logs (3-decimal and full-repr values, ``np.float64(...)``, ANSI-coloured
 Ray prefixes), verl ``file`` logger JSONL, TRL/transformers console dicts and
 ``trainer_state.json`` log history, OpenRLHF ``✨ Global step N: {...}`` lines, TensorBoard event
-directories and CSV. ``detect_format`` picks one from the path and the first lines.
+directories and CSV. ``detect_format`` picks one from the path and, for text logs, from which
+reader would take the most lines of the file as steps (a verl log opens with its printed config,
+dict-shaped lines that alone would pass for TRL's).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
 OPENRLHF_STEP = re.compile(r"Global step (\d+):\s*(\{.*\})\s*$")
 BARE_NONFINITE = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
 TRAINER_SUMMARY_KEYS = frozenset({"train_runtime", "train_samples_per_second", "total_flos"})
+DETECT_MAX_LINES = 1_000_000  # lines of a text log read to tell its format
 
 
 def parse_number(text: str) -> float | None:
@@ -66,15 +69,25 @@ def read_trl_console(path: Path, logging_steps: int = 1) -> Iterator[Record]:
     """Console dicts ``{'loss': '0.12', ...}``; the n-th dict is step n·logging_steps."""
     n = 0
     for line in _lines(path):
-        text = ANSI.sub("", line).strip()
-        start = text.find("{'")
-        if start < 0 or not text.endswith("}"):
-            continue
-        record = _literal_dict(text[start:])
+        record = _trl_dict(ANSI.sub("", line))
         if record is None or TRAINER_SUMMARY_KEYS & record.keys():
             continue
         n += 1
-        yield n * logging_steps, {k: _coerce(v) for k, v in record.items()}
+        yield n * logging_steps, record
+
+
+def _trl_dict(line: str) -> dict[str, Any] | None:
+    """A console dict whose values are mostly numbers (a config's dict lines are not)."""
+    text = line.strip()
+    start = text.find("{'")
+    if start < 0 or not text.endswith("}"):
+        return None
+    record = _literal_dict(text[start:])
+    if not record:
+        return None
+    values = {k: _coerce(v) for k, v in record.items()}
+    numbers = sum(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values())
+    return values if 2 * numbers > len(values) else None
 
 
 def read_trainer_state(path: Path) -> Iterator[Record]:
@@ -133,27 +146,49 @@ READERS: dict[str, Callable[..., Iterator[Record]]] = {
 }
 
 
+TEXT_FORMATS = ("verl-jsonl", "openrlhf-console", "verl-console", "trl-console")  # tie order
+
+
 def detect_format(path: Path) -> str:
-    """The reader for ``path``, from its kind, its suffix and its first lines."""
+    """The reader for ``path``: from its kind and suffix, else the text reader that would take
+    the most of its lines as steps."""
     if path.is_dir():
         return "tensorboard"
     if path.suffix == ".csv":
         return "csv"
     if path.suffix == ".json":
         return "trainer-state"
-    head = ""
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for _ in range(200):
-            head += ANSI.sub("", handle.readline())
-    if '"step"' in head and '"data"' in head:
-        return "verl-jsonl"
-    if "Global step" in head:
+    counts = count_step_lines(path)
+    best = max(TEXT_FORMATS, key=lambda fmt: (counts[fmt], -TEXT_FORMATS.index(fmt)))
+    if counts[best] == 0:
+        raise ValueError(f"cannot tell the format of {path}; pass --format ({', '.join(READERS)})")
+    return best
+
+
+def count_step_lines(path: Path, max_lines: int = DETECT_MAX_LINES) -> dict[str, int]:
+    """How many of the first ``max_lines`` lines each text format's reader takes as a step."""
+    counts = dict.fromkeys(TEXT_FORMATS, 0)
+    for number, line in enumerate(_lines(path)):
+        if number >= max_lines:
+            break
+        fmt = _step_format(ANSI.sub("", line))
+        if fmt is not None:
+            counts[fmt] += 1
+    return counts
+
+
+def _step_format(line: str) -> str | None:
+    if '"step"' in line and '"data"' in line:
+        record = _json_line(line)
+        if record is not None and "step" in record:
+            return "verl-jsonl"
+    if OPENRLHF_STEP.search(line):
         return "openrlhf-console"
-    if VERL_STEP.search(head.replace("\n", " - \n")) or re.search(r"step:\d+ - ", head):
+    if VERL_STEP.search(line):
         return "verl-console"
-    if "{'" in head:
+    if _trl_dict(line) is not None:
         return "trl-console"
-    raise ValueError(f"cannot tell the format of {path}; pass --format ({', '.join(READERS)})")
+    return None
 
 
 def _lines(path: Path) -> Iterator[str]:

@@ -1,7 +1,10 @@
 """verl: follow the ``file`` logger's JSONL, or wrap ``verl.utils.tracking.Tracking`` in-process.
 
 Zero-code route (the trainer runs in a Ray actor): add ``file`` to ``trainer.logger``, set
-``VERL_FILE_LOGGER_PATH=/path/metrics.jsonl`` and run ``rlguard follow verl /path/metrics.jsonl``.
+``VERL_FILE_LOGGER_PATH=/path/metrics.jsonl`` and run ``rlguard follow verl /path/metrics.jsonl``;
+with ``trainer.rollout_data_dir=/path/rollouts`` add ``--rollouts /path/rollouts`` to log the
+rollouts verl dumps there (``<step>.jsonl``) as samples, and ``--validation DIR`` for the
+generations of ``trainer.validation_data_dir`` (split ``validation``).
 
 In-process route: call ``rlguard.integrations.verl.patch_tracking()`` before the trainer builds
 its ``Tracking``; inside Ray workers install it with
@@ -12,10 +15,11 @@ its ``Tracking``; inside Ray workers install it with
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +66,84 @@ class JsonlFollower:
 
     def follow(self, stop: threading.Event, poll_s: float = 0.5, idle_exit_s: float | None = None):
         """Poll until ``stop`` is set, or until nothing was appended for ``idle_exit_s``."""
-        idle = 0.0
-        while not stop.is_set():
-            if self.poll():
-                idle = 0.0
-            else:
-                idle += poll_s
-                if idle_exit_s is not None and idle >= idle_exit_s:
-                    return
-            stop.wait(poll_s)
+        follow_all([self], stop, poll_s, idle_exit_s)
+
+
+VERL_ROLLOUT_FIELDS = {"input": "prompt", "output": "response", "score": "reward"}
+
+
+class RolloutDirFollower:
+    """Logs the rollouts verl dumps to ``trainer.rollout_data_dir`` as samples.
+
+    verl writes one ``<step>.jsonl`` per step, a line per generation: ``input``, ``output``,
+    ``gts`` (older versions), ``score``, ``step`` and the reward function's extra fields. A file
+    is read once it ends with a newline; one rewritten by a restarted trainer is read again (its
+    samples replace the stored ones).
+    """
+
+    def __init__(self, folder: Path, run: rlguard.Run, split: str = "train") -> None:
+        self.folder = Path(folder)
+        self.run = run
+        self.split = split
+        self.samples = 0
+        self._sizes: dict[str, int] = {}
+
+    def poll(self) -> int:
+        """Log the dump files that are new or rewritten; the number of samples logged."""
+        logged = sum(self.log_file(path, text) for path, text in self.pending())
+        self.samples += logged
+        return logged
+
+    def pending(self) -> Iterator[tuple[Path, str]]:
+        """The complete dump files not read yet (or rewritten since), in step order."""
+        for path in sorted(self.folder.glob("*.jsonl"), key=lambda p: (len(p.stem), p.stem)):
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                continue
+            if not path.stem.isdigit() or self._sizes.get(path.name) == size:
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if text.endswith("\n"):  # else verl is still writing it
+                self._sizes[path.name] = size
+                yield path, text
+
+    def log_file(self, path: Path, text: str) -> int:
+        """Log one dump file's lines as the samples of its step; how many there were."""
+        records = [r for r in map(_json_line, text.splitlines()) if r is not None]
+        samples = [rollout_sample(r) for r in records]
+        self.run.log_samples(samples, step=int(path.stem), split=self.split)
+        return len(records)
+
+
+def rollout_sample(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One line of a verl rollout dump as a sample; non-numeric extra fields are left out."""
+    sample: dict[str, Any] = {
+        key: value
+        for key, value in record.items()
+        if key not in VERL_ROLLOUT_FIELDS and isinstance(value, (int, float))
+    }
+    sample.pop("step", None)
+    sample.update((name, record.get(key)) for key, name in VERL_ROLLOUT_FIELDS.items())
+    gts = record.get("gts")
+    if gts is not None:
+        sample["ground_truth"] = gts if isinstance(gts, str) else json.dumps(gts)
+    return sample
+
+
+def follow_all(
+    followers: Sequence[Any], stop: threading.Event, poll_s: float, idle_exit_s: float | None
+) -> None:
+    """Poll every follower until ``stop`` is set, or until none had news for ``idle_exit_s``."""
+    idle = 0.0
+    while not stop.is_set():
+        if sum(follower.poll() for follower in followers):
+            idle = 0.0
+        else:
+            idle += poll_s
+            if idle_exit_s is not None and idle >= idle_exit_s:
+                return
+        stop.wait(poll_s)
 
 
 def run_config(config: Any) -> dict[str, Any]:

@@ -1,0 +1,178 @@
+"""Rollout samples: batch ingest, reads per run (sorted, filtered, searched, paged), per alert."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request, Response
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from rlguard_backend import alerts, ingest, repository, samples
+from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
+from rlguard_backend.api.points import _read_body
+from rlguard_backend.db import write_session
+from rlguard_backend.errors import InvalidField, MalformedRequest
+from rlguard_backend.samples import SORT_FIELDS, SampleQuery
+from rlguard_backend.schemas import SampleAck, SampleBatchIn, SampleList, Step
+
+router = APIRouter(prefix="/v1", tags=["samples"])
+Limit = Annotated[int, Query(ge=1, le=1000)]
+Offset = Annotated[int, Query(ge=0)]
+Order = Literal["asc", "desc"]
+SAMPLES_BODY_EXAMPLE = {
+    "batch_id": "9c1d2e3f4a5b6c7d",
+    "samples": [
+        {
+            "step": 12,
+            "index": 0,
+            "prompt": "3 + 4 =",
+            "response": "7<eos>",
+            "reward": 1.0,
+            "kl": 0.02,
+            "tokens": {"text": ["7", "<eos>"], "kl": [0.01, 0.03]},
+        }
+    ],
+}
+
+
+@router.post(
+    "/runs/{run_id}/samples",
+    response_model=SampleAck,
+    dependencies=[WRITE],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": SampleBatchIn.model_json_schema(
+                        ref_template="#/components/schemas/{model}"
+                    ),
+                    "example": SAMPLES_BODY_EXAMPLE,
+                }
+            },
+        }
+    },
+)
+async def ingest_samples(
+    run_id: str, request: Request, db: WriterDep, settings: SettingsDep
+) -> Response:
+    """Store one batch of samples (gzip accepted) completely or not at all; a known batch id is
+    a no-op."""
+    body = await _read_body(request, settings.max_batch_bytes)
+    encoding = request.headers.get("content-encoding")
+
+    def parse_and_store() -> SampleAck:
+        raw = ingest.decode_body(body, encoding, settings.max_batch_bytes)
+        batch = samples.parse_samples(raw, settings.max_batch_samples)
+        return _store_samples(db.factory, run_id, batch)
+
+    ack = await db.on_write_thread(parse_and_store)
+    return Response(ack.model_dump_json(), media_type="application/json")
+
+
+def _store_samples(factory: sessionmaker[Session], run_id: str, batch: SampleBatchIn) -> SampleAck:
+    """The unit of work of one samples batch: one commit."""
+    try:
+        with write_session(factory) as session:
+            ack = samples.store_samples(session, run_id, batch)
+            session.commit()
+            return ack
+    except IntegrityError:
+        # A concurrent request stored the same batch id first: this one is a replay.
+        with write_session(factory) as session:
+            if not ingest.batch_seen(session, run_id, batch.batch_id):
+                raise
+        return SampleAck(batch_id=batch.batch_id, duplicate=True, samples=len(batch.samples))
+
+
+def _ranges(request: Request) -> dict[str, tuple[float | None, float | None]]:
+    """``min_<field>`` / ``max_<field>`` query parameters, by field."""
+    ranges: dict[str, tuple[float | None, float | None]] = {}
+    for name, raw in request.query_params.items():
+        bound, _, field = name.partition("_")
+        if bound not in ("min", "max") or not field:
+            continue
+        if field not in samples.COLUMNS:
+            raise InvalidField(
+                ["query", name],
+                f"cannot filter on {field!r}; use min_/max_ with one of "
+                f"{', '.join(samples.COLUMNS)}",
+            )
+        try:
+            value = float(raw)
+        except ValueError:
+            raise InvalidField(["query", name], f"{name}={raw!r} is not a number") from None
+        low, high = ranges.get(field, (None, None))
+        ranges[field] = (value, high) if bound == "min" else (low, value)
+    return ranges
+
+
+@router.get("/runs/{run_id}/samples", response_model=SampleList, dependencies=[READ])
+async def read_run_samples(
+    run_id: str,
+    request: Request,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    step: Annotated[Step | None, Query(description="one step (or use from_step/to_step)")] = None,
+    from_step: Step = 0,
+    to_step: Step | None = None,
+    split: Annotated[str, Query(description='"train" rollouts or e.g. "validation"')] = "train",
+    sort: Annotated[str, Query(description=f"one of {', '.join(SORT_FIELDS)}")] = "step",
+    order: Order = "asc",
+    q: Annotated[str | None, Query(min_length=1, description="text in any text field")] = None,
+    tokens: Annotated[bool, Query(description="include the per-token arrays")] = False,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> Response:
+    """Samples of a run; filter any number with ``min_<field>``/``max_<field>`` (e.g.
+    ``max_reward=0``), search text with ``q``."""
+    if sort not in SORT_FIELDS:
+        raise InvalidField(["query", "sort"], f"sort={sort!r}: use one of {', '.join(SORT_FIELDS)}")
+    if step is not None and (from_step or to_step is not None):
+        raise MalformedRequest("give either step or from_step/to_step, not both")
+    query = SampleQuery(
+        from_step=from_step if step is None else step,
+        to_step=to_step if step is None else step,
+        split=split,
+        ranges=_ranges(request),
+        text=q,
+        sort=sort,
+        descending=order == "desc",
+        limit=limit,
+        offset=offset,
+        tokens=tokens,
+    )
+
+    def read(session: Session) -> bytes:
+        repository.get_run(session, run_id)
+        found = samples.read_samples(session, run_id, query, settings.max_sample_search_rows)
+        return found.model_dump_json().encode()
+
+    return Response(await db.read(read), media_type="application/json")
+
+
+@router.get("/alerts/{alert_id}/samples", response_model=SampleList, dependencies=[READ])
+async def read_alert_samples(
+    alert_id: int,
+    db: DatabaseDep,
+    before: Annotated[int, Query(ge=0, description="also this many steps before the alert")] = 0,
+    tokens: bool = False,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> Response:
+    """The samples of the alert's steps (first_step - before .. last_step), worst reward first."""
+
+    def read(session: Session) -> bytes:
+        alert = alerts.get_alert(session, alert_id)
+        query = SampleQuery(
+            from_step=max(alert.first_step - before, 0),
+            to_step=alert.last_step,
+            sort="reward",
+            limit=limit,
+            offset=offset,
+            tokens=tokens,
+        )
+        return samples.read_samples(session, alert.run_id, query).model_dump_json().encode()
+
+    return Response(await db.read(read), media_type="application/json")

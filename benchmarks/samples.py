@@ -1,0 +1,143 @@
+"""Rollout samples: the training-thread cost of ``log_samples`` and the service's sample ingest.
+
+``hook``: per step, ``log()`` of 20 floats (the baseline) and ``log_samples()`` of 64 samples of
+2 kB each, timed per call in the same run against a real service (median, p99, in µs); with no
+training work between the calls the sender may fall behind and the queue drop samples (counted).
+``sqlite`` / ``postgres``: batches of 512 such samples POSTed (gzip, as the hook sends them) to
+``rlguard server``; samples/s and MB/s of JSON before gzip. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for folder in ("trainer_hook", "backend", "frontend"):
+    sys.path.insert(0, str(ROOT / folder))
+
+from benchmarks._support import postgres_database, service, sqlite_url  # noqa: E402
+
+SAMPLES_PER_STEP = 64
+SAMPLE_TEXT_BYTES = 2000
+SAMPLES_PER_BATCH = 512
+KEYS = 20
+
+
+def rollouts(step: int) -> list[dict[str, object]]:
+    """64 samples of about 2 kB of text each, rewards spread so the budget has a choice."""
+    return [
+        {
+            "prompt": f"step {step}: what is {i} + {i}? " + "p" * 180,
+            "response": "r" * (SAMPLE_TEXT_BYTES - 200),
+            "reward": float(i % 7),
+            "advantage": (i % 7) / 7 - 0.5,
+            "kl": 0.001 * i,
+            "length": 450.0,
+        }
+        for i in range(SAMPLES_PER_STEP)
+    ]
+
+
+def percentiles_us(costs_ns: list[int]) -> dict[str, float]:
+    ordered = sorted(costs_ns)
+    return {
+        "median_us": round(statistics.median(ordered) / 1000, 3),
+        "p99_us": round(ordered[int(0.99 * (len(ordered) - 1))] / 1000, 3),
+    }
+
+
+def timed(call: Callable[[], None], costs: list[int]) -> None:
+    started = time.perf_counter_ns()
+    call()
+    costs.append(time.perf_counter_ns() - started)
+
+
+def hook_costs(steps: int, tmp: Path) -> dict[str, object]:
+    """``log()`` and ``log_samples()`` per step, in one run against a real service."""
+    import rlguard
+
+    metrics = {f"actor/metric_{i}": 0.001 * i for i in range(KEYS)}
+    batches = [rollouts(step) for step in range(8)]  # built beforehand: not the hook's cost
+    log_costs: list[int] = []
+    sample_costs: list[int] = []
+    with service(sqlite_url(tmp, "hook.db")) as url:
+        run = rlguard.init(project="bench", url=url, spool_dir=str(tmp / "spool"), gpu=False)
+        for step in range(steps):
+            timed(lambda s=step: run.log(metrics, step=s), log_costs)
+            timed(lambda s=step: run.log_samples(batches[s % 8], step=s), sample_costs)
+        status = run.finish(timeout_s=300)
+    return {
+        "steps": steps,
+        "log": percentiles_us(log_costs),
+        "log_samples": percentiles_us(sample_costs),
+        "samples_delivered": status.samples_sent + status.samples_replayed,
+        "samples_dropped": status.samples_dropped,  # the queue's byte budget, at full speed
+        "log_samples_over_log": round(
+            statistics.median(sample_costs) / max(statistics.median(log_costs), 1), 1
+        ),
+    }
+
+
+def _post(url: str, path: str, body: bytes, gzipped: bool = False) -> None:
+    import urllib.request
+
+    headers = {"Content-Type": "application/json"}
+    if gzipped:
+        headers["Content-Encoding"] = "gzip"
+    request = urllib.request.Request(f"{url}/api/v1{path}", data=body, headers=headers)
+    with urllib.request.urlopen(request, timeout=120) as response:
+        response.read()
+
+
+def ingest_rate(database_url: str, batches: int) -> dict[str, float]:
+    """Samples/s and MB/s of ``batches`` POSTs of 512 samples, one after another."""
+    from rlguard import _samples
+
+    run_id = f"bench-{uuid.uuid4().hex[:8]}"
+    per_step = SAMPLES_PER_BATCH // SAMPLES_PER_STEP
+    bodies, raw_bytes = [], 0
+    for b in range(batches):
+        wire = [
+            {**sample, "step": b * per_step + s, "index": i}
+            for s in range(per_step)
+            for i, sample in enumerate(rollouts(b * per_step + s))
+        ]
+        raw_bytes += len(json.dumps({"batch_id": "x", "samples": wire}).encode())
+        bodies.append(_samples.encode_samples(uuid.uuid4().hex, wire))
+    with service(database_url) as url:
+        _post(url, "/runs", json.dumps({"id": run_id, "project": "bench"}).encode())
+        started = time.perf_counter()
+        for body in bodies:
+            _post(url, f"/runs/{run_id}/samples", body, gzipped=True)
+        seconds = time.perf_counter() - started
+    return {
+        "batches": batches,
+        "samples_per_s": round(batches * SAMPLES_PER_BATCH / seconds, 1),
+        "mb_per_s": round(raw_bytes / seconds / 1e6, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000, help="hook steps to time")
+    parser.add_argument("--batches", type=int, default=40, help="ingest batches per database")
+    args = parser.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="rlguard-bench-samples-"))
+    results: dict[str, object] = {"hook": hook_costs(args.steps, tmp)}
+    results["sqlite"] = ingest_rate(sqlite_url(tmp, "ingest.db"), args.batches)
+    with postgres_database() as pg_url:
+        results["postgres"] = ingest_rate(pg_url, args.batches)
+    sys.stdout.write(json.dumps(results) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
