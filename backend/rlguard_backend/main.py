@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 
 from rlguard_backend import __version__, migrate
 from rlguard_backend.api import alerts, health, points, runs, samples, tokens
+from rlguard_backend.api.bodies import hoist_body_definitions
 from rlguard_backend.api.deps import ACCESS
 from rlguard_backend.auth import TokenCache
 from rlguard_backend.capacity import Database
@@ -96,7 +98,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router, prefix=settings.api_prefix if prefixed else "")
     _install_error_handlers(app, settings)
     app.add_middleware(RequestIds, log_requests=settings.access_log)
+    _resolve_documented_bodies(app)
     return app
+
+
+def _resolve_documented_bodies(app: FastAPI) -> None:
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = hoist_body_definitions(build())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def access_table(api_prefix: str = "/api") -> dict[tuple[str, str], str]:

@@ -69,3 +69,21 @@ def test_http_error_statuses_are_json(db_server: RunningServer) -> None:
         assert response.status_code == status
         assert response.headers["content-type"].startswith("application/json")
         assert response.json()["detail"]
+
+
+def test_http_openapi_document_refs_all_resolve(db_server: RunningServer) -> None:
+    document = httpx.get(f"{db_server.url}/openapi.json", timeout=30).json()
+    refs: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            refs.update(v for k, v in node.items() if k == "$ref")
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
+    assert "#/components/schemas/StepIn" in refs  # the batch body's steps
+    assert {r for r in refs if r.split("/")[-1] not in document["components"]["schemas"]} == set()

@@ -9,10 +9,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from rlguard_backend import alerts, detection, ingest, points, repository, series
+from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_body
 from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
 from rlguard_backend.config import Settings
 from rlguard_backend.db import write_session
@@ -28,46 +28,17 @@ BATCH_BODY_EXAMPLE = {
 }
 
 
-async def _read_body(request: Request, max_bytes: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes:
-        raise PayloadTooLarge(
-            f"body of {declared} bytes exceeds the limit of {max_bytes}; send smaller batches"
-        )
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise PayloadTooLarge(
-                f"body exceeds the limit of {max_bytes} bytes; send smaller batches"
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 @router.post(
     "/batches",
     response_model=BatchAck,
     dependencies=[WRITE],
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": BatchIn.model_json_schema(
-                        ref_template="#/components/schemas/{model}"
-                    ),
-                    "example": BATCH_BODY_EXAMPLE,
-                }
-            },
-        }
-    },
+    openapi_extra=documented_body(BatchIn, BATCH_BODY_EXAMPLE),
 )
 async def ingest_batch(
     run_id: str, request: Request, db: WriterDep, settings: SettingsDep
 ) -> Response:
     """Store one batch (gzip accepted) completely or not at all; a known batch id is a no-op."""
-    body = await _read_body(request, settings.max_batch_bytes)
+    body = await read_body(request, settings.max_batch_bytes)
     encoding = request.headers.get("content-encoding")
 
     metrics: ServiceMetrics = request.app.state.metrics
@@ -96,7 +67,8 @@ def _store_batch(
 
     Parsing happens before, outside the write lock; the lock is held only for this.
     """
-    try:
+
+    def store() -> BatchAck:
         with write_session(factory) as session:
             opened = ingest.open_batch(session, run_id, batch)  # locks the run
             if opened.duplicate:
@@ -115,15 +87,14 @@ def _store_batch(
                 ack.alerts = [alerts.to_public(alert) for alert in found]
             session.commit()
             return ack
-    except IntegrityError:
-        # A concurrent request stored the same batch id first: this one is a replay.
-        with write_session(factory) as session:
-            if not ingest.batch_seen(session, run_id, batch.batch_id):
-                raise
+
+    def replayed() -> BatchAck:
         count = sum(len(s.values) for s in batch.steps)
         return BatchAck(
             batch_id=batch.batch_id, duplicate=True, points=count, steps=len(batch.steps), alerts=[]
         )
+
+    return once_per_batch_id(factory, run_id, batch.batch_id, store, replayed)
 
 
 @router.get("/keys", response_model=MetricKeyList, dependencies=[READ])

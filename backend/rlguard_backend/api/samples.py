@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from rlguard_backend import alerts, ingest, repository, samples
+from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_body
 from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
-from rlguard_backend.api.points import _read_body
 from rlguard_backend.db import write_session
 from rlguard_backend.errors import InvalidField, MalformedRequest
 from rlguard_backend.samples import SORT_FIELDS, SampleQuery
@@ -40,26 +39,14 @@ SAMPLES_BODY_EXAMPLE = {
     "/runs/{run_id}/samples",
     response_model=SampleAck,
     dependencies=[WRITE],
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": SampleBatchIn.model_json_schema(
-                        ref_template="#/components/schemas/{model}"
-                    ),
-                    "example": SAMPLES_BODY_EXAMPLE,
-                }
-            },
-        }
-    },
+    openapi_extra=documented_body(SampleBatchIn, SAMPLES_BODY_EXAMPLE),
 )
 async def ingest_samples(
     run_id: str, request: Request, db: WriterDep, settings: SettingsDep
 ) -> Response:
     """Store one batch of samples (gzip accepted) completely or not at all; a known batch id is
     a no-op."""
-    body = await _read_body(request, settings.max_batch_bytes)
+    body = await read_body(request, settings.max_batch_bytes)
     encoding = request.headers.get("content-encoding")
 
     def parse_and_store() -> SampleAck:
@@ -73,17 +60,17 @@ async def ingest_samples(
 
 def _store_samples(factory: sessionmaker[Session], run_id: str, batch: SampleBatchIn) -> SampleAck:
     """The unit of work of one samples batch: one commit."""
-    try:
+
+    def store() -> SampleAck:
         with write_session(factory) as session:
             ack = samples.store_samples(session, run_id, batch)
             session.commit()
             return ack
-    except IntegrityError:
-        # A concurrent request stored the same batch id first: this one is a replay.
-        with write_session(factory) as session:
-            if not ingest.batch_seen(session, run_id, batch.batch_id):
-                raise
+
+    def replayed() -> SampleAck:
         return SampleAck(batch_id=batch.batch_id, duplicate=True, samples=len(batch.samples))
+
+    return once_per_batch_id(factory, run_id, batch.batch_id, store, replayed)
 
 
 def _ranges(request: Request) -> dict[str, tuple[float | None, float | None]]:
