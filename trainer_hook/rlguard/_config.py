@@ -36,6 +36,9 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
+SEVERITIES = ("info", "warn", "critical")  # in order: a policy acts at its severity and above
+
+
 @dataclasses.dataclass(frozen=True)
 class HookConfig:
     """The validated settings of one run's hook."""
@@ -66,6 +69,8 @@ class HookConfig:
     rank_zero_only: bool = True
     enabled: bool = True
     on_alert: Callable[[dict[str, Any]], object] | None = None
+    stop_on: str | None = None  # "warn" or "critical": run.should_stop after such an alert
+    checkpoint_on: str | None = None  # likewise for run.checkpoint_request()
 
     def __repr__(self) -> str:
         token = "***" if self.token else None
@@ -190,6 +195,15 @@ def _parse_on_alert(key: str, raw: object) -> object:
     return raw
 
 
+def _parse_severity(key: str, raw: object) -> str | None:
+    text = str(raw).strip().lower()
+    if text in ("", "none", "off", "never"):
+        return None
+    if text not in SEVERITIES:
+        raise ConfigError(f"{key}={raw!r}: expected one of {', '.join(SEVERITIES)} or none")
+    return text
+
+
 _SECONDS = _parse_number(float, 0.0, "a number of seconds >= 0")
 _POSITIVE_INT = _parse_number(int, 1, "an integer >= 1")
 
@@ -221,6 +235,8 @@ _PARSERS: dict[str, Callable[[str, object], Any]] = {
     "rank_zero_only": _parse_bool,
     "enabled": _parse_bool,
     "on_alert": _parse_on_alert,
+    "stop_on": _parse_severity,
+    "checkpoint_on": _parse_severity,
 }
 ENV_KEYS = {name: "RLGUARD_" + name.upper() for name in _PARSERS if name != "on_alert"}
 

@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any
 
 from rlguard import _samples, _wire
-from rlguard._config import HookConfig
+from rlguard._config import SEVERITIES, HookConfig
 from rlguard._sender import Sender
 from rlguard._spool import SAMPLES
 
@@ -91,6 +91,8 @@ class Run:
         self._sender: Sender | None = None
         self._queue: Any = None
         self._samples_warned = False
+        self._stop_alert: dict[str, Any] | None = None
+        self._checkpoint_alert: dict[str, Any] | None = None
         if active:
             payload = {
                 "id": cfg.run_id,
@@ -265,9 +267,35 @@ class Run:
             queued_bytes=queue.bytes,
         )
 
+    @property
+    def should_stop(self) -> bool:
+        """True once an alert at ``stop_on`` severity (or above) arrived: end training now."""
+        return self._stop_alert is not None
+
+    @property
+    def stop_reason(self) -> dict[str, Any] | None:
+        """The alert that made ``should_stop`` true, if one did."""
+        return self._stop_alert
+
+    def checkpoint_request(self) -> dict[str, Any] | None:
+        """The alert (at ``checkpoint_on`` severity or above) asking for a checkpoint, once."""
+        alert, self._checkpoint_alert = self._checkpoint_alert, None
+        return alert
+
+    def _apply_policies(self, alert: dict[str, Any]) -> None:
+        if alert.get("status", "open") != "open":
+            return
+        if _reaches(alert, self._cfg.checkpoint_on):
+            self._checkpoint_alert = alert
+            logger.warning("rlguard: checkpoint requested by %s", _describe(alert))
+        if _reaches(alert, self._cfg.stop_on) and self._stop_alert is None:
+            self._stop_alert = alert
+            logger.warning("rlguard: stop requested by %s", _describe(alert))
+
     def _receive_alert(self, alert: dict[str, Any]) -> None:
         """Called by the sender thread for each alert a batch acknowledgement carries."""
         self.alerts.append(alert)
+        self._apply_policies(alert)
         callback = self._cfg.on_alert
         if callback is None:
             return
@@ -275,3 +303,20 @@ class Run:
             callback(alert)
         except Exception:  # the user's callback must not stop delivery
             logger.exception("rlguard: the on_alert callback raised for alert %s", alert.get("id"))
+
+
+def _reaches(alert: dict[str, Any], threshold: str | None) -> bool:
+    severity = alert.get("severity")
+    return (
+        threshold is not None
+        and severity in SEVERITIES
+        and (SEVERITIES.index(severity) >= SEVERITIES.index(threshold))
+    )
+
+
+def _describe(alert: dict[str, Any]) -> str:
+    return (
+        f"{alert.get('severity', '?').upper()} alert {alert.get('id')} "
+        f"({alert.get('detector')}/{alert.get('key')}, step {alert.get('last_step')}): "
+        f"{alert.get('message', '')}"
+    )

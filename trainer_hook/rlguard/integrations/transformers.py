@@ -42,7 +42,12 @@ def trl_run_config(args: Any, state: Any) -> dict[str, Any]:
 
 
 class RLGuardCallback(TrainerCallback):
-    """Streams the trainer's logs to rlguard; ``init_kwargs`` go to ``rlguard.init()``."""
+    """Streams the trainer's logs to rlguard; ``init_kwargs`` go to ``rlguard.init()``.
+
+    With ``stop_on="critical"`` (or ``"warn"``) training stops after the step at which such an
+    alert arrives; with ``checkpoint_on=...`` the trainer saves a checkpoint then. On rank 0
+    only: under DDP, the other ranks learn of it only through the trainer's own collectives.
+    """
 
     def __init__(self, trainer: Any = None, **init_kwargs: Any) -> None:
         self.init_kwargs = init_kwargs
@@ -90,9 +95,20 @@ class RLGuardCallback(TrainerCallback):
         self._last_completions = completions
         self.run.log_samples(completion_samples(self.trainer, logs), step=step, split=split)
 
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """The run's alert policies (``stop_on``, ``checkpoint_on``) become the trainer's."""
+        if self.run is None:
+            return
+        if self.run.checkpoint_request() is not None:
+            control.should_save = True
+        if self.run.should_stop:
+            control.should_training_stop = True
+
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.run is not None and self._owns_run:
-            self.run.finish()
+            reason = self.run.stop_reason
+            summary = {} if reason is None else {"stopped_by_alert": reason.get("id")}
+            self.run.finish(summary=summary)
             self.run = None
 
 
