@@ -17,11 +17,12 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rlguard_backend import ingest, sql
 from rlguard_backend.errors import InvalidField, PayloadTooLarge
-from rlguard_backend.models import utcnow
+from rlguard_backend.models import Sample, utcnow
 from rlguard_backend.schemas import (
     SAMPLE_NUMBER_FIELDS,
     SAMPLE_TEXT_FIELDS,
@@ -246,3 +247,14 @@ def _public(run_id: str, row: tuple[Any, ...]) -> SamplePublic:
         cut=bool(cut),
         tokens=tokens,
     )
+
+
+def sample_steps(session: Session, run_id: str, split: str) -> list[tuple[int, int]]:
+    """(step, samples) for every step of the run that holds samples of ``split``."""
+    rows = session.execute(
+        select(Sample.step, func.count())
+        .where(Sample.run_id == run_id, Sample.split == split)
+        .group_by(Sample.step)
+        .order_by(Sample.step)
+    ).all()
+    return [(int(step), int(count)) for step, count in rows]

@@ -419,6 +419,16 @@ class SamplePublic(BaseModel):
     tokens: SampleTokens | None = Field(description="per-token arrays, only with tokens=true")
 
 
+class SampleStep(BaseModel):
+    step: int
+    samples: int
+
+
+class SampleStepList(BaseModel):
+    data: list[SampleStep]
+    count: int
+
+
 class SampleList(BaseModel):
     data: list[SamplePublic]
     count: int = Field(description="samples matching the query, before limit/offset")

@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from dash import html
+from dash import dcc, html
 
 from rlguard_backend.schemas import AlertPublic
 from rlguard_frontend import ids
@@ -59,8 +59,22 @@ def alert_detail(alert: AlertPublic) -> list[Any]:
         html.Table(evidence, className="evidence") if evidence else html.P("—"),
         html.H5("What to try"),
         html.Ul([html.Li(str(item)) for item in alert.advice]) if alert.advice else html.P("—"),
-        html.Div(_buttons(alert), className="alert-actions"),
+        html.Div(
+            [*_buttons(alert), samples_link(alert)],
+            className="alert-actions",
+        ),
     ]
+
+
+def samples_link(alert: AlertPublic) -> dcc.Link:
+    """The samples of the alert's steps, worst reward first."""
+    query = f"from={alert.first_step}&to={alert.last_step}&sort=reward&order=asc"
+    return dcc.Link(
+        "show samples",
+        href=f"/runs/{alert.run_id}/samples?{query}",
+        id={"type": ids.ALERT_SAMPLES, "alert": alert.id},
+        className="button-small",
+    )
 
 
 def _buttons(alert: AlertPublic) -> list[Any]:

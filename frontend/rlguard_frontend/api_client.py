@@ -14,6 +14,8 @@ from rlguard_backend.schemas import (
     MetricKeyList,
     RunList,
     RunPublic,
+    SampleList,
+    SampleStepList,
     SeriesResponse,
 )
 
@@ -116,6 +118,31 @@ class ApiClient:
             if exc.status_code in (404, 405):
                 return AlertList(data=[], count=0)
             raise
+
+    def sample_steps(self, run_id: str) -> SampleStepList:
+        return SampleStepList.model_validate(self._get(f"/v1/runs/{run_id}/sample-steps"))
+
+    def list_samples(
+        self,
+        run_id: str,
+        *,
+        from_step: int,
+        to_step: int,
+        sort: str = "reward",
+        order: str = "desc",
+        limit: int = 200,
+        tokens: bool = True,
+    ) -> SampleList:
+        """Samples of a step range, sorted; with their per-token arrays unless ``tokens`` is off."""
+        params = {
+            "from_step": from_step,
+            "to_step": to_step,
+            "sort": sort,
+            "order": order,
+            "limit": limit,
+            "tokens": "true" if tokens else "false",
+        }
+        return SampleList.model_validate(self._get(f"/v1/runs/{run_id}/samples", params))
 
     def update_alert(self, alert_id: int, change: dict[str, Any]) -> AlertPublic:
         """``{"acknowledged": true}`` or ``{"status": "resolved"}``."""

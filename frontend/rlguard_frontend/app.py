@@ -16,7 +16,7 @@ from dash.exceptions import PreventUpdate
 from rlguard_frontend import ids, routing, signin
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.page_prefetch import Key, PagePrefetch
-from rlguard_frontend.pages import compare, run_detail, runs
+from rlguard_frontend.pages import compare, run_detail, runs, samples
 
 REFRESH_MS = 1000
 THEME_COOKIE_MAX_AGE_S = 365 * 24 * 3600
@@ -158,6 +158,6 @@ def create_dash_app(
         Input(ids.THEME, "data"),
     )
 
-    for page in (runs, run_detail, compare):
+    for page in (runs, run_detail, compare, samples):
         page.register(app, client)
     return app

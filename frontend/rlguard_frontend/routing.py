@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from dash import html
 
 from rlguard_frontend.api_client import ApiClient
-from rlguard_frontend.pages import compare, not_found_404, run_detail, runs
+from rlguard_frontend.pages import compare, not_found_404, run_detail, runs, samples
 
 THEMES = ("light", "dark")
 THEME_COOKIE = "rlguard_theme"  # mirrors the theme store: the server draws a first page in it
@@ -31,6 +31,8 @@ def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
     path, _, query = where.partition("?")
     if path == "/":
         return runs.layout()
+    if path.startswith("/runs/") and path.endswith("/samples"):
+        return samples.layout(path.removeprefix("/runs/").removesuffix("/samples"), query)
     if path.startswith("/runs/") and len(path) > len("/runs/"):
         return run_detail.layout(path.removeprefix("/runs/"), client, theme)
     if path.rstrip("/") == "/compare":

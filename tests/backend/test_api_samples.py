@@ -263,3 +263,15 @@ def test_samples_from_many_simultaneous_clients_are_all_stored(db_server: Runnin
             session.execute(text("SELECT run_id, count(*) FROM samples GROUP BY run_id")).all()
         )
     assert counts == {runs[0]: 16 * clients // 2, runs[1]: 16 * clients // 2}
+
+
+def test_sample_steps_lists_each_step_with_its_count(client: TestClient) -> None:
+    run_id = new_run_id("steps")
+    assert client.post("/api/v1/runs", json={"id": run_id, "project": "s"}).status_code == 201
+    rows = [{"step": s, "index": i, "reward": 1.0} for s in (2, 5) for i in range(s)]
+    body = {"batch_id": "b", "samples": rows}
+    assert client.post(f"/api/v1/runs/{run_id}/samples", json=body).status_code == 200
+    answer = client.get(f"/api/v1/runs/{run_id}/sample-steps").json()
+    assert answer == {"data": [{"step": 2, "samples": 2}, {"step": 5, "samples": 5}], "count": 2}
+    assert client.get(f"/api/v1/runs/{run_id}/sample-steps?split=validation").json()["count"] == 0
+    assert client.get("/api/v1/runs/ghost/sample-steps").status_code == 404

@@ -123,6 +123,7 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
             {"batch_id": new_run_id("s"), "samples": [{"step": 3, "index": 0, "reward": 1.0}]},
         ),
         ("GET", "/api/v1/runs/{run_id}/samples"): lambda: (f"{run}/samples", None),
+        ("GET", "/api/v1/runs/{run_id}/sample-steps"): lambda: (f"{run}/sample-steps", None),
         ("GET", "/api/v1/alerts/{alert_id}/samples"): lambda: (
             f"{API}/alerts/{ids['alert_id']}/samples",
             None,

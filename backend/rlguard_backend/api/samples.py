@@ -13,7 +13,14 @@ from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, Writ
 from rlguard_backend.db import write_session
 from rlguard_backend.errors import InvalidField, MalformedRequest
 from rlguard_backend.samples import SORT_FIELDS, SampleQuery
-from rlguard_backend.schemas import SampleAck, SampleBatchIn, SampleList, Step
+from rlguard_backend.schemas import (
+    SampleAck,
+    SampleBatchIn,
+    SampleList,
+    SampleStep,
+    SampleStepList,
+    Step,
+)
 
 router = APIRouter(prefix="/v1", tags=["samples"])
 Limit = Annotated[int, Query(ge=1, le=1000)]
@@ -137,6 +144,24 @@ async def read_run_samples(
         return found.model_dump_json().encode()
 
     return Response(await db.read(read), media_type="application/json")
+
+
+@router.get("/runs/{run_id}/sample-steps", response_model=SampleStepList, dependencies=[READ])
+async def read_sample_steps(
+    run_id: str,
+    db: DatabaseDep,
+    split: Annotated[str, Query(description='"train" rollouts or e.g. "validation"')] = "train",
+) -> SampleStepList:
+    """The steps that hold samples, with how many each (a step slider's stops)."""
+
+    def read(session: Session) -> SampleStepList:
+        repository.get_run(session, run_id)
+        steps = [
+            SampleStep(step=s, samples=n) for s, n in samples.sample_steps(session, run_id, split)
+        ]
+        return SampleStepList(data=steps, count=len(steps))
+
+    return await db.read(read)
 
 
 @router.get("/alerts/{alert_id}/samples", response_model=SampleList, dependencies=[READ])

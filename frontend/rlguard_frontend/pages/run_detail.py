@@ -140,6 +140,7 @@ def header(run: RunPublic) -> list[Any]:
                 html.Span(["last step ", html.B(_step(run.last_step), id=ids.RUN_LAST_STEP)]),
                 html.Span(f"updated {run_state.age(run.updated_at)}"),
                 dcc.Link("compare…", href=f"/compare?runs={run.id}"),
+                dcc.Link("samples…", href=f"/runs/{run.id}/samples", id=ids.RUN_SAMPLES_LINK),
             ],
             className="run-meta",
         ),

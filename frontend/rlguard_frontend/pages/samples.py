@@ -1,0 +1,199 @@
+"""The samples page of a run: what the policy wrote at a step, or over an alert's steps.
+
+``/runs/<id>/samples?step=N`` shows one step (a slider over the steps that hold samples, live:
+following the newest); ``?from=A&to=B`` a step range (an alert's "show samples"), worst reward
+first; ``&compare=M`` puts another step's samples beside them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from dash import ALL, Dash, Input, Output, State, ctx, dcc, html
+from dash.exceptions import PreventUpdate
+
+from rlguard_backend.schemas import SamplePublic
+from rlguard_frontend import ids, sample_views
+from rlguard_frontend.api_client import ApiClient, ApiError
+
+SORTS = ("reward", "advantage", "length", "kl", "entropy")
+
+
+def path_of(run_id: str) -> str:
+    return f"/runs/{run_id}/samples"
+
+
+def layout(run_id: str, query: str) -> html.Div:
+    """The page for ``run_id``; ``query`` is the location's (step, from, to, sort, compare)."""
+    wanted = {k: v[0] for k, v in parse_qs(query).items()}
+    ranged = "from" in wanted
+    state = {
+        "run_id": run_id,
+        "from": _int(wanted.get("from")),
+        "to": _int(wanted.get("to")),
+        "compare": _int(wanted.get("compare")),
+    }
+    controls = html.Div(
+        [
+            html.Label("step"),
+            dcc.Slider(
+                id=ids.SAMPLES_STEP, min=0, max=0, step=None, value=_int(wanted.get("step"))
+            ),
+            html.Label("live"),
+            dcc.Checklist(
+                id=ids.SAMPLES_LIVE,
+                options=[{"label": "follow the newest step", "value": "live"}],
+                value=[] if ranged or "step" in wanted else ["live"],
+            ),
+            html.Label("sort"),
+            dcc.Dropdown(
+                id=ids.SAMPLES_SORT,
+                options=list(SORTS),
+                value=wanted.get("sort", "reward"),
+                clearable=False,
+            ),
+            html.Label("order"),
+            dcc.RadioItems(
+                id=ids.SAMPLES_ORDER,
+                options=[
+                    {"label": "worst first", "value": "asc"},
+                    {"label": "best first", "value": "desc"},
+                ],
+                value=wanted.get("order", "asc" if ranged else "desc"),
+                inline=True,
+            ),
+            html.Label("colour tokens by"),
+            dcc.RadioItems(
+                id=ids.SAMPLES_COLOUR,
+                options=list(sample_views.TOKEN_SIGNALS),
+                value="kl",
+                inline=True,
+            ),
+        ],
+        className="samples-controls",
+    )
+    return html.Div(
+        [
+            html.H2(["Samples of ", dcc.Link(run_id, href=f"/runs/{run_id}")]),
+            dcc.Store(id=ids.SAMPLES_STATE, data=state),
+            dcc.Store(id=ids.SAMPLES_DATA),
+            controls,
+            html.P(id=ids.SAMPLES_CAPTION, className="hint"),
+            html.Div(id=ids.SAMPLES_ERROR, className="error"),
+            html.Div(
+                [html.Div(id=ids.SAMPLES_TABLE), html.Div(id=ids.SAMPLES_DETAIL)],
+                className="samples-body",
+            ),
+            html.Div(id=ids.SAMPLES_COMPARE),
+        ],
+        className="samples-page",
+    )
+
+
+def _int(raw: str | None) -> int | None:
+    return int(raw) if raw is not None and raw.lstrip("-").isdigit() else None
+
+
+def slider_stops(client: ApiClient, run_id: str) -> tuple[int, int, dict[int, str], int | None]:
+    """(min, max, marks, newest) over the steps that hold samples."""
+    steps = [s.step for s in client.sample_steps(run_id).data]
+    if not steps:
+        return 0, 0, {}, None
+    every = max(1, len(steps) // 10)
+    marks = {s: str(s) for s in steps[::every]} | {steps[-1]: str(steps[-1])}
+    return steps[0], steps[-1], {s: marks.get(s, "") for s in steps}, steps[-1]
+
+
+def fetch(
+    client: ApiClient, state: dict[str, Any], step: int | None, sort: str, order: str
+) -> tuple[list[dict[str, Any]], str]:
+    """The samples to show, as JSON, and the caption that says which."""
+    run_id = state["run_id"]
+    if state["from"] is not None:
+        lo, hi = state["from"], state["to"] if state["to"] is not None else state["from"]
+        caption = f"steps {lo}–{hi}"
+    elif step is not None:
+        lo = hi = step
+        caption = f"step {step}"
+    else:
+        return [], "No samples yet: log them with run.log_samples(...)."
+    found = client.list_samples(run_id, from_step=lo, to_step=hi, sort=sort, order=order)
+    shown = (
+        f"{len(found.data)} of {found.count}" if found.count > len(found.data) else str(found.count)
+    )
+    return [s.model_dump() for s in found.data], f"{caption}: {shown} sample(s), by {sort} {order}"
+
+
+def register(app: Dash, client: ApiClient) -> None:
+    @app.callback(
+        Output(ids.SAMPLES_STEP, "min"),
+        Output(ids.SAMPLES_STEP, "max"),
+        Output(ids.SAMPLES_STEP, "marks"),
+        Output(ids.SAMPLES_STEP, "value"),
+        Input(ids.TICK, "n_intervals"),
+        Input(ids.SAMPLES_LIVE, "value"),
+        State(ids.SAMPLES_STATE, "data"),
+        State(ids.SAMPLES_STEP, "value"),
+    )
+    def follow_steps(_tick: Any, live: list[str], state: dict[str, Any], value: Any) -> tuple:
+        try:
+            low, high, marks, newest = slider_stops(client, state["run_id"])
+        except ApiError:
+            raise PreventUpdate from None
+        chosen = newest if "live" in (live or []) or value is None else value
+        return low, high, marks, chosen
+
+    @app.callback(
+        Output(ids.SAMPLES_DATA, "data"),
+        Output(ids.SAMPLES_CAPTION, "children"),
+        Output(ids.SAMPLES_ERROR, "children"),
+        Output(ids.SAMPLES_COMPARE, "children"),
+        Input(ids.SAMPLES_STEP, "value"),
+        Input(ids.SAMPLES_SORT, "value"),
+        Input(ids.SAMPLES_ORDER, "value"),
+        State(ids.SAMPLES_STATE, "data"),
+        State(ids.SAMPLES_DATA, "data"),
+    )
+    def load_samples(step: Any, sort: str, order: str, state: dict[str, Any], shown: Any) -> tuple:
+        try:
+            data, caption = fetch(client, state, step, sort, order)
+            beside = compared(client, state, sort, order)
+        except ApiError as exc:
+            return [], "", str(exc), None
+        if data == shown:
+            raise PreventUpdate  # a live tick that found nothing new
+        return data, caption, "", beside
+
+    @app.callback(
+        Output(ids.SAMPLES_TABLE, "children"),
+        Output(ids.SAMPLES_DETAIL, "children"),
+        Input(ids.SAMPLES_DATA, "data"),
+        Input({"type": ids.SAMPLE_ROW, "index": ALL}, "n_clicks"),
+        Input(ids.SAMPLES_COLOUR, "value"),
+    )
+    def show_samples(data: list[dict[str, Any]] | None, _clicks: Any, colour: str) -> tuple:
+        samples = [SamplePublic.model_validate(s) for s in data or []]
+        picked = ctx.triggered_id
+        selected = picked["index"] if isinstance(picked, dict) else (0 if samples else None)
+        if selected is not None and selected >= len(samples):
+            selected = 0 if samples else None
+        detail = None if selected is None else sample_views.detail(samples[selected], colour)
+        return sample_views.table(samples, selected), detail
+
+
+def compared(client: ApiClient, state: dict[str, Any], sort: str, order: str) -> Any:
+    """The samples of the ``compare`` step, beside the main ones, or nothing."""
+    step = state.get("compare")
+    if step is None:
+        return None
+    found = client.list_samples(
+        state["run_id"], from_step=step, to_step=step, sort=sort, order=order
+    )
+    return html.Div(
+        [
+            html.H3(f"step {step}, to compare"),
+            sample_views.table(found.data, None, ids.SAMPLE_COMPARE_ROW),
+        ],
+        className="samples-compare",
+    )

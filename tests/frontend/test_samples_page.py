@@ -1,0 +1,72 @@
+"""The samples page in real headless Chromium: a step's samples, live, from an alert, as text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import new_run_id
+
+WAIT_MS = 20_000
+HOSTILE = "<img src=x onerror=alert(1)><b>bold</b>"
+
+
+def post_samples(url: str, run_id: str, step: int, n: int, batch: str) -> None:
+    rows = [
+        {
+            "step": step,
+            "index": i,
+            "prompt": f"what is {i} + {step}? {HOSTILE}",
+            "response": f"answer {i + step}<eos>",
+            "reward": float(i),
+            "kl": 0.01 * i,
+            "tokens": {"text": ["answer", f" {i + step}", "<eos>"], "kl": [0.0, 0.01 * i, 0.3]},
+        }
+        for i in range(n)
+    ]
+    body = {"batch_id": batch, "samples": rows}
+    answer = httpx.post(f"{url}/api/v1/runs/{run_id}/samples", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+
+
+def test_samples_page_shows_a_step_live_as_text(
+    dashboard: Any, page: Any, artifacts_dir: Path
+) -> None:
+    run_id = new_run_id("samples")
+    httpx.post(f"{dashboard.url}/api/v1/runs", json={"id": run_id, "project": "s"}, timeout=30)
+    post_samples(dashboard.url, run_id, 1, 4, "b1")
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(f"{dashboard.url}/runs/{run_id}/samples")
+    page.get_by_text("step 1: 4 sample(s), by reward desc").wait_for(timeout=WAIT_MS)
+    first = page.locator(".sample-row").first
+    assert first.locator("td").first.inner_text() == "3"  # best reward first
+    assert HOSTILE in page.locator("#samples-prompt").inner_text()
+    assert page.locator("b", has_text="bold").count() == 0 and dialogs == []
+    assert page.locator("#samples-tokens .token").count() == 3
+    page.locator(".sample-row").nth(2).click()
+    page.get_by_text("step 1 · sample 1").wait_for(timeout=WAIT_MS)
+    post_samples(dashboard.url, run_id, 7, 2, "b7")  # the page follows the newest step
+    page.get_by_text("step 7: 2 sample(s), by reward desc").wait_for(timeout=WAIT_MS)
+    page.screenshot(path=str(artifacts_dir / "samples-page.png"), full_page=True)
+    assert page.console_errors == []
+
+
+def test_samples_open_from_an_alert_worst_first(dashboard: Any, page: Any) -> None:
+    run_id = new_run_id("alert-samples")
+    url = dashboard.url
+    httpx.post(f"{url}/api/v1/runs", json={"id": run_id, "project": "s"}, timeout=30)
+    steps = [{"step": s, "values": {"actor/entropy": "NaN"}} for s in range(12)]
+    body = {"batch_id": "nan", "steps": steps}
+    ack = httpx.post(f"{url}/api/v1/runs/{run_id}/batches", json=body, timeout=30).json()
+    alert = ack["alerts"][0]
+    post_samples(url, run_id, alert["first_step"], 3, "around")
+    page.goto(f"{url}/runs/{run_id}")
+    page.locator(".alert-item").first.click()
+    page.get_by_text("show samples").click()
+    caption = f"steps {alert['first_step']}–{alert['last_step']}: 3 sample(s), by reward asc"
+    page.get_by_text(caption).wait_for(timeout=WAIT_MS)
+    assert page.locator(".sample-row").first.locator("td").first.inner_text() == "0"
+    assert page.console_errors == []
