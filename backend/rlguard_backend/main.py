@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlguard_backend import __version__, migrate
 from rlguard_backend.api import alerts, health, points, runs, samples, tokens
@@ -93,7 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = ServiceMetrics()
     app.state.schema_head = migrate.head_revision()
     app.state.checkpointer = checkpointer
-    access_table(settings.api_prefix)
+    app.state.route_methods = route_methods(access_table(settings.api_prefix))
     for router, prefixed in ROUTERS:
         app.include_router(router, prefix=settings.api_prefix if prefixed else "")
     _install_error_handlers(app, settings)
@@ -133,7 +135,23 @@ def access_table(api_prefix: str = "/api") -> dict[tuple[str, str], str]:
     return table
 
 
+def route_methods(table: dict[tuple[str, str], str]) -> list[tuple[re.Pattern[str], str]]:
+    """(path pattern, method) of every API route, to answer a 405 with the right ``Allow``."""
+    return [
+        (re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", path) + "$"), method)
+        for method, path in table
+    ]
+
+
 def _install_error_handlers(app: FastAPI, settings: Settings) -> None:
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            allowed = {m for p, m in app.state.route_methods if p.match(request.url.path)}
+            headers["Allow"] = ", ".join(sorted(allowed))
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
+
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
         return JSONResponse(

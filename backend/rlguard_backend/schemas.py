@@ -255,6 +255,26 @@ class SeriesResponse(BaseModel):
     missing: list[str] = Field(default_factory=list, description="asked-for keys never logged")
 
 
+class ErrorBody(BaseModel):
+    """Every refusal: what was wrong and how to fix it (a list of fields for 422)."""
+
+    detail: str | list[dict[str, Any]]
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": meaning}
+    for status, meaning in (
+        (400, "malformed body: not JSON, bad gzip, contradicting parameters"),
+        (401, "no API token, or an unknown or revoked one"),
+        (403, "the token's scope is too small"),
+        (404, "unknown run, key, alert or token"),
+        (409, "the request contradicts what is stored"),
+        (413, "above the configured limits"),
+        (503, "saturated (see Retry-After) or the database is unavailable"),
+    )
+}
+
+
 TokenScope = Literal["read", "write", "admin"]
 
 

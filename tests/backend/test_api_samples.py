@@ -159,13 +159,20 @@ def test_samples_of_an_unknown_run_are_404(client: TestClient) -> None:
         ({"sort": "rewrd"}, "use one of step, reward"),
         ({"min_rewrd": 1}, "use min_/max_ with one of reward"),
         ({"max_kl": "big"}, "is not a number"),
-        ({"step": 1, "to_step": 3}, "either step or from_step/to_step"),
     ],
 )
 def test_samples_bad_query_names_the_fix(client: TestClient, run_id: str, params: dict, detail):  # type: ignore[no-untyped-def]
     response = client.get(f"/api/v1/runs/{run_id}/samples", params=params)
     assert response.status_code in (400, 422)
     assert detail in json.dumps(response.json()["detail"])
+
+
+def test_samples_step_narrows_a_given_range(client: TestClient, run_id: str) -> None:
+    assert _post(client, run_id, "b", [_sample(s, 0) for s in (1, 2, 3)]).status_code == 200
+    inside = client.get(f"/api/v1/runs/{run_id}/samples", params={"step": 2, "to_step": 3})
+    assert [s["step"] for s in inside.json()["data"]] == [2]
+    outside = client.get(f"/api/v1/runs/{run_id}/samples", params={"step": 1, "from_step": 2})
+    assert outside.json()["count"] == 0
 
 
 def _add_alert(client: TestClient, run_id: str, first_step: int, last_step: int) -> int:

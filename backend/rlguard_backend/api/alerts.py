@@ -10,9 +10,16 @@ from sqlalchemy.orm import Session
 from rlguard_backend import alerts, repository
 from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, WriterDep
 from rlguard_backend.models import utcnow
-from rlguard_backend.schemas import AlertList, AlertPublic, AlertStatus, AlertUpdate, Severity
+from rlguard_backend.schemas import (
+    ERROR_RESPONSES,
+    AlertList,
+    AlertPublic,
+    AlertStatus,
+    AlertUpdate,
+    Severity,
+)
 
-router = APIRouter(prefix="/v1", tags=["alerts"])
+router = APIRouter(prefix="/v1", tags=["alerts"], responses=ERROR_RESPONSES)
 Limit = Annotated[int, Query(ge=1, le=1000)]
 Offset = Annotated[int, Query(ge=0)]
 

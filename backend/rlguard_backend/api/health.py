@@ -12,11 +12,11 @@ from sqlalchemy.orm import Session
 from rlguard_backend import __version__
 from rlguard_backend.api.deps import PUBLIC, READ, DatabaseDep
 from rlguard_backend.metrics import ServiceMetrics
-from rlguard_backend.schemas import Health, SchemaState, WriteLoad
+from rlguard_backend.schemas import ERROR_RESPONSES, Health, SchemaState, WriteLoad
 
 router = APIRouter(prefix="/v1", tags=["health"])
 # served at the root, where Prometheus looks for it
-metrics_router = APIRouter(tags=["health"])
+metrics_router = APIRouter(tags=["health"], responses=ERROR_RESPONSES)
 
 
 @router.get("/health", response_model=Health, dependencies=[PUBLIC])

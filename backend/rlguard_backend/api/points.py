@@ -18,9 +18,16 @@ from rlguard_backend.config import Settings
 from rlguard_backend.db import write_session
 from rlguard_backend.errors import NotFound, PayloadTooLarge
 from rlguard_backend.metrics import ServiceMetrics
-from rlguard_backend.schemas import BatchAck, BatchIn, MetricKeyList, SeriesResponse, Step
+from rlguard_backend.schemas import (
+    ERROR_RESPONSES,
+    BatchAck,
+    BatchIn,
+    MetricKeyList,
+    SeriesResponse,
+    Step,
+)
 
-router = APIRouter(prefix="/v1/runs/{run_id}", tags=["points"])
+router = APIRouter(prefix="/v1/runs/{run_id}", tags=["points"], responses=ERROR_RESPONSES)
 
 BATCH_BODY_EXAMPLE = {
     "batch_id": "3f2a9c0e5b7d4e1f",

@@ -14,6 +14,7 @@ from rlguard_backend.config import Settings
 from rlguard_backend.errors import InvalidField, NotFound
 from rlguard_backend.models import Run
 from rlguard_backend.schemas import (
+    ERROR_RESPONSES,
     DetectRequest,
     DetectResult,
     Heartbeat,
@@ -26,8 +27,8 @@ from rlguard_backend.schemas import (
     RunUpdate,
 )
 
-router = APIRouter(prefix="/v1/runs", tags=["runs"])
-projects = APIRouter(prefix="/v1/projects", tags=["runs"])
+router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERROR_RESPONSES)
+projects = APIRouter(prefix="/v1/projects", tags=["runs"], responses=ERROR_RESPONSES)
 
 
 def _public(session: Session, run_id: str) -> RunPublic:
@@ -36,7 +37,11 @@ def _public(session: Session, run_id: str) -> RunPublic:
 
 
 @router.post(
-    "", response_model=RunPublic, status_code=status.HTTP_201_CREATED, dependencies=[WRITE]
+    "",
+    response_model=RunPublic,
+    status_code=status.HTTP_201_CREATED,
+    dependencies=[WRITE],
+    responses={200: {"model": RunPublic, "description": "resumed: the run existed"}},
 )
 async def create_run(
     data: RunCreate, db: WriterDep, settings: SettingsDep, response: Response

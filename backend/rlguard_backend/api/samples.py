@@ -11,9 +11,10 @@ from rlguard_backend import alerts, ingest, repository, samples
 from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_body
 from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
 from rlguard_backend.db import write_session
-from rlguard_backend.errors import InvalidField, MalformedRequest
+from rlguard_backend.errors import InvalidField
 from rlguard_backend.samples import SORT_FIELDS, SampleQuery
 from rlguard_backend.schemas import (
+    ERROR_RESPONSES,
     SampleAck,
     SampleBatchIn,
     SampleList,
@@ -22,7 +23,7 @@ from rlguard_backend.schemas import (
     Step,
 )
 
-router = APIRouter(prefix="/v1", tags=["samples"])
+router = APIRouter(prefix="/v1", tags=["samples"], responses=ERROR_RESPONSES)
 Limit = Annotated[int, Query(ge=1, le=1000)]
 Offset = Annotated[int, Query(ge=0)]
 Order = Literal["asc", "desc"]
@@ -123,11 +124,12 @@ async def read_run_samples(
     ``max_reward=0``), search text with ``q``."""
     if sort not in SORT_FIELDS:
         raise InvalidField(["query", "sort"], f"sort={sort!r}: use one of {', '.join(SORT_FIELDS)}")
-    if step is not None and (from_step or to_step is not None):
-        raise MalformedRequest("give either step or from_step/to_step, not both")
+    if step is not None:  # one step, within from_step..to_step when those are given too
+        from_step = max(from_step, step)
+        to_step = step if to_step is None else min(to_step, step)
     query = SampleQuery(
-        from_step=from_step if step is None else step,
-        to_step=to_step if step is None else step,
+        from_step=from_step,
+        to_step=to_step,
         split=split,
         ranges=_ranges(request),
         text=q,

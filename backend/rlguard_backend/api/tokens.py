@@ -9,14 +9,22 @@ from sqlalchemy.orm import Session
 from rlguard_backend import auth
 from rlguard_backend.api.deps import ADMIN, DatabaseDep, WriterDep
 from rlguard_backend.errors import NotFound
-from rlguard_backend.models import ApiToken
-from rlguard_backend.schemas import TokenCreate, TokenCreated, TokenList, TokenPublic
+from rlguard_backend.models import ApiToken, as_utc
+from rlguard_backend.schemas import (
+    ERROR_RESPONSES,
+    TokenCreate,
+    TokenCreated,
+    TokenList,
+    TokenPublic,
+)
 
-router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=ERROR_RESPONSES)
 
 
 def to_public(token: ApiToken) -> TokenPublic:
-    return TokenPublic.model_validate(token, from_attributes=True)
+    public = TokenPublic.model_validate(token, from_attributes=True)
+    revoked = None if token.revoked_at is None else as_utc(token.revoked_at)
+    return public.model_copy(update={"created_at": as_utc(token.created_at), "revoked_at": revoked})
 
 
 @router.post(
