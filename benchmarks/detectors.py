@@ -7,8 +7,7 @@ the figure is the median over repeats of CPU µs per step (process time, so othe
 shared host inflates it less than wall time would). ``bare_loop`` is the same-run cost of a
 loop that only iterates the same dicts, the floor any per-step work sits on.
 ``*_batched_us_per_step``: the same runs in batches of 100 steps through
-``DetectorSuite.feed_many``, which feeds the steps where no rule fires or clears column-wise
-(what the service does with a batch).
+``DetectorSuite.feed_many`` (what the service does with a batch: feed() for each step).
 
 ``*_batch_*`` figures: the same runs in batches of 100 steps through the batch handler's
 detector part (``detection.detect_steps`` after the run row's locked read) in its unit of work
@@ -123,7 +122,7 @@ def suite_pass(factory: Callable[[Mapping[str, Any]], Any]) -> Callable[[Run], i
 
 
 def batched_pass(factory: Callable[[Mapping[str, Any]], Any]) -> Callable[[Run], int]:
-    """The run in batches of BATCH_STEPS through feed_many (column-wise where quiet)."""
+    """The run in batches of BATCH_STEPS through feed_many."""
 
     def feed_run(run: Run) -> int:
         suite, events = factory(CONFIG), 0

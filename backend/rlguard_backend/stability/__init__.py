@@ -1,5 +1,7 @@
 """Stability detectors D1-D8 of DETECTORS.md as pure, resumable streaming code.
 
+Each alert key is one Rule (rules.py), declared in its detector's module and listed in RULES.
+
 Detector ids and their alert keys:
 
 ====================  ======================================================================
@@ -18,16 +20,18 @@ Detector ids and their alert keys:
 
 from rlguard_backend.stability.events import Action, AlertEvent, Severity
 from rlguard_backend.stability.lifecycle import latest_updates
-from rlguard_backend.stability.suite import DETECTOR_TYPES, DetectorSuite, StepColumns
+from rlguard_backend.stability.rules import Rule
+from rlguard_backend.stability.suite import DETECTOR_TYPES, RULES, DetectorSuite
 from rlguard_backend.stability.thresholds import DEFAULTS
 
 __all__ = [
     "DEFAULTS",
     "DETECTOR_TYPES",
+    "RULES",
     "Action",
     "AlertEvent",
     "DetectorSuite",
+    "Rule",
     "Severity",
-    "StepColumns",
     "latest_updates",
 ]
