@@ -84,9 +84,13 @@ class Detector:
         # Keys of this detector's open alerts, kept up to date by the suite's AlertBook.
         self.open_keys: set[str] = set() if open_keys is None else open_keys
         self.progress = {rule.key: RuleProgress() for rule in self.rules}
-        self._limits = [
+        # Per rule, what evaluate() reads at every step, looked up once.
+        self._steps = [
             (
                 rule,
+                rule.applies,
+                rule.fires,
+                rule.clears,
                 self.progress[rule.key],
                 self._count(rule.persistence),
                 self._count(rule.clear_steps),
@@ -108,12 +112,12 @@ class Detector:
         if not self.observe(view):
             return []
         said = []
-        for rule, progress, persistence, clear_steps in self._limits:
-            if rule.applies is not None and not rule.applies(self, view):
+        for rule, applies, fires, clears, progress, persistence, clear_steps in self._steps:
+            if applies is not None and not applies(self, view):
                 continue
-            severity = rule.fires(self, view)
+            severity = fires(self, view)
             progress.streak = 0 if severity is None else progress.streak + 1
-            calm = severity is None if rule.clears is None else rule.clears(self, view)
+            calm = severity is None if clears is None else clears(self, view)
             progress.calm = progress.calm + 1 if calm else 0
             if severity is not None and progress.streak >= persistence:
                 progress.active = True

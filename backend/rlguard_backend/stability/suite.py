@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from operator import itemgetter
 from typing import Any
 
 from rlguard_backend.signals import ALIAS_PRIORITY, canonical_signal
@@ -40,6 +41,7 @@ RULES: dict[str, Rule] = {rule.key: rule for kind in DETECTOR_TYPES for rule in 
 STATE_VERSION = 4  # 4: one RuleProgress per rule
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
 _NON_FINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_FLOATS_ONLY = {float}
 
 
 class DetectorSuite:
@@ -84,9 +86,10 @@ class DetectorSuite:
         plan = self._plan_of(tuple(values))
         canonical, sources = plan.canonical(values)
         self._seen.update(canonical)
-        finite = {name: value for name, value in canonical.items() if value - value == 0.0}
-        if len(finite) == len(canonical):
-            finite = canonical
+        total = sum(canonical.values())  # finite only if every value is (or in a rare overflow)
+        finite = canonical
+        if total - total != 0.0:
+            finite = {name: value for name, value in canonical.items() if value - value == 0.0}
         view = self._observations.observe(step, canonical, sources, finite)
         alerts = self._alerts
         alerts.step = step
@@ -180,10 +183,20 @@ class _Plan:
         self.read = tuple(key for _, found in self.signals for key in found)
         # A detector none of whose signals these keys carry has nothing to do on their steps.
         self.detectors = [d for d in detectors if d.reads is None or d.reads & candidates.keys()]
+        # The usual step logs one key per signal, each a float: read in one C-level call.
+        self._names = tuple(name for name, _ in self.signals)
+        self._sources = {name: found[0] for name, found in self.signals}  # shared, never changed
+        self._take: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
+        if len(self.read) == len(self.signals) > 1:
+            self._take = itemgetter(*self.read)
 
     def canonical(self, values: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
         """The step's canonical values (the first key with a number, of each signal) and the
         raw key each came from."""
+        if self._take is not None:
+            raw = self._take(values)
+            if set(map(type, raw)) == _FLOATS_ONLY:
+                return dict(zip(self._names, raw, strict=True)), self._sources
         canonical: dict[str, float] = {}
         sources: dict[str, str] = {}
         for name, keys in self.signals:
