@@ -79,9 +79,6 @@ class ClipFraction(Detector):
             self.thresholds["warn"], self.thresholds["baseline_factor"] * (self._baseline or 0.0)
         )
 
-    def _inactive(self, view: StepView) -> Severity | None:
-        return "info" if self._announce else None
-
     def _describe_inactive(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         message = (
             "Clipping inactive (ratio ≡ 1 with one update per batch): clip and clip-higher "
@@ -116,18 +113,12 @@ class ClipFraction(Detector):
         )
         return message, {"clipfrac_high": rounded(high), "clipfrac_low": rounded(low)}
 
-    def _clipfrac_logged(self, view: StepView) -> bool:
-        return view.finite("clipfrac") is not None
-
     def _saturated(self, view: StepView) -> Severity | None:
         th = self.thresholds
         saturated = self.warn_streak >= th["warn_persistence"]
         if self.critical_streak >= th["critical_persistence"] or (saturated and view.kl_spike_jump):
             return "critical"
         return "warn" if saturated else None
-
-    def _calm(self, view: StepView) -> bool:
-        return (view.smoothed["clipfrac"] or 0.0) < self.thresholds["clear"]
 
     def _describe_saturated(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         smoothed, baseline = view.smoothed["clipfrac"] or 0.0, self._baseline
@@ -150,7 +141,7 @@ class ClipFraction(Detector):
         Rule(
             "clip_inactive",
             signals=(),
-            fires=_inactive,
+            fires=lambda d, v: "info" if d._announce else None,
             clears=never,
             describe=_describe_inactive,
             advice=["Use more updates per batch only if you want the clip to act."],
@@ -175,9 +166,9 @@ class ClipFraction(Detector):
             "clipfrac",
             signals=("clipfrac", "ppo_kl"),
             fires=_saturated,
-            clears=_calm,
+            clears=lambda d, v: (v.smoothed["clipfrac"] or 0.0) < d.thresholds["clear"],
             describe=_describe_saturated,
             advice=CLIP_ADVICE,
-            applies=_clipfrac_logged,
+            applies=lambda d, v: v.finite("clipfrac") is not None,
         ),
     )

@@ -75,9 +75,6 @@ class EntropyCollapse(Detector):
                 self.fit_sums = [n + 1, sx + x, sy + reward, sxx + x * x, sxy + x * reward]
         return True
 
-    def _judges(self, view: StepView) -> bool:
-        return self._judged
-
     def _collapse_severity(self, view: StepView) -> Severity | None:
         """E1/E2 at this step, before capping."""
         th, reward, rho = self.thresholds, view.reward, view.rho
@@ -217,7 +214,7 @@ class EntropyCollapse(Detector):
             clear_steps=1,  # _recovered counts its own steps
             describe=_describe_collapse,
             advice=COLLAPSE_ADVICE,
-            applies=_judges,
+            applies=lambda d, v: d._judged,
         ),
         Rule(
             "entropy_exhausted",
@@ -226,7 +223,7 @@ class EntropyCollapse(Detector):
             persistence="exhausted_persistence",
             describe=_describe_exhausted,
             advice=COLLAPSE_ADVICE,
-            applies=_judges,
+            applies=lambda d, v: d._judged,
         ),
         Rule(
             "entropy_blowup",
@@ -235,7 +232,7 @@ class EntropyCollapse(Detector):
             persistence="blowup_persistence",
             describe=_describe_blowup,
             advice=BLOWUP_ADVICE,
-            applies=_judges,
+            applies=lambda d, v: d._judged,
         ),
         Rule(
             "no_learning_signal",

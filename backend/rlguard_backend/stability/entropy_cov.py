@@ -50,9 +50,6 @@ class EntropyCovLeading(Detector):
         leading = view.warm and full and self._share >= th["positive_share"] and early
         return "info" if leading else None
 
-    def _faded(self, view: StepView) -> bool:
-        return self._share < self.thresholds["clear_share"]
-
     def _describe(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         values, share = self.covariances, self._share
         mean = sum(values) / len(values)
@@ -72,7 +69,7 @@ class EntropyCovLeading(Detector):
             "entropy_cov_leading",
             signals=("cov_logp_adv", "entropy"),
             fires=_leading,
-            clears=_faded,
+            clears=lambda d, v: d._share < d.thresholds["clear_share"],
             describe=_describe,
             advice=[
                 "Consider Clip-Cov / KL-Cov (policy_loss.loss_mode=clip_cov|kl_cov) before "

@@ -131,9 +131,6 @@ class KlController(Detector):
         self.units_checked = True
         return median(self.ratios)
 
-    def _rate_known(self, view: StepView) -> bool:
-        return self._needed is not None
-
     def _runaway(self, view: StepView) -> Severity | None:
         assert self.beta_start is not None and self._needed is not None
         th = self.thresholds
@@ -197,9 +194,6 @@ class KlController(Detector):
         )
         return message, {"median_kl_over_target": rounded(self._units_ratio), "target": self.target}
 
-    def _replay_checked(self, view: StepView) -> bool:
-        return self._predicted is not None
-
     def _replay_off(self, view: StepView) -> Severity | None:
         predicted = self._predicted or 0.0
         off = abs(predicted / self._beta - 1) > self.thresholds["replay_tolerance"]
@@ -222,7 +216,7 @@ class KlController(Detector):
             clear_steps=1,  # _unsaturated counts N_sat steps itself
             describe=_describe_runaway,
             advice=_runaway_advice,
-            applies=_rate_known,
+            applies=lambda d, v: d._needed is not None,
         ),
         Rule(
             "kl_controller_units",
@@ -244,6 +238,6 @@ class KlController(Detector):
             clear_steps=10,
             describe=_describe_replay,
             advice=["Log the controller's n, horizon and target in the run config."],
-            applies=_replay_checked,
+            applies=lambda d, v: d._predicted is not None,
         ),
     )

@@ -60,9 +60,6 @@ class KlPenalty(Detector):
             self._share = penalty_share(view, beta)
         return True
 
-    def _improving(self, view: StepView) -> bool:
-        return view.reward.improving
-
     def _dominant(self) -> bool:
         return self._share is not None and self._share >= self.thresholds["strong_share"]
 
@@ -119,7 +116,7 @@ class KlPenalty(Detector):
             signals=("kl_ref", "kl_coef", "reward_kl_coef", "reward_mean", "entropy"),
             fires=_strong,
             persistence="persistence",
-            clears=_improving,
+            clears=lambda d, v: v.reward.improving,
             describe=_describe_strong,
             advice=STRONG_ADVICE,
         ),
@@ -128,7 +125,7 @@ class KlPenalty(Detector):
             signals=("kl_ref", "kl_coef", "reward_kl_coef", "reward_mean"),
             fires=_binding,
             persistence="binding_persistence",
-            clears=_improving,
+            clears=lambda d, v: v.reward.improving,
             describe=_describe_binding,
             advice=STRONG_ADVICE[3:],
         ),

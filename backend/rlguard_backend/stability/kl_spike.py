@@ -123,19 +123,10 @@ class KlSpike(Detector):
             return False
         return clipfrac < self.thresholds["falling_clip_ratio"] * median(self.clipfracs)
 
-    def _grad_logged(self, view: StepView) -> bool:
-        return view.finite("grad_norm") is not None
-
-    def _grad_spike(self, view: StepView) -> Severity | None:
-        return None if self._grad_typical is None else "warn"
-
     def _describe_grad(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         grad, typical = view.finite("grad_norm") or 0.0, self._grad_typical or 1.0
         message = f"Grad norm spiked to {grad:.3g} (×{grad / typical:.3g} its running median)."
         return message, {"grad_norm": rounded(grad), "typical_grad_norm": rounded(typical)}
-
-    def _off_policy_kl(self, view: StepView) -> bool:
-        return self._size is not None and not self._on_policy
 
     def _kl_spike(self, view: StepView) -> Severity | None:
         spike = self._spike
@@ -159,9 +150,6 @@ class KlSpike(Detector):
         falling = " while the clip fraction fell" if self._clip_falling else ""
         return f"One update moved the policy by KL={size:.3g}{times}{falling}.", facts
 
-    def _on_policy_kl(self, view: StepView) -> bool:
-        return self._size is not None and self._on_policy
-
     def _mismatch(self, view: StepView) -> Severity | None:
         off = (self._size or 0.0) > self.thresholds["on_policy_tolerance"]
         return "warn" if off else None
@@ -177,10 +165,10 @@ class KlSpike(Detector):
         Rule(
             "grad_spike",
             signals=("grad_norm",),
-            fires=_grad_spike,
+            fires=lambda d, v: None if d._grad_typical is None else "warn",
             describe=_describe_grad,
             advice=SPIKE_ADVICE,
-            applies=_grad_logged,
+            applies=lambda d, v: v.finite("grad_norm") is not None,
         ),
         Rule(
             "kl_spike",
@@ -188,7 +176,7 @@ class KlSpike(Detector):
             fires=_kl_spike,
             describe=_describe_spike,
             advice=SPIKE_ADVICE,
-            applies=_off_policy_kl,
+            applies=lambda d, v: d._size is not None and not d._on_policy,
         ),
         Rule(
             "logprob_mismatch",
@@ -196,6 +184,6 @@ class KlSpike(Detector):
             fires=_mismatch,
             describe=_describe_mismatch,
             advice=MISMATCH_ADVICE,
-            applies=_on_policy_kl,
+            applies=lambda d, v: d._size is not None and d._on_policy,
         ),
     )

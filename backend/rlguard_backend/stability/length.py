@@ -91,12 +91,6 @@ class LengthHacking(Detector):
     def _short(self, view: StepView) -> bool:
         return self._ratio < self.thresholds["collapse_factor"]
 
-    def _collapse(self, view: StepView) -> Severity | None:
-        return "warn" if view.warm and self._short(view) else None
-
-    def _not_short(self, view: StepView) -> bool:
-        return not self._short(view)
-
     def _describe_collapse(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         message = (
             f"Responses collapsed to {self._ratio:.0%} of their starting length "
@@ -108,12 +102,6 @@ class LengthHacking(Detector):
     def _both_rising(self, view: StepView) -> bool:
         factor, rho = self.thresholds["rise_factor"], view.rho
         return rho is not None and rho > factor and self._ratio > factor
-
-    def _entropy_rise(self, view: StepView) -> Severity | None:
-        return "info" if view.warm and self._both_rising(view) else None
-
-    def _not_both_rising(self, view: StepView) -> bool:
-        return not self._both_rising(view)
 
     def _describe_entropy_rise(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         message = (
@@ -135,18 +123,18 @@ class LengthHacking(Detector):
         Rule(
             "length_collapse",
             signals=("response_length",),
-            fires=_collapse,
+            fires=lambda d, v: "warn" if v.warm and d._short(v) else None,
             persistence="persistence",
-            clears=_not_short,
+            clears=lambda d, v: not d._short(v),
             describe=_describe_collapse,
             advice=LENGTH_ADVICE,
         ),
         Rule(
             "entropy_length_rise",
             signals=("response_length", "entropy"),
-            fires=_entropy_rise,
+            fires=lambda d, v: "info" if v.warm and d._both_rising(v) else None,
             persistence="persistence",
-            clears=_not_both_rising,
+            clears=lambda d, v: not d._both_rising(v),
             describe=_describe_entropy_rise,
             advice=LENGTH_ADVICE[:1],
         ),
