@@ -6,8 +6,8 @@ Detector ids and their alert keys:
 
 ====================  ======================================================================
 ``nonfinite``         ``nonfinite``, ``pinned_at_clamp``, ``negative_kl``, ``truncated_at_floor``
-``entropy_collapse``  ``entropy_collapse``, ``entropy_exhausted``, ``entropy_blowup``,
-                      ``no_learning_signal``
+``entropy_collapse``  ``entropy_collapse``, ``entropy_exhausted``, ``entropy_blowup``
+``no_learning_signal``  ``no_learning_signal`` (INFO when the reward is saturated, else WARN)
 ``entropy_cov_leading``  ``entropy_cov_leading`` (optional covariance probe)
 ``kl_runaway``        ``kl_runaway``, ``kl_penalty_ineffective``
 ``kl_spike``          ``kl_spike``, ``grad_spike``, ``logprob_mismatch``

@@ -1,16 +1,17 @@
 """D2: entropy collapse and its relatives (DETECTORS.md §3 D2).
 
-Alert keys: ``entropy_collapse`` (E1 WARN "entropy spent, no reward bought", E2 CRITICAL
-"collapse"), ``entropy_exhausted`` (E3 WARN with Z >= 0.5, else INFO), ``entropy_blowup`` (E4
-WARN), ``no_learning_signal`` (E5 WARN). rho = smoothed entropy / its start (H0).
+Alert keys: ``entropy_collapse`` (E1 WARN "entropy spent, no reward bought", escalating to E2
+CRITICAL "collapse"), ``entropy_exhausted`` (E3 WARN with Z >= 0.5, else INFO),
+``entropy_blowup`` (E4 WARN). rho = smoothed entropy / its start (H0). E5, no learning signal,
+is a detector of its own (learning_signal.py).
 """
 
 from __future__ import annotations
 
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
-from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import Window, rounded
+from rlguard_backend.stability.observations import RewardState, StepView
+from rlguard_backend.stability.primitives import rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
 from rlguard_backend.stability.thresholds import Thresholds
 
@@ -28,13 +29,13 @@ BLOWUP_ADVICE = [
     "Check the entropy coefficient (0.01 explodes; 1e-4..1e-3 is typical).",
     "Use token-mean loss aggregation; filter or softly penalise truncated samples.",
 ]
-NO_SIGNAL_ADVICE = ["Filter zero-std groups (dynamic sampling, DAPO) or adjust the data mix."]
 
 
 class EntropyCollapse(Detector):
-    """D2 E1-E5: entropy spent without reward, exhausted, blowing up, or no gradient signal."""
+    """D2 E1-E4: entropy spent without reward, exhausted, or blowing up."""
 
     id = "entropy_collapse"
+    reads = frozenset({"entropy"})
 
     def __init__(
         self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
@@ -42,10 +43,8 @@ class EntropyCollapse(Detector):
         super().__init__(context, thresholds, open_keys)
         self.recovered_streak = 0  # steps in a row with rho > clear_ratio
         self.improving_streak = 0  # steps in a row with an improving reward trend
-        self.zero_grads = Window(int(thresholds["zero_grad_points"]))
         # Running sums for the least-squares fit R = b - a * exp(H) (EM's empirical law).
         self.fit_sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # n, sum x, sum y, sum xx, sum xy
-        self._judged = False  # entropy and rho known this step: E1-E4 run
 
     def missing(self, seen: frozenset[str]) -> str | None:
         if "entropy" not in seen:
@@ -57,13 +56,9 @@ class EntropyCollapse(Detector):
         return None
 
     def observe(self, view: StepView) -> bool:
-        grad = view.finite("grad_norm")
-        if grad is not None:
-            self.zero_grads.append(1.0 if grad == 0.0 else 0.0)
         entropy, rho = view.finite("entropy"), view.rho
-        self._judged = entropy is not None and rho is not None
         if entropy is None or rho is None:
-            return True
+            return False
         th = self.thresholds
         self.recovered_streak = self.recovered_streak + 1 if rho > th["clear_ratio"] else 0
         self.improving_streak = self.improving_streak + 1 if view.reward.improving else 0
@@ -110,7 +105,9 @@ class EntropyCollapse(Detector):
         facts = self._facts(view)
         if not view.reward.known:
             facts["degraded"] = "no reward logged: cannot tell whether entropy bought reward"
-        return _collapse_message(facts, self._collapse_severity(view) or severity), facts
+        return _collapse_message(
+            facts, self._collapse_severity(view) or severity, view.reward
+        ), facts
 
     def _facts(self, view: StepView) -> Facts:
         return {
@@ -190,20 +187,6 @@ class EntropyCollapse(Detector):
         )
         return message, facts
 
-    def _no_signal(self, view: StepView) -> Severity | None:
-        th, zero_std = self.thresholds, view.smoothed["frac_zero_std"]
-        no_groups = zero_std is not None and zero_std >= th["no_signal_groups"]
-        starved = no_groups or _share(self.zero_grads) >= th["zero_grad_share"]
-        return "warn" if view.warm and starved else None
-
-    def _describe_no_signal(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
-        zero_share, zero_std = _share(self.zero_grads), view.smoothed["frac_zero_std"]
-        message = (
-            f"Batches carry no gradient: grad norm exactly 0 on {zero_share:.0%} of the "
-            f"last points, {zero_std or 0:.0%} of groups have all-equal rewards."
-        )
-        return message, {"zero_grad_share": zero_share, "zero_std_fraction": rounded(zero_std)}
-
     rules = (
         Rule(
             "entropy_collapse",
@@ -214,7 +197,6 @@ class EntropyCollapse(Detector):
             clear_steps=1,  # _recovered counts its own steps
             describe=_describe_collapse,
             advice=COLLAPSE_ADVICE,
-            applies=lambda d, v: d._judged,
         ),
         Rule(
             "entropy_exhausted",
@@ -223,7 +205,6 @@ class EntropyCollapse(Detector):
             persistence="exhausted_persistence",
             describe=_describe_exhausted,
             advice=COLLAPSE_ADVICE,
-            applies=lambda d, v: d._judged,
         ),
         Rule(
             "entropy_blowup",
@@ -232,30 +213,17 @@ class EntropyCollapse(Detector):
             persistence="blowup_persistence",
             describe=_describe_blowup,
             advice=BLOWUP_ADVICE,
-            applies=lambda d, v: d._judged,
-        ),
-        Rule(
-            "no_learning_signal",
-            signals=("grad_norm", "frac_zero_std"),
-            fires=_no_signal,
-            describe=_describe_no_signal,
-            advice=NO_SIGNAL_ADVICE,
         ),
     )
 
 
-def _share(zero_grads: Window) -> float:
-    """Share of exactly-zero grad norms among the last points (0 before 5 points)."""
-    return sum(zero_grads) / len(zero_grads) if len(zero_grads) >= 5 else 0.0
-
-
-def _collapse_message(facts: Facts, severity: Severity) -> str:
+def _collapse_message(facts: Facts, severity: Severity, reward: RewardState) -> str:
     label = "Entropy collapse" if severity == "critical" else "Entropy spent, no reward bought"
     zero_std = facts["zero_std_fraction"]
     groups = "" if zero_std is None else f" {zero_std:.0%} of groups now have identical rewards."
     return (
         f"{label}: policy entropy fell to {facts['rho']:.0%} of its start "
-        f"({facts['entropy_start']} -> {facts['entropy']} nats) while reward gained only "
-        f"{facts['reward_gain']}.{groups} Mechanism: updates that raise already-likely tokens "
-        "shrink entropy (ΔH ≈ -Cov(log π, Δz))."
+        f"({facts['entropy_start']} -> {facts['entropy']} nats) {reward.change()}.{groups} "
+        "Mechanism: updates that raise already-likely tokens shrink entropy "
+        "(ΔH ≈ -Cov(log π, Δz))."
     )

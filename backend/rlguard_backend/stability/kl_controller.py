@@ -179,7 +179,7 @@ class KlController(Detector):
             )
         return message, facts
 
-    def _runaway_advice(self) -> list[str]:
+    def _runaway_advice(self, severity: Severity) -> list[str]:
         return UP_ADVICE if self.saturated_sign > 0 else DOWN_ADVICE
 
     def _units(self, view: StepView) -> Severity | None:

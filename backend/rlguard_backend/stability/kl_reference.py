@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
-from rlguard_backend.stability.observations import StepView
+from rlguard_backend.stability.observations import RewardState, StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
 from rlguard_backend.stability.thresholds import Thresholds
@@ -80,7 +80,7 @@ class KlRunaway(Detector):
             and kl >= th["floor"]
             and growth >= th["growth"]
             and self._accelerating(view.step, kl, before)
-            and not view.reward.improving
+            and not view.reward.rising
         )
         self.growth_streak = self.growth_streak + 1 if growing else 0
         self._share = None
@@ -121,7 +121,9 @@ class KlRunaway(Detector):
         }
         if self._growth_degraded(view, "warn") and self._kl < self.thresholds["level_critical"]:
             facts["degraded"] = "no reward logged: growth judged without a reward trend"
-        return _runaway_message(facts, self._kl >= self.thresholds["level_warn"]), facts
+        return _runaway_message(
+            facts, self._kl >= self.thresholds["level_warn"], view.reward
+        ), facts
 
     def _weak_penalty(self, view: StepView) -> Severity | None:
         share = self._share
@@ -156,7 +158,7 @@ class KlRunaway(Detector):
     )
 
 
-def _runaway_message(facts: Facts, at_level: bool) -> str:
+def _runaway_message(facts: Facts, at_level: bool, reward: RewardState) -> str:
     if at_level:
         return (
             f"KL to the reference is {facts['kl']} nats/token: past the level where the k3 "
@@ -165,6 +167,6 @@ def _runaway_message(facts: Facts, at_level: bool) -> str:
         )
     return (
         f"KL to the reference is {facts['kl']} nats/token and still accelerating "
-        f"(×{facts['growth']} in 50 steps) while reward is flat: the policy is drifting for no "
-        "reward (possible reward hacking or an ineffective penalty)."
+        f"(×{facts['growth']} in 50 steps) while {reward.verdict()}: the policy may be drifting "
+        "for no reward (possible reward hacking or an ineffective penalty)."
     )

@@ -51,6 +51,7 @@ class RewardState:
         window: Series | None = None,
         points: int = 0,  # the trend's points, the last of the window
         trend: Trend | None = None,  # the trend, when fitted already
+        improving_limits: tuple[float, float] = (2.0, 0.0),  # t-statistic, fitted rise
     ) -> None:
         self.known, self.improving, self.stagnant, self.gain = known, improving, stagnant, gain
         self.r_min, self.r_max, self.note = bounds
@@ -60,6 +61,7 @@ class RewardState:
         self._trend, self._trend_known = trend, trend is not None
         self._long_trend: Trend | None = None
         self._long_known = False
+        self._t_stat, self._rise = improving_limits
 
     @property
     def trend(self) -> Trend | None:
@@ -78,8 +80,32 @@ class RewardState:
         return self._long_trend
 
     @property
+    def rising(self) -> bool:
+        """Improving, or rising significantly over the whole window (its last 50 points)."""
+        trend = self.long_trend
+        return self.improving or (
+            trend is not None and trend.t_stat > self._t_stat and trend.fitted_rise > self._rise
+        )
+
+    @property
     def range(self) -> float:
         return self.r_max - self.r_min
+
+    def change(self) -> str:
+        """The reward's change since its start, as a sentence says it."""
+        if self.gain is None:
+            return "with no reward logged"
+        if self.gain < 0:
+            return f"while reward fell by {-self.gain:.2g}"
+        return f"while reward rose by only {self.gain:.2g}"
+
+    def verdict(self) -> str:
+        """Why the reward counts as not improving, in words."""
+        trend = self.trend
+        if trend is None:
+            return "reward has no trend yet"
+        points = f"over its last {trend.points} points"
+        return f"reward is not improving (trend t = {trend.t_stat:.2f} {points})"
 
     def evidence(self) -> dict[str, Any]:
         facts: dict[str, Any] = {
@@ -317,8 +343,9 @@ class Observations:
         stagnant = (
             not improving and gain is not None and gain < self._common["stagnant_gain"] * span
         )
+        limits = (self._common["improving_t_stat"], self._common["improving_rise"] * span)
         return RewardState(
-            True, improving, stagnant, gain, bounds, self.rewards, self._trend_points, trend
+            True, improving, stagnant, gain, bounds, self.rewards, self._trend_points, trend, limits
         )
 
 

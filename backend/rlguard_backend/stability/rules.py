@@ -32,7 +32,7 @@ class Rule:
     signals: tuple[str, ...]  # the canonical signals it reads, for readers and missing()
     fires: Callable[[Any, StepView], Severity | None]  # (detector, view): severity, or None
     describe: Callable[[Any, StepView, Severity], tuple[str, Facts]]  # message, evidence
-    advice: Sequence[str] | Callable[[Any], Sequence[str]]
+    advice: Sequence[str] | Callable[[Any, Severity], Sequence[str]]  # (detector, severity)
     persistence: str | int = 1  # steps in a row `fires` must hold: a threshold name or a count
     # The clear rule, held clear_steps steps in a row; None: `fires` does not hold.
     clears: Callable[[Any, StepView], bool] | None = None
@@ -151,7 +151,7 @@ class Detector:
 
     def _verdict(self, rule: Rule, view: StepView, severity: Severity) -> Verdict:
         message, evidence = rule.describe(self, view, severity)
-        advice = rule.advice(self) if callable(rule.advice) else rule.advice
+        advice = rule.advice(self, severity) if callable(rule.advice) else rule.advice
         return Verdict(rule.key, severity, message=message, evidence=evidence, advice=list(advice))
 
 

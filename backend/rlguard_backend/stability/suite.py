@@ -17,6 +17,7 @@ from rlguard_backend.stability.kl_controller import KlController
 from rlguard_backend.stability.kl_penalty import KlPenalty
 from rlguard_backend.stability.kl_reference import KlRunaway
 from rlguard_backend.stability.kl_spike import KlSpike
+from rlguard_backend.stability.learning_signal import LearningSignal
 from rlguard_backend.stability.length import LengthHacking
 from rlguard_backend.stability.lifecycle import AlertBook
 from rlguard_backend.stability.nonfinite import NonFinite
@@ -28,6 +29,7 @@ from rlguard_backend.stability.thresholds import resolve_thresholds
 DETECTOR_TYPES: tuple[type[Detector], ...] = (
     NonFinite,
     EntropyCollapse,
+    LearningSignal,
     EntropyCovLeading,
     KlRunaway,
     KlSpike,
@@ -38,7 +40,7 @@ DETECTOR_TYPES: tuple[type[Detector], ...] = (
 )
 # Every rule by its alert key: the one place each is defined.
 RULES: dict[str, Rule] = {rule.key: rule for kind in DETECTOR_TYPES for rule in kind.rules}
-STATE_VERSION = 4  # 4: one RuleProgress per rule
+STATE_VERSION = 5  # 4: one RuleProgress per rule; 5: no_learning_signal a detector of its own
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
 _NON_FINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _FLOATS_ONLY = {float}
