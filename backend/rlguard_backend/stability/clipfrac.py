@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import median, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule, never
-from rlguard_backend.stability.thresholds import Thresholds
 
 CLIP_ADVICE = [
     "Lower the learning rate.",
@@ -31,10 +29,7 @@ class ClipFraction(Detector):
 
     id = "clipfrac"
 
-    def __init__(
-        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
-    ) -> None:
-        super().__init__(context, thresholds, open_keys)
+    def start(self) -> None:
         self.baseline_points: list[float] = []
         self.inactive_announced = False
         self.warn_streak = 0  # steps in a row c̄ > the warn level

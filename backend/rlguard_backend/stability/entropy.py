@@ -8,12 +8,10 @@ is a detector of its own (learning_signal.py).
 
 from __future__ import annotations
 
-from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import RewardState, StepView
 from rlguard_backend.stability.primitives import rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
-from rlguard_backend.stability.thresholds import Thresholds
 
 COLLAPSE_ADVICE = [
     "Lower LR or epochs (slows learning).",
@@ -37,10 +35,7 @@ class EntropyCollapse(Detector):
     id = "entropy_collapse"
     reads = frozenset({"entropy"})
 
-    def __init__(
-        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
-    ) -> None:
-        super().__init__(context, thresholds, open_keys)
+    def start(self) -> None:
         self.recovered_streak = 0  # steps in a row with rho > clear_ratio
         self.improving_streak = 0  # steps in a row with an improving reward trend
         # Running sums for the least-squares fit R = b - a * exp(H) (EM's empirical law).

@@ -8,12 +8,10 @@ start, i.e. before D2 can fire. Clears after 10 points with the positive share b
 
 from __future__ import annotations
 
-from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule
-from rlguard_backend.stability.thresholds import Thresholds
 
 
 class EntropyCovLeading(Detector):
@@ -22,11 +20,8 @@ class EntropyCovLeading(Detector):
     id = "entropy_cov_leading"
     reads = frozenset({"cov_logp_adv"})
 
-    def __init__(
-        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
-    ) -> None:
-        super().__init__(context, thresholds, open_keys)
-        self.covariances = Window(int(thresholds["window_points"]))
+    def start(self) -> None:
+        self.covariances = Window(int(self.thresholds["window_points"]))
         self._share = 0.0  # of positive covariances in the window, this step
 
     def missing(self, seen: frozenset[str]) -> str | None:

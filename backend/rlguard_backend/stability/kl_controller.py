@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import math
 
-from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, median, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule, capped, never
-from rlguard_backend.stability.thresholds import Thresholds
 
 UP_ADVICE = [
     "Raise the target or horizon only deliberately.",
@@ -35,10 +33,7 @@ class KlController(Detector):
     id = "kl_controller"
     reads = frozenset({"reward_kl_coef"})
 
-    def __init__(
-        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
-    ) -> None:
-        super().__init__(context, thresholds, open_keys)
+    def start(self) -> None:
         self.beta_start: float | None = None
         self.previous: list[float] | None = None  # [step, beta, kl]
         self.adaptive_seen = False
@@ -47,7 +42,7 @@ class KlController(Detector):
         self.saturated_streak = 0
         self.unsaturated_streak = 0
         self.units_checked = False
-        self.ratios = Window(int(thresholds["units_points"]))
+        self.ratios = Window(int(self.thresholds["units_points"]))
         # This step's facts.
         self._beta, self._kl = 0.0, 0.0
         self._needed: int | None = None  # N_sat, once the maximum rate is known

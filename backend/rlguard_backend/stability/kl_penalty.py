@@ -8,13 +8,11 @@ reset). Both clear after 10 consecutive points of an improving reward trend.
 
 from __future__ import annotations
 
-from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.kl_reference import current_beta, penalty_share
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
-from rlguard_backend.stability.thresholds import Thresholds
 
 STRONG_ADVICE = [
     "Sweep beta down on a log grid (per-sequence penalty ≈ beta·KL·length vs reward gaps).",
@@ -31,11 +29,8 @@ class KlPenalty(Detector):
     id = "kl_penalty"
     reads = frozenset({"kl_loss", "reward_kl_penalty", "kl_ref_seq"})  # kl_ref comes from these
 
-    def __init__(
-        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
-    ) -> None:
-        super().__init__(context, thresholds, open_keys)
-        self.history = Lookback(int(thresholds["binding_lookback_steps"]))
+    def start(self) -> None:
+        self.history = Lookback(int(self.thresholds["binding_lookback_steps"]))
         self._kl, self._beta = 0.0, 0.0  # this step's smoothed KL and beta
         self._share: float | None = None  # this step's penalty share (in-reward KL)
         self._stagnant = False

@@ -12,7 +12,6 @@ from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import RewardState, StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
-from rlguard_backend.stability.thresholds import Thresholds
 
 RUNAWAY_ADVICE = [
     "Sweep beta on a log grid while logging KL.",
@@ -48,11 +47,8 @@ class KlRunaway(Detector):
     id = "kl_runaway"
     reads = frozenset({"kl_loss", "reward_kl_penalty", "kl_ref_seq"})  # kl_ref comes from these
 
-    def __init__(
-        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
-    ) -> None:
-        super().__init__(context, thresholds, open_keys)
-        self.history = Lookback(int(thresholds["lookback_steps"]))
+    def start(self) -> None:
+        self.history = Lookback(int(self.thresholds["lookback_steps"]))
         self.growth_streak = 0  # steps in a row KL grew, accelerating, with no reward gain
         # This step's smoothed KL, its value lookback_steps ago, their ratio, penalty share.
         self._kl, self._growth = 0.0, 1.0

@@ -9,12 +9,10 @@ Without U in the run config the ppo_kl rules run one level weaker.
 
 from __future__ import annotations
 
-from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import SortedWindow, Window, median, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
-from rlguard_backend.stability.thresholds import Thresholds
 
 SPIKE_ADVICE = [
     "Lower the learning rate.",
@@ -36,20 +34,17 @@ class KlSpike(Detector):
     id = "kl_spike"
     reads = frozenset({"grad_norm", "ppo_kl", "clipfrac"})
 
-    def __init__(
-        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
-    ) -> None:
-        super().__init__(context, thresholds, open_keys)
-        size = int(thresholds["history_points"])
+    def start(self) -> None:
+        size = int(self.thresholds["history_points"])
         self.ppo_kls = SortedWindow(size)
         self.grads = SortedWindow(size)
         self.clipfracs = Window(size)  # its median is needed on spikes only
-        self._kappa = context.ppo_kl_target or thresholds["default_ppo_kl_target"]
+        self._kappa = self.context.ppo_kl_target or self.thresholds["default_ppo_kl_target"]
         # A |ppo_kl| at or below both budgets cannot spike (the warn threshold is never below
         # budget_warn x kappa): the usual step needs no median.
-        self._warn_floor = thresholds["budget_warn"] * self._kappa
-        self._critical_above = thresholds["budget_critical"] * self._kappa
-        self._on_policy = context.updates_per_batch == 1
+        self._warn_floor = self.thresholds["budget_warn"] * self._kappa
+        self._critical_above = self.thresholds["budget_critical"] * self._kappa
+        self._on_policy = self.context.updates_per_batch == 1
         # This step's facts, each judged against the windows before the step's own point.
         self._grad_typical: float | None = None  # set when the grad norm spikes
         self._size: float | None = None  # |ppo_kl|

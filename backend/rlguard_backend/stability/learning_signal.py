@@ -9,12 +9,10 @@ split"; DAPO §3.2). Clears after 10 steps without the condition.
 
 from __future__ import annotations
 
-from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule
-from rlguard_backend.stability.thresholds import Thresholds
 
 SATURATED_ADVICE = [
     "The data is too easy now: dynamic sampling (drop all-correct groups, DAPO §3.2) or harder "
@@ -32,11 +30,8 @@ class LearningSignal(Detector):
 
     id = "no_learning_signal"
 
-    def __init__(
-        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
-    ) -> None:
-        super().__init__(context, thresholds, open_keys)
-        self.zero_grads = Window(int(thresholds["zero_grad_points"]))
+    def start(self) -> None:
+        self.zero_grads = Window(int(self.thresholds["zero_grad_points"]))
 
     def missing(self, seen: frozenset[str]) -> str | None:
         if not seen & {"frac_zero_std", "grad_norm"}:

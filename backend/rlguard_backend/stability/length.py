@@ -10,12 +10,10 @@ canonical signal carries yet.
 
 from __future__ import annotations
 
-from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
-from rlguard_backend.stability.thresholds import Thresholds
 
 LENGTH_ADVICE = [
     "Inspect samples for repetition, gibberish or reward hacking.",
@@ -29,11 +27,8 @@ class LengthHacking(Detector):
     id = "length"
     reads = frozenset({"response_length"})
 
-    def __init__(
-        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
-    ) -> None:
-        super().__init__(context, thresholds, open_keys)
-        self.truncation_history = Lookback(int(thresholds["rise_lookback_steps"]))
+    def start(self) -> None:
+        self.truncation_history = Lookback(int(self.thresholds["rise_lookback_steps"]))
         self._ratio = 1.0  # this step's length over its start
 
     def missing(self, seen: frozenset[str]) -> str | None:

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import is_finite, json_float, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule
-from rlguard_backend.stability.thresholds import Thresholds
 
 # A non-finite value in any of these means the parameters are probably corrupted.
 WATCHED_SIGNALS = (
@@ -78,10 +76,7 @@ class NonFinite(Detector):
     id = "nonfinite"
     PRIMARY: ClassVar[tuple[str, str]] = ("nonfinite", "nonfinite")
 
-    def __init__(
-        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
-    ) -> None:
-        super().__init__(context, thresholds, open_keys)
+    def start(self) -> None:
         self.bad_grad_steps: list[int] = []
         self._facts: dict[str, Facts | None] = {}  # alert key -> this step's facts, if any
 

@@ -84,6 +84,7 @@ class Detector:
         # Keys of this detector's open alerts, kept up to date by the suite's AlertBook.
         self.open_keys: set[str] = set() if open_keys is None else open_keys
         self.progress = {rule.key: RuleProgress() for rule in self.rules}
+        self.start()
         # Per rule, what evaluate() reads at every step, looked up once.
         self._steps = [
             (
@@ -101,6 +102,9 @@ class Detector:
     @property
     def keys(self) -> tuple[str, ...]:
         return tuple(rule.key for rule in self.rules)
+
+    def start(self) -> None:
+        """Set the state before the first step (its thresholds and context are set)."""
 
     def observe(self, view: StepView) -> bool:
         """Fold this step into the state the rules read; False: nothing to judge this step."""
