@@ -45,6 +45,16 @@ def test_public_api_all_is_sorted_and_exported() -> None:
     assert all(hasattr(stability, name) for name in stability.__all__)
 
 
+def test_rules_each_alert_key_declared_once_and_found_by_it() -> None:
+    keys = [rule.key for kind in stability.DETECTOR_TYPES for rule in kind.rules]
+    assert len(keys) == len(set(keys)) == len(stability.RULES)
+    blowup = stability.RULES["entropy_blowup"]
+    assert (blowup.persistence, blowup.signals) == ("blowup_persistence", ("entropy",))
+    for kind in stability.DETECTOR_TYPES:  # every named persistence is a threshold it has
+        names = [r.persistence for r in kind.rules] + [r.clear_steps for r in kind.rules]
+        assert {n for n in names if isinstance(n, str)} <= stability.DEFAULTS[kind.id].keys()
+
+
 def test_nonfinite_single_grad_nan_warns_then_resolves_after_ten_finite_steps() -> None:
     run = healthy_run(overrides={(150, "actor/grad_norm"): math.nan})
     assert of(run_events(sc.base_config(300), run), "nonfinite") == [

@@ -29,7 +29,7 @@ class Rule:
     """One alert key of a detector, declared once (see the module docstring)."""
 
     key: str
-    signals: tuple[str, ...]  # the canonical signals it reads, for readers and missing()
+    signals: tuple[str, ...]  # the canonical signals it reads (what it watches, for readers)
     fires: Callable[[Any, StepView], Severity | None]  # (detector, view): severity, or None
     describe: Callable[[Any, StepView, Severity], tuple[str, Facts]]  # message, evidence
     advice: Sequence[str] | Callable[[Any, Severity], Sequence[str]]  # (detector, severity)
