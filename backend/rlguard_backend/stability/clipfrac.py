@@ -1,10 +1,4 @@
-"""D6: clip-fraction saturation (DETECTORS.md §3 D6).
-
-Alert keys: ``clipfrac`` (WARN c̄ > max(0.05, 10 c_b) for 5 points; CRITICAL c̄ > 0.2 for 3, or
-saturated clipping plus a D4 CRITICAL outlier spike; clears after 10 points with c̄ < 0.025),
-``clip_inactive`` (INFO once when U == 1), ``dual_clip`` (WARN, verl pg_clipfrac_lower > 1e-3
-for 5 points), ``clip_asymmetry`` (INFO, TRL upper-side clipping > 5x lower and > 0.01).
-"""
+"""D6 (DETECTORS.md §3): clip-fraction saturation, inert clipping, dual clip, clip asymmetry."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""D2: entropy collapse and its relatives (DETECTORS.md §3 D2).
+"""D2 E1-E4 (DETECTORS.md §3): entropy spent without reward, exhausted, or blowing up.
 
-Alert keys: ``entropy_collapse`` (E1 WARN "entropy spent, no reward bought", escalating to E2
-CRITICAL "collapse"), ``entropy_exhausted`` (E3 WARN with Z >= 0.5, else INFO),
-``entropy_blowup`` (E4 WARN). rho = smoothed entropy / its start (H0). E5, no learning signal,
-is a detector of its own (learning_signal.py).
+rho = smoothed entropy / its start (H0). E5 is a detector of its own (learning_signal.py).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Optional leading indicator: the covariance probe Cov(log π, A) predicts entropy decline.
 
 ΔH ≈ -Cov(log π, Δz) (DETECTORS.md §1): while the covariance of token log-prob and advantage
-stays positive, updates keep spending entropy. Alert key ``entropy_cov_leading`` (INFO): the
-probe was positive on >= 80 % of the last 20 points while entropy is still above half its
-start, i.e. before D2 can fire. Clears after 10 points with the positive share below 50 %.
+stays positive, updates keep spending entropy, before D2 can fire.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""D7: the adaptive KL controller running away (DETECTORS.md §3 D7).
+"""D7 (DETECTORS.md §3): the adaptive KL controller running away.
 
 The Ziegler et al. controller (verl, old TRL, OpenRLHF): beta_next = beta * (1 + clip(KL/target -
-1, -0.2, 0.2) * n / horizon); the maximum change per step is m = 0.2 n / horizon.
-Alert keys: ``kl_controller`` (WARN when the error has sat at its clip for N_sat = ceil(ln 2 / m)
-steps and beta moved x10, CRITICAL x100; evidence says "up" or "down"; clears after N_sat
-unsaturated steps), ``kl_controller_units`` (WARN once at W+20 if median KL/target is > 5 or
-< 0.2), ``kl_controller_replay`` (INFO: logged beta differs from the law by > 0.1 %).
-Active when the run config says ``kl_controller: adaptive``, or says nothing and beta moves.
+1, -0.2, 0.2) * n / horizon); the maximum change per step is m = 0.2 n / horizon. Active when the
+run config says ``kl_controller: adaptive``, or says nothing and beta moves.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""D5: KL penalty too strong, or binding (DETECTORS.md §3 D5). Active when beta > 0, t >= 30.
-
-Alert keys: ``kl_penalty_strong`` (WARN: reward stagnant and either the policy is not moving —
-KL < 0.02 with entropy > 0.8 of start — or the in-reward penalty share s >= 0.5, P=10) and
-``kl_binding`` (INFO: reward stagnant and KL flat at >= 0.02 for 20 points: consider a reference
-reset). Both clear after 10 consecutive points of an improving reward trend.
-"""
+"""D5 (DETECTORS.md §3): a KL penalty too strong, or binding, while reward stagnates."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""D3: runaway KL to the reference policy (DETECTORS.md §3 D3).
-
-Alert keys: ``kl_runaway`` (WARN growth: accelerating KL >= 0.05 with no reward gain, P=5; WARN
-level k >= 0.5; CRITICAL k >= 1.0 nats/token) and ``kl_penalty_ineffective`` (INFO, in-reward
-KL only: per-sequence penalty beta*k*length below 1 % of the reward spread).
-"""
+"""D3 (DETECTORS.md §3): runaway KL to the reference; an in-reward KL term too weak to matter."""
 
 from __future__ import annotations
 

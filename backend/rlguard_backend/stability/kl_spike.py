@@ -1,11 +1,4 @@
-"""D4: one update moved the policy too far (DETECTORS.md §3 D4).
-
-Alert keys: ``kl_spike`` (|ppo_kl| > max(10x running median, 0.5 kappa) WARN, > 1.5 kappa
-CRITICAL; one level up when clip fraction falls at the same time), ``grad_spike`` (grad norm
-> 10x its running median, WARN), ``logprob_mismatch`` (U == 1, where ppo_kl must be 0: any
-|ppo_kl| > 1e-3, WARN). Single-step rules; each clears after 10 steps below its threshold.
-Without U in the run config the ppo_kl rules run one level weaker.
-"""
+"""D4 (DETECTORS.md §3): an update moved the policy too far; grad spikes; on-policy log-prob gap."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""E5 of DETECTORS.md, a detector of its own: batches that carry no learning signal.
+"""E5 (DETECTORS.md, "E5 split"), a detector of its own: batches that carry no learning signal.
 
-Alert key ``no_learning_signal``: zero-std groups (Z̄ >= 0.9) or an exactly-zero grad norm on
->= 30 % of the last 10 steps. Saturation, with the smoothed reward within 10 % of the range
-below ``reward_max`` (most groups all-correct: the data is too easy now), is INFO; starvation,
-with the reward anywhere lower (groups all-wrong or identical), is WARN (DETECTORS.md "E5
-split"; DAPO §3.2). Clears after 10 steps without the condition.
+Saturation (reward near ``reward_max``: most groups all-correct, the data is too easy now) is
+INFO; starvation (reward lower: groups all-wrong or identical) is WARN (DAPO §3.2).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""D8: reward-hacking hints from response length (DETECTORS.md §3 D8).
+"""D8 (DETECTORS.md §3): reward-hacking hints from response length.
 
-Alert keys: ``length_blowup`` (WARN: length > 2x start, > 10 % truncated and truncation up
-> 5 points in 20 steps, reward not improving, P=5; CRITICAL once > 50 % truncated; clears after
-10 points below 2x or 10 % truncated), ``length_collapse`` (WARN: length < 0.3x start, P=5),
-``entropy_length_rise`` (INFO: entropy and length both > 1.5x their start, P=5).
 The spec's "KL jumping with one reward component" hint needs per-component rewards, which no
 canonical signal carries yet.
 """

@@ -1,10 +1,4 @@
-"""D1: NaN / Inf in training statistics, and values pinned at an internal clamp.
-
-Alert keys: ``nonfinite`` (CRITICAL; WARN for a single non-finite grad norm, escalating when a
-second one follows), ``pinned_at_clamp`` (WARN), ``negative_kl`` (WARN, old TRL sequence KL
-< -1), ``truncated_at_floor`` (WARN: all responses truncated while reward sits at its floor).
-No warmup, no persistence. Each clears after ``clear_steps`` (10) steps without its condition.
-"""
+"""D1 (DETECTORS.md §3): NaN / Inf in training statistics, and values pinned at a clamp."""
 
 from __future__ import annotations
 
