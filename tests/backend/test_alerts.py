@@ -14,9 +14,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event, select
+from sqlalchemy.orm import Session
 
 from benchmarks._support import service
-from rlguard_backend import detection
+from rlguard_backend import detection, suite_cache
 from rlguard_backend.config import Settings
 from rlguard_backend.main import create_app
 from rlguard_backend.models import DetectorState, WebhookDelivery
@@ -335,6 +336,22 @@ def test_quiet_batch_reads_the_run_once_and_no_state(sqlite_url: str) -> None:
     assert len([s for s in statements if "FROM detector_state" in s]) == 1, statements
     assert len([s for s in statements if "FROM runs" in s]) == 1, statements
     assert not [s for s in statements if "detector_state.state" in s], statements
+
+
+def test_suite_cache_listens_to_the_apps_session_factory_not_every_session(
+    sqlite_url: str,
+) -> None:
+    """The live suites are kept on commit through the app's own sessionmaker: sessions of
+    other factories (another app, a script) carry no listener of the detectors."""
+    app = create_app(Settings(database_url=sqlite_url))
+    with TestClient(app) as client:
+        run_id = new_run_id()
+        _create(client, run_id, HEALTHY.config)
+        _send(client, run_id, _steps(HEALTHY.run(seed=1))[:20], size=20)
+    factory = app.state.session_factory  # its sessions are of its own Session subclass
+    assert event.contains(factory.class_, "after_commit", suite_cache._after_commit)
+    assert not event.contains(Session, "after_commit", suite_cache._after_commit)
+    assert detection.SUITES.peek(run_id) is not None
 
 
 def _service_suite(app: Any, run_id: str) -> tuple[DetectorSuite, Any]:
