@@ -16,6 +16,8 @@ from rlguard.demo.parallel import train_parallel
 from rlguard_backend.stability import AlertEvent, DetectorSuite
 
 STEPS, SEEDS = 200, range(5)
+# 30 runs of 200 steps, two at a time: about two minutes alone, more on a loaded machine.
+pytestmark = pytest.mark.timeout(1200)
 RANK = {"info": 0, "warn": 1, "critical": 2}
 
 
