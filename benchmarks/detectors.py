@@ -7,8 +7,7 @@ the figure is the median over repeats of CPU µs per step (process time, so othe
 shared host inflates it less than wall time would). ``bare_loop`` is the same-run cost of a
 loop that only iterates the same dicts, the floor any per-step work sits on.
 ``*_batched_us_per_step``: the same runs in batches of 100 steps through
-``DetectorSuite.feed_many``, which feeds the steps where no rule fires or clears column-wise
-(what the service does with a batch).
+``DetectorSuite.feed_many`` (what the service does with a batch: feed() for each step).
 
 ``*_batch_*`` figures: the same runs in batches of 100 steps through the batch handler's
 detector part (``detection.detect_steps`` after the run row's locked read) in its unit of work
@@ -17,7 +16,8 @@ transaction (the locked read and the commit) without the detectors (same databas
 alternately with it); ``detectors`` is the difference, their all-in cost per batch: feed, the
 checkpoint's generation read (and the checkpoint, when due), pending step, alert writes.
 ``cold`` rebuilds the suite from its stored checkpoint every batch (and writes one), as when
-batches of one run reach several service processes.
+batches of one run reach several service processes. ``live_batch_*``: the same for live
+batches of 10 steps of 100 keys (the 20 keys and 80 the detectors do not read).
 Goal: ``detectors`` small beside what the batch costs the service without them (about 4.5 ms
 for 100 steps of 20 keys on the reference VM: benchmarks/ingest.py), so that ingest with the
 detectors keeps at least 80 % of its throughput without them: about 1.1 ms all-in.
@@ -49,6 +49,7 @@ from rlguard_backend.stability import DetectorSuite
 
 STEPS, REPEATS, SEED = 5000, 5, 0
 BATCH_STEPS, BATCH_REPEATS = 100, 3
+LIVE_STEPS, LIVE_EXTRA_KEYS = 10, 80  # a live batch: 10 steps of 100 keys
 CONFIG = {
     "updates_per_batch": 4,
     "kl_placement": "loss",
@@ -97,9 +98,14 @@ def _step(t: int, rng: random.Random, collapsing: bool) -> dict[str, float]:
     }
 
 
-def make_run(collapsing: bool, steps: int = STEPS, seed: int = SEED) -> Run:
+def make_run(collapsing: bool, steps: int = STEPS, seed: int = SEED, extra_keys: int = 0) -> Run:
+    """The run's steps; `extra_keys` more keys per step that the detectors do not read."""
     rng = random.Random(seed)
-    return [(t, _step(t, rng, collapsing)) for t in range(steps)]
+    extra = [f"system/gpu{i // 10}/metric{i % 10}" for i in range(extra_keys)]
+    return [
+        (t, {**_step(t, rng, collapsing), **{key: 50.0 + i for i, key in enumerate(extra)}})
+        for t in range(steps)
+    ]
 
 
 def us_per_step(feed_run: Callable[[Run], Any], run: Run) -> float:
@@ -123,7 +129,7 @@ def suite_pass(factory: Callable[[Mapping[str, Any]], Any]) -> Callable[[Run], i
 
 
 def batched_pass(factory: Callable[[Mapping[str, Any]], Any]) -> Callable[[Run], int]:
-    """The run in batches of BATCH_STEPS through feed_many (column-wise where quiet)."""
+    """The run in batches of BATCH_STEPS through feed_many."""
 
     def feed_run(run: Run) -> int:
         suite, events = factory(CONFIG), 0
@@ -174,15 +180,15 @@ def _batch_ms(
     return (time.process_time() - start) * 1000
 
 
-def batch_costs(run: Run, folder: Path) -> dict[str, float]:
+def batch_costs(run: Run, folder: Path, batch_steps: int = BATCH_STEPS) -> dict[str, float]:
     """Median CPU ms per 100-step batch: baseline, with detectors (cached suite and cold)."""
     url = sqlite_url(folder, f"{uuid.uuid4().hex[:8]}.db")
     engine = make_engine(url)
     migrate.upgrade(engine)
     factory, settings = make_session_factory(engine), Settings(database_url=url)
     batches = [
-        [StepIn(step=step, values=values) for step, values in run[i : i + BATCH_STEPS]]
-        for i in range(0, len(run), BATCH_STEPS)
+        [StepIn(step=step, values=values) for step, values in run[i : i + batch_steps]]
+        for i in range(0, len(run), batch_steps)
     ]
     samples: dict[str, list[float]] = {"baseline": [], "cached": [], "cold": []}
     for _ in range(BATCH_REPEATS):
@@ -216,7 +222,10 @@ def main() -> None:
             result[f"{name}_bare_loop_us_per_step"] = us_per_step(bare_pass, run)
             costs = batch_costs(run, Path(folder))
             result.update({f"{name}_{figure}": value for figure, value in costs.items()})
-    result["batch_steps"] = BATCH_STEPS
+        live = make_run(False, steps=2000, extra_keys=LIVE_EXTRA_KEYS)
+        costs = batch_costs(live, Path(folder), LIVE_STEPS)
+        result.update({f"live_{figure}": value for figure, value in costs.items()})
+    result["batch_steps"], result["live_batch_steps"] = BATCH_STEPS, LIVE_STEPS
     result["time"] = time.strftime("%FT%T")
     print(json.dumps(result))
 

@@ -9,7 +9,8 @@ threads, one run each (each run's batches in step order, as a hook sends them):
   after an outage or from ``rlguard import``;
 - ``live`` (under ``sqlite_live`` / ``postgres_live``): 1 step x 100 keys per batch, as the hook
   sends a training run's steps (it flushes every 0.5 s; an RL step takes seconds): verl's
-  actor, critic, length, timing and perf metrics with GPU and system statistics of 8 GPUs.
+  actor, critic, length, timing and perf metrics with GPU and system statistics of 8 GPUs
+  (``--live-steps 10``: ten such steps per batch, a trainer logging faster than it flushes).
 The service runs with detectors off and on; the two alternate over ROUNDS rounds and each figure
 is the median round, so load from elsewhere on a shared machine hits both alike.
 
@@ -22,6 +23,7 @@ Baselines in the same run, with plain sqlite3 / psycopg and no service around th
 Prints one JSON object.
 
     python -m benchmarks.ingest [--batches 300] [--rounds 3] [--no-postgres] [--shape all]
+                                [--live-steps 1]
 
 ``--batches`` counts bulk batches; the other shapes send as many points (a tenth as many
 catch-up batches, 20x as many live ones). ``--shape both`` is bulk and live.
@@ -389,6 +391,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--live-steps", type=int, default=1, help="steps per live batch")
     parser.add_argument(
         "--shape", choices=("bulk", "catchup", "live", "both", "all"), default="all"
     )
@@ -397,15 +400,16 @@ def main() -> None:
     bulk = make_batches(args.batches + 5)
     catchup_batches = max(1, args.batches * STEPS_PER_BATCH // CATCHUP_STEPS_PER_BATCH)
     catchup = make_batches(catchup_batches + 5, CATCHUP_STEPS_PER_BATCH)
-    # As many timed points as the bulk shape: 20x the batches of 100 points.
-    live_batches = args.batches * STEPS_PER_BATCH * len(KEY_NAMES) // LIVE_KEYS
-    live = make_batches(live_batches + 5, 1, LIVE_KEY_NAMES[len(KEY_NAMES) :])
+    # As many timed points as the bulk shape: 20x the batches of 100 points (one step each).
+    live_points = args.batches * STEPS_PER_BATCH * len(KEY_NAMES)
+    live_batches = live_points // (LIVE_KEYS * args.live_steps)
+    live = make_batches(live_batches + 5, args.live_steps, LIVE_KEY_NAMES[len(KEY_NAMES) :])
     result: dict[str, object] = {
         "benchmark": "ingest",
         "steps_per_batch": STEPS_PER_BATCH,
         "catchup_steps_per_batch": CATCHUP_STEPS_PER_BATCH,
         "keys": len(KEY_NAMES),
-        "live_steps_per_batch": 1,
+        "live_steps_per_batch": args.live_steps,
         "live_keys": LIVE_KEYS,
         "timed_points_per_round": args.batches * STEPS_PER_BATCH * len(KEY_NAMES),
         "rounds": args.rounds,

@@ -84,6 +84,14 @@ class Settings(BaseSettings):
         default_factory=dict,
         description='server-wide threshold overrides, e.g. {"kl_runaway.level_warn": 0.6}',
     )
+    # A live suite's state is checkpointed once it has fed this many steps, or batches, since
+    # the last checkpoint: what another process replays from the stored points to take over.
+    detector_checkpoint_steps: int = Field(
+        default=5000, gt=0, description="steps fed between detector checkpoints (at most)"
+    )
+    detector_checkpoint_batches: int = Field(
+        default=100, gt=0, description="batches fed between detector checkpoints (at most)"
+    )
     webhooks: list[Webhook] = Field(
         default_factory=list,
         description='alert webhooks, e.g. [{"url": "https://hooks.slack.com/...", '

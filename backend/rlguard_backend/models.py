@@ -186,7 +186,7 @@ class DetectorState(Base):
     last_step: Mapped[int | None] = mapped_column(BigInteger)
     state: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # A new random id per write: a process whose cached suite carries the stored generation
-    # may skip reading the state (detection.SuiteCache).
+    # may skip reading the state (suite_cache.SuiteCache).
     generation: Mapped[str | None] = mapped_column(String(32))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

@@ -14,9 +14,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event, select
+from sqlalchemy.orm import Session
 
 from benchmarks._support import service
-from rlguard_backend import detection
+from rlguard_backend import detection, suite_cache
 from rlguard_backend.config import Settings
 from rlguard_backend.main import create_app
 from rlguard_backend.models import DetectorState, WebhookDelivery
@@ -337,9 +338,25 @@ def test_quiet_batch_reads_the_run_once_and_no_state(sqlite_url: str) -> None:
     assert not [s for s in statements if "detector_state.state" in s], statements
 
 
+def test_suite_cache_listens_to_the_apps_session_factory_not_every_session(
+    sqlite_url: str,
+) -> None:
+    """The live suites are kept on commit through the app's own sessionmaker: sessions of
+    other factories (another app, a script) carry no listener of the detectors."""
+    app = create_app(Settings(database_url=sqlite_url))
+    with TestClient(app) as client:
+        run_id = new_run_id()
+        _create(client, run_id, HEALTHY.config)
+        _send(client, run_id, _steps(HEALTHY.run(seed=1))[:20], size=20)
+    factory = app.state.session_factory  # its sessions are of its own Session subclass
+    assert event.contains(factory.class_, "after_commit", suite_cache._after_commit)
+    assert not event.contains(Session, "after_commit", suite_cache._after_commit)
+    assert detection.SUITES.peek(run_id) is not None
+
+
 def _service_suite(app: Any, run_id: str) -> tuple[DetectorSuite, Any]:
     """The live suite the service keeps for the run, and its pending step."""
-    live = detection._SUITES.peek(run_id)
+    live = detection.SUITES.peek(run_id)
     assert live is not None
     return live.suite, live.pending
 
@@ -352,11 +369,12 @@ def _stepwise_state(config: dict[str, Any], steps: list[dict[str, Any]]) -> dict
     return suite.dump_state()
 
 
-def test_bulk_batches_go_column_wise_in_the_service(sqlite_url: str) -> None:
-    """Batches of 100 steps go to the detectors as the ingest's columns, the step held back
-    from the previous batch (trimmed to the keys the detectors read) at their head: the
-    detectors end where step-by-step feeding ends, with every step after the first batch
-    column-wise."""
+def test_bulk_batches_in_the_service_end_where_step_by_step_feeding_ends(
+    sqlite_url: str,
+) -> None:
+    """Batches of 100 steps go to the detectors, the step held back from the previous batch
+    (trimmed to the keys the detectors read) at their head: the detectors end where
+    step-by-step feeding ends."""
     app = create_app(Settings(database_url=sqlite_url))
     with TestClient(app) as client:
         run_id = new_run_id()
@@ -369,13 +387,11 @@ def test_bulk_batches_go_column_wise_in_the_service(sqlite_url: str) -> None:
     assert pending is not None and pending[0] == steps[-1]["step"]
     assert "system/gpu0/util" not in pending[1]
     assert suite.dump_state() == _stepwise_state(HEALTHY.config, steps)
-    # All but the first batch (the baselines and windows fill) and the last step, pending.
-    assert suite.fast_steps >= len(steps) - 100, suite.fast_steps
 
 
 def test_bulk_batches_whose_keys_change_between_batches(sqlite_url: str) -> None:
     """A batch that logs other detector keys than the step held back from the one before:
-    that step is fed on its own, then the batch's columns; the state is still step-by-step's."""
+    the state is still step-by-step's."""
     app = create_app(Settings(database_url=sqlite_url))
     with TestClient(app) as client:
         run_id = new_run_id()
@@ -387,7 +403,6 @@ def test_bulk_batches_whose_keys_change_between_batches(sqlite_url: str) -> None
         assert _send(client, run_id, steps, size=100) == []
         suite, _ = _service_suite(app, run_id)
     assert suite.dump_state() == _stepwise_state(HEALTHY.config, steps)
-    assert suite.fast_steps >= len(steps) - 100 - len(steps) // 100, suite.fast_steps
 
 
 def test_an_alert_resolved_by_hand_while_it_keeps_firing_opens_again(client: TestClient) -> None:
@@ -415,8 +430,9 @@ def test_an_alert_resolved_by_hand_while_it_keeps_firing_opens_again(client: Tes
     assert refreshed and all(a["last_step"] > before[a["key"]]["last_step"] for a in refreshed)
 
 
-# Checkpoints: the detectors' state is written every CHECKPOINT_STEPS steps (or batches), and
-# a process that resumes from it feeds the steps stored since.
+# Checkpoints: the detectors' state is written every detector_checkpoint_steps steps (or
+# detector_checkpoint_batches batches), and a process that resumes from it feeds the steps
+# stored since.
 
 
 def _stored_state(factory: Any, run_id: str) -> dict[str, Any]:
@@ -566,14 +582,13 @@ def test_a_run_end_seen_by_another_process_leaves_it_no_suite(
     assert live.suite.dump_state() == _stepwise_state(COLLAPSE.config, steps)
 
 
-def test_checkpoints_come_every_checkpoint_steps_or_batches(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_checkpoints_come_every_checkpoint_steps_or_batches(sqlite_url: str) -> None:
     """The state is written after a process's first batch of a run, then once the steps (or
     batches) fed since reach the limit, and after any batch that is not a plain append."""
-    monkeypatch.setattr(detection, "CHECKPOINT_STEPS", 60)
-    monkeypatch.setattr(detection, "CHECKPOINT_BATCHES", 4)
-    app = create_app(Settings(database_url=sqlite_url))
+    settings = Settings(
+        database_url=sqlite_url, detector_checkpoint_steps=60, detector_checkpoint_batches=4
+    )
+    app = create_app(settings)
     with TestClient(app) as client:
         run_id = new_run_id()
         _create(client, run_id, HEALTHY.config)

@@ -45,6 +45,16 @@ def test_public_api_all_is_sorted_and_exported() -> None:
     assert all(hasattr(stability, name) for name in stability.__all__)
 
 
+def test_rules_each_alert_key_declared_once_and_found_by_it() -> None:
+    keys = [rule.key for kind in stability.DETECTOR_TYPES for rule in kind.rules]
+    assert len(keys) == len(set(keys)) == len(stability.RULES)
+    blowup = stability.RULES["entropy_blowup"]
+    assert (blowup.persistence, blowup.signals) == ("blowup_persistence", ("entropy",))
+    for kind in stability.DETECTOR_TYPES:  # every named persistence is a threshold it has
+        names = [r.persistence for r in kind.rules] + [r.clear_steps for r in kind.rules]
+        assert {n for n in names if isinstance(n, str)} <= stability.DEFAULTS[kind.id].keys()
+
+
 def test_nonfinite_single_grad_nan_warns_then_resolves_after_ten_finite_steps() -> None:
     run = healthy_run(overrides={(150, "actor/grad_norm"): math.nan})
     assert of(run_events(sc.base_config(300), run), "nonfinite") == [
@@ -126,6 +136,63 @@ def test_entropy_no_learning_signal_warns_on_zero_grad_norms() -> None:
         values["actor/grad_norm"] = 0.0 if t % 2 else 0.5
     events = of(run_events(sc.base_config(120), run), "no_learning_signal")
     assert events[0][:2] == ("open", "warn") and 60 <= events[0][2] <= 70
+
+
+def test_no_learning_signal_near_max_reward_is_saturation_at_info() -> None:
+    """Reward near its maximum with most groups all-correct: the data is too easy (INFO), not
+    entropy collapse and not starvation."""
+    run = healthy_run(300)
+    for t, values in run[150:]:
+        values["critic/score/mean"] = 0.97 + 0.01 * math.sin(t)
+        values["frac_reward_zero_std"] = 0.95
+    events = [e for e in run_events(sc.base_config(300), run) if e.key == "no_learning_signal"]
+    assert [(e.detector, e.action, e.severity) for e in events[:1]] == [
+        ("no_learning_signal", "open", "info")
+    ]
+    assert {e.severity for e in events} == {"info"} and "too easy" in events[0].message
+
+
+def test_no_learning_signal_with_low_reward_is_starvation_at_warn() -> None:
+    scenario = next(s for s in sc.SCENARIOS if s.name == "S2_early_collapse")
+    events = run_events(scenario.config, scenario.run(SEED))
+    first = next(e for e in events if e.key == "no_learning_signal")
+    assert (first.detector, first.severity, first.evidence["saturated"]) == (
+        "no_learning_signal",
+        "warn",
+        False,
+    )
+
+
+def test_entropy_collapse_message_says_how_the_reward_changed() -> None:
+    scenario = next(s for s in sc.SCENARIOS if s.name == "S2_early_collapse")
+    collapse = next(
+        e for e in run_events(scenario.config, scenario.run(SEED)) if e.key == "entropy_collapse"
+    )
+    gain = collapse.evidence["reward_gain"]
+    said = f"reward fell by {-gain:.2g}" if gain < 0 else f"reward rose by only {gain:.2g}"
+    assert said in collapse.message and "gained only" not in collapse.message
+
+
+def test_kl_runaway_growth_stays_silent_while_reward_keeps_rising() -> None:
+    """S4's exponential KL, but a reward that keeps rising, too noisily for its last 30 points
+    to count as improving (t < 2) while its last 50 show the rise: KL that buys reward is no
+    runaway. Judged on the last 30 points alone, the growth rule fires at step 208 here."""
+    rng = random.Random(SEED)
+    run = sc.s4(rng, 400)
+    for t, values in run:
+        values["critic/score/mean"] = 0.2 + 0.0015 * t + 0.05 * rng.gauss(0, 1)
+    scenario = next(s for s in sc.SCENARIOS if s.name == "S4_runaway_kl")
+    runaway = [e for e in run_events(scenario.config, run) if e.key == "kl_runaway"]
+    assert runaway and runaway[0].last_step >= 300
+
+
+def test_kl_runaway_growth_message_gives_the_reward_trend() -> None:
+    scenario = next(s for s in sc.SCENARIOS if s.name == "S4_runaway_kl")
+    first = next(
+        e for e in run_events(scenario.config, scenario.run(SEED)) if e.key == "kl_runaway"
+    )
+    t_stat = first.evidence["reward_trend_t_stat"]
+    assert f"reward is not improving (trend t = {t_stat:.2f}" in first.message
 
 
 def test_lifecycle_emits_update_every_50_steps_and_escalates_at_once() -> None:

@@ -9,51 +9,13 @@ import pytest
 
 from rlguard_backend.stability.primitives import (
     Lookback,
-    RiseBound,
     SortedWindow,
-    fit_line,
     median,
     pack_floats,
     pack_steps,
     unpack_floats,
     unpack_steps,
 )
-
-POINTS = 30
-
-
-@pytest.mark.parametrize("scale", [1e-300, 1e-3, 1.0, 1e6, 1e150])
-def test_rise_bound_never_below_the_exact_fitted_rise(scale: float) -> None:
-    rng = random.Random(7)
-    bound, steps, values = RiseBound(POINTS), [], []
-    step, checked = 0, 0
-    for _ in range(3000):
-        step += 1 if rng.random() > 0.01 else rng.randint(2, 40)  # an occasional gap
-        steps.append(step)
-        values.append(scale * (rng.gauss(0, 1) + 1e-3 * step))
-        del steps[:-50], values[:-50]
-        bound.push(steps, values)
-        magnitude = max(abs(v) for v in values)
-        upper = bound.rise(magnitude)
-        line = fit_line(steps[-POINTS:], values[-POINTS:])
-        if upper is not None and line is not None:
-            assert upper >= line.fitted_rise
-            assert upper - line.fitted_rise <= 1e-6 * POINTS * magnitude + 1e-290
-            checked += 1
-    assert checked > 2000
-
-
-def test_rise_bound_unknown_until_enough_consecutive_points() -> None:
-    bound, steps, values = RiseBound(5), [], []
-    for step in (1, 2, 3, 4):
-        steps.append(step)
-        values.append(0.5)
-        bound.push(steps, values)
-        assert bound.rise(1.0) is None
-    steps.append(9)
-    values.append(0.5)
-    bound.push(steps, values)
-    assert bound.rise(1.0) is None
 
 
 def test_sorted_window_median_matches_median_of_its_values() -> None:

@@ -1,26 +1,18 @@
-"""D7: the adaptive KL controller running away (DETECTORS.md §3 D7).
+"""D7 (DETECTORS.md §3): the adaptive KL controller running away.
 
 The Ziegler et al. controller (verl, old TRL, OpenRLHF): beta_next = beta * (1 + clip(KL/target -
-1, -0.2, 0.2) * n / horizon); the maximum change per step is m = 0.2 n / horizon.
-Alert keys: ``kl_controller`` (WARN when the error has sat at its clip for N_sat = ceil(ln 2 / m)
-steps and beta moved x10, CRITICAL x100; evidence says "up" or "down"; clears after N_sat
-unsaturated steps), ``kl_controller_units`` (WARN once at W+20 if median KL/target is > 5 or
-< 0.2), ``kl_controller_replay`` (INFO: logged beta differs from the law by > 0.1 %).
-Active when the run config says ``kl_controller: adaptive``, or says nothing and beta moves.
+1, -0.2, 0.2) * n / horizon); the maximum change per step is m = 0.2 n / horizon. Active when the
+run config says ``kl_controller: adaptive``, or says nothing and beta moves.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
 
-from rlguard_backend.stability.base import Detector, capped
-from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import CLEARED, Severity, Verdict
+from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, median, rounded
-from rlguard_backend.stability.thresholds import Thresholds
+from rlguard_backend.stability.rules import Detector, Facts, Rule, capped, never
 
 UP_ADVICE = [
     "Raise the target or horizon only deliberately.",
@@ -35,28 +27,27 @@ class KlController(Detector):
     """D7: adaptive beta pinned at its maximum rate of change."""
 
     id = "kl_controller"
-    keys = ("kl_controller", "kl_controller_units", "kl_controller_replay")
     reads = frozenset({"reward_kl_coef"})
 
-    def __init__(
-        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
-    ) -> None:
-        super().__init__(context, thresholds, open_keys)
+    def start(self) -> None:
         self.beta_start: float | None = None
         self.previous: list[float] | None = None  # [step, beta, kl]
         self.adaptive_seen = False
         self.largest_step_change = 0.0
-        self.saturated_sign = 0
+        self.saturated_sign = 0  # the sign of the error while it sits at its clip, else 0
         self.saturated_streak = 0
         self.unsaturated_streak = 0
         self.units_checked = False
-        self.ratios = Window(int(thresholds["units_points"]))
-        self.replay_streak = 0
-        self.replay_quiet = 0
+        self.ratios = Window(int(self.thresholds["units_points"]))
+        # This step's facts.
+        self._beta, self._kl = 0.0, 0.0
+        self._needed: int | None = None  # N_sat, once the maximum rate is known
+        self._predicted: float | None = None  # beta by the controller law (replay), if checked
+        self._units_ratio: float | None = None  # median KL/target, the step it is checked
 
     @property
     def target(self) -> float:
-        return self.context.kl_target or self.th["default_target"]
+        return self.context.kl_target or self.thresholds["default_target"]
 
     def missing(self, seen: frozenset[str]) -> str | None:
         if self.context.kl_controller == "fixed":
@@ -70,33 +61,34 @@ class KlController(Detector):
             notes.append("no sequences_per_step/kl_horizon: max rate inferred from beta")
         return "; ".join(notes) or None
 
-    def evaluate(self, view: StepView) -> Sequence[Verdict | None]:
-        beta, kl = view.finite("reward_kl_coef"), self._controller_kl(view)
+    def observe(self, view: StepView) -> bool:
+        # The KL the controller sees: old TRL's per-sequence sum, else per-token in-reward KL.
+        beta = view.finite("reward_kl_coef")
+        kl = view.finite("kl_ref_seq") or view.finite("reward_kl_penalty")
         if beta is None or kl is None or beta <= 0 or self.context.kl_controller == "fixed":
-            return ()
+            return False
         if self.beta_start is None:
             self.beta_start = beta
-        replay = self._replay(view.step, beta)
+        self._predicted = self._replay(view.step, beta)
         self.previous = [view.step, beta, kl]
         if not self.adaptive_seen:
-            return ()
-        error = kl / self.target - 1
+            return False
+        self._beta, self._kl = beta, kl
         self.ratios.append(kl / self.target)
-        return self._runaway(view, beta, kl, error), self._units(view), replay
-
-    def _controller_kl(self, view: StepView) -> float | None:
-        """The KL the controller sees: old TRL's per-sequence sum, else per-token in-reward KL."""
-        return view.finite("kl_ref_seq") or view.finite("reward_kl_penalty")
+        self._observe_saturation(kl / self.target - 1)
+        self._units_ratio = self._units_check(view)
+        return True
 
     def _configured_rate(self) -> float | None:
         n, horizon = self.context.sequences_per_step, self.context.kl_horizon
-        return self.th["error_clip"] * n / horizon if n and horizon else None
+        return self.thresholds["error_clip"] * n / horizon if n and horizon else None
 
     def _max_change(self) -> float | None:
         """m: configured, else the largest per-step relative change of beta seen so far."""
         return self._configured_rate() or (self.largest_step_change or None)
 
-    def _replay(self, step: int, beta: float) -> Verdict | None:
+    def _replay(self, step: int, beta: float) -> float | None:
+        """beta as the controller law predicts it from the previous step, when checkable."""
         if self.previous is None:
             return None
         previous_step, previous_beta, previous_kl = self.previous
@@ -108,55 +100,49 @@ class KlController(Detector):
         rate = self._configured_rate()
         if rate is None or step != previous_step + 1 or not self.adaptive_seen:
             return None
-        error = max(-1.0, min(1.0, (previous_kl / self.target - 1) / self.th["error_clip"]))
-        predicted = previous_beta * (1 + error * rate)
-        off = abs(predicted / beta - 1) > self.th["replay_tolerance"]
-        self.replay_streak = streak = self.replay_streak + 1 if off else 0
-        self.replay_quiet = quiet = self.replay_quiet + 1 if not off else 0
-        if streak < self.th["replay_persistence"]:
-            key = "kl_controller_replay"
-            return CLEARED[key] if key in self.open_keys and quiet >= 10 else None
-        return Verdict(
-            "kl_controller_replay",
-            "info",
-            message=f"Logged beta {beta:.4g} differs from the controller law's {predicted:.4g}: "
-            "controller params (n, horizon, target) differ from the assumed config.",
-            evidence={"beta": beta, "predicted_beta": predicted, "target": self.target},
-            advice=["Log the controller's n, horizon and target in the run config."],
-        )
+        clip = self.thresholds["error_clip"]
+        error = max(-1.0, min(1.0, (previous_kl / self.target - 1) / clip))
+        return previous_beta * (1 + error * rate)
 
-    def _runaway(self, view: StepView, beta: float, kl: float, error: float) -> Verdict | None:
-        sign = 0 if abs(error) < self.th["error_clip"] else (1 if error > 0 else -1)
+    def _observe_saturation(self, error: float) -> None:
+        sign = 0 if abs(error) < self.thresholds["error_clip"] else (1 if error > 0 else -1)
         if sign != self.saturated_sign:
             self.saturated_streak = 0
         self.saturated_sign = sign
-        self.saturated_streak = saturated = self.saturated_streak + 1 if sign != 0 else 0
-        self.unsaturated_streak = unsaturated = self.unsaturated_streak + 1 if sign == 0 else 0
+        self.saturated_streak = self.saturated_streak + 1 if sign != 0 else 0
+        self.unsaturated_streak = self.unsaturated_streak + 1 if sign == 0 else 0
         rate = self._max_change()
-        needed = math.ceil(math.log(2) / rate) if rate else None
-        if needed is None:
-            return None
-        assert self.beta_start is not None
-        moved = math.log(beta / self.beta_start) * sign
-        severity: Severity | None = None
-        if saturated >= needed and moved >= math.log(self.th["critical_factor"]):
-            severity = "critical"
-        elif saturated >= needed and moved >= math.log(self.th["warn_factor"]):
-            severity = "warn"
-        if severity is None:
-            key = "kl_controller"
-            return CLEARED[key] if key in self.open_keys and unsaturated >= needed else None
-        reported = capped(severity, self.context.kl_target is None)
-        if not view.emits(self.id, "kl_controller", reported):
-            return None
-        return self._runaway_verdict(severity, beta, kl, saturated, needed)
+        self._needed = math.ceil(math.log(2) / rate) if rate else None
 
-    def _runaway_verdict(
-        self, severity: Severity, beta: float, kl: float, saturated: int, needed: int
-    ) -> Verdict:
+    def _units_check(self, view: StepView) -> float | None:
+        """Median KL/target, once, at W + units_delay_steps."""
+        due = view.steps_since_start >= view.warmup_steps + self.thresholds["units_delay_steps"]
+        if self.units_checked or not due or not len(self.ratios):
+            return None
+        self.units_checked = True
+        return median(self.ratios)
+
+    def _runaway(self, view: StepView) -> Severity | None:
+        assert self.beta_start is not None and self._needed is not None
+        th = self.thresholds
+        if self.saturated_streak < self._needed:
+            return None
+        moved = math.log(self._beta / self.beta_start) * self.saturated_sign
+        severity: Severity | None = None
+        if moved >= math.log(th["critical_factor"]):
+            severity = "critical"
+        elif moved >= math.log(th["warn_factor"]):
+            severity = "warn"
+        return None if severity is None else capped(severity, self.context.kl_target is None)
+
+    def _unsaturated(self, view: StepView) -> bool:
+        return self._needed is not None and self.unsaturated_streak >= self._needed
+
+    def _describe_runaway(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         assert self.beta_start is not None
+        beta, kl, saturated = self._beta, self._kl, self.saturated_streak
         factor = beta / self.beta_start
-        facts: dict[str, Any] = {
+        facts: Facts = {
             "direction": "up" if self.saturated_sign > 0 else "down",
             "beta_start": self.beta_start,
             "beta": rounded(beta),
@@ -164,7 +150,7 @@ class KlController(Detector):
             "kl": rounded(kl),
             "target": self.target,
             "saturated_steps": saturated,
-            "saturation_steps_needed": needed,
+            "saturation_steps_needed": self._needed,
         }
         if self.context.kl_target is None:
             facts["degraded"] = f"no kl_target in run config; using default {self.target}"
@@ -182,30 +168,67 @@ class KlController(Detector):
                 f"is below target ({self.target:.3g}): the target is too high for this run (or "
                 "in the wrong units); the KL term is effectively off."
             )
-        return Verdict(
-            "kl_controller",
-            capped(severity, self.context.kl_target is None),
-            message=message,
-            evidence=facts,
-            advice=UP_ADVICE if self.saturated_sign > 0 else DOWN_ADVICE,
-        )
+        return message, facts
 
-    def _units(self, view: StepView) -> Verdict | None:
-        due = view.steps_since_start >= view.warmup_steps + self.th["units_delay_steps"]
-        if self.units_checked or not due or not len(self.ratios):
-            return None
-        self.units_checked = True
-        typical = median(self.ratios)
-        if self.th["units_low"] <= typical <= self.th["units_high"]:
-            return None
-        return Verdict(
+    def _runaway_advice(self, severity: Severity) -> list[str]:
+        return UP_ADVICE if self.saturated_sign > 0 else DOWN_ADVICE
+
+    def _units(self, view: StepView) -> Severity | None:
+        ratio, th = self._units_ratio, self.thresholds
+        off = ratio is not None and not th["units_low"] <= ratio <= th["units_high"]
+        return "warn" if off else None
+
+    def _describe_units(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
+        message = (
+            f"Median KL/target over the last points is {self._units_ratio:.3g}: target and KL "
+            "are likely in different units (per-sequence vs per-token)."
+        )
+        return message, {"median_kl_over_target": rounded(self._units_ratio), "target": self.target}
+
+    def _replay_off(self, view: StepView) -> Severity | None:
+        predicted = self._predicted or 0.0
+        off = abs(predicted / self._beta - 1) > self.thresholds["replay_tolerance"]
+        return "info" if off else None
+
+    def _describe_replay(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
+        beta, predicted = self._beta, self._predicted
+        message = (
+            f"Logged beta {beta:.4g} differs from the controller law's {predicted:.4g}: "
+            "controller params (n, horizon, target) differ from the assumed config."
+        )
+        return message, {"beta": beta, "predicted_beta": predicted, "target": self.target}
+
+    rules = (
+        Rule(
+            "kl_controller",
+            signals=("reward_kl_coef", "reward_kl_penalty", "kl_ref_seq"),
+            fires=_runaway,
+            clears=_unsaturated,
+            clear_steps=1,  # _unsaturated counts N_sat steps itself
+            describe=_describe_runaway,
+            advice=_runaway_advice,
+            applies=lambda d, v: d._needed is not None,
+        ),
+        Rule(
             "kl_controller_units",
-            "warn",
-            message=f"Median KL/target over the last points is {typical:.3g}: target and KL are "
-            "likely in different units (per-sequence vs per-token).",
-            evidence={"median_kl_over_target": rounded(typical), "target": self.target},
+            signals=("reward_kl_penalty", "kl_ref_seq"),
+            fires=_units,
+            clears=never,
+            clear_steps=1,
+            describe=_describe_units,
             advice=[
                 "Per-sequence KL targets (old TRL: 6 nats) need per-sequence KL; divide "
                 "sums by mean length or set a per-token target (verl default 0.1)."
             ],
-        )
+        ),
+        Rule(
+            "kl_controller_replay",
+            signals=("reward_kl_coef",),
+            fires=_replay_off,
+            persistence="replay_persistence",
+            clear_steps=10,
+            describe=_describe_replay,
+            advice=["Log the controller's n, horizon and target in the run config."],
+            applies=lambda d, v: d._predicted is not None,
+        ),
+    )

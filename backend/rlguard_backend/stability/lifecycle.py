@@ -105,8 +105,6 @@ class AlertBook:
 def latest_updates(events: Iterable[AlertEvent]) -> list[AlertEvent]:
     """The events without the "update"s that a later update or escalation of the same alert
     among them overwrites (every field of the stored alert): stored, both lists end the same.
-
-    DetectorSuite.feed_many may leave out such updates itself (base.Stops).
     """
     later: set[tuple[str, str]] = set()  # alerts whose every field a later event rewrites
     kept: list[AlertEvent] = []

@@ -115,11 +115,6 @@ class SortedWindow(Window):
         insort(ordered, x)
         self.append(x)
 
-    def push_all(self, values: list[float]) -> None:
-        """push() each value in order."""
-        self.extend(values)
-        self._sorted = sorted(self)
-
     def median(self) -> float:
         """median(self), bit for bit."""
         ordered = self._sorted
@@ -213,54 +208,6 @@ def _consecutive_x(n: int) -> tuple[tuple[float, ...], int, float]:
 def _one_step_apart(first: int, last: int, points: int) -> bool:
     """Whether `points` strictly increasing steps from `first` to `last` are one step apart."""
     return last - first == points - 1 and type(first) is int and type(last) is int
-
-
-class RiseBound:
-    """An upper bound on fit_line(last n points).fitted_rise, kept up to date in O(1) per point.
-
-    The exact fit is an O(n) pass that builds n floats per point; a rule that needs the rise to
-    exceed a limit can skip it whenever this bound is already at or below the limit (the
-    answer could only be "no"). Running sums over the last n points, one step apart: S0 =
-    sum(y) and S1 = sum(x*y), x = 0 .. n-1, updated as the window slides and recomputed every
-    RESYNC_POINTS points. Their rounding error, and the exact fit's, stay below ~1e-13 of
-    n*n*max|y|; the bound adds SLACK = 1e-9 of it, so it is never below the exact rise.
-    Unknown (None) until n consecutive points are in, and after any gap in the steps.
-    """
-
-    SLACK = 1e-9
-    RESYNC_POINTS = 64
-
-    def __init__(self, points: int) -> None:
-        self._n = points
-        self._sums: tuple[float, float] | None = None  # (S0, S1) of the last n points
-        self._age = 0  # slides since the sums were last recomputed
-
-    def push(self, steps: list[int], values: list[float]) -> None:
-        """Account for the point just appended to the window (steps, values)."""
-        n = self._n
-        if len(values) < n or not _one_step_apart(steps[-n], steps[-1], n):
-            self._sums = None  # fewer than n points, or not one step apart
-        elif self._sums is None or self._age >= self.RESYNC_POINTS or len(values) == n:
-            xs, _, _ = _consecutive_x(n)
-            last = values[-n:]
-            self._sums, self._age = (sum(last), sum(map(mul, xs, last))), 0
-        else:
-            # The previous n points were one step apart too (else _sums would be None): slide
-            # by one, every x one lower, the new point at x = n - 1.
-            s0, s1 = self._sums
-            y_new, y_old = values[-1], values[-n - 1]
-            self._sums = (s0 - y_old + y_new, s1 - (s0 - y_old) + (n - 1) * y_new)
-            self._age += 1
-
-    def rise(self, magnitude: float) -> float | None:
-        """The bound, for points all within [-magnitude, magnitude]; None when unknown."""
-        if self._sums is None:
-            return None
-        n = self._n
-        _, sx, x_spread = _consecutive_x(n)
-        s0, s1 = self._sums
-        slack = self.SLACK * n * n * magnitude + 1e-300  # the floor covers subnormal rounding
-        return (s1 - sx * s0 / n + slack) / x_spread * (n - 1)
 
 
 class Line(NamedTuple):

@@ -55,9 +55,13 @@ DEFAULTS: dict[str, Thresholds] = {
         "blowup_factor": 2.0,
         "blowup_margin": 1.0,
         "blowup_persistence": 5,
+    },
+    "no_learning_signal": {
         "zero_grad_share": 0.3,
         "zero_grad_points": 10,
         "no_signal_groups": 0.9,
+        "saturated_margin": 0.1,  # x reward range below r_max: saturation (INFO), not starvation
+        "clear_steps": 10,
     },
     "entropy_cov_leading": {
         "window_points": 20,

@@ -1,0 +1,189 @@
+"""Rules, each declared once, and the Detector that runs its rules step by step.
+
+A Rule is one alert key: the condition that fires it and how loud (``fires``), how many steps
+in a row it must hold (``persistence``), the clear rule that resolves its open alert
+(``clears``, held ``clear_steps`` steps in a row), what it says (``describe``) and what to try
+(``advice``). Detector.evaluate is the one place where a rule's streaks are counted and where
+it opens, refreshes or clears its alert; a detector only folds each step into the state its
+rules read (``observe``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rlguard_backend.stability.context import RunContext
+from rlguard_backend.stability.events import CLEARED, Severity, Verdict, weaker
+from rlguard_backend.stability.observations import StepView
+from rlguard_backend.stability.primitives import Persistent, Window, json_safe
+from rlguard_backend.stability.thresholds import Thresholds
+
+Facts = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One alert key of a detector, declared once (see the module docstring)."""
+
+    key: str
+    signals: tuple[str, ...]  # the canonical signals it reads (what it watches, for readers)
+    fires: Callable[[Any, StepView], Severity | None]  # (detector, view): severity, or None
+    describe: Callable[[Any, StepView, Severity], tuple[str, Facts]]  # message, evidence
+    advice: Sequence[str] | Callable[[Any, Severity], Sequence[str]]  # (detector, severity)
+    persistence: str | int = 1  # steps in a row `fires` must hold: a threshold name or a count
+    # The clear rule, held clear_steps steps in a row; None: `fires` does not hold.
+    clears: Callable[[Any, StepView], bool] | None = None
+    clear_steps: str | int = "clear_steps"
+    applies: Callable[[Any, StepView], bool] | None = None  # the steps it runs at (None: all)
+
+
+def never(detector: Any, view: StepView) -> bool:
+    """The clear rule of an alert that stays open once raised (it fires once)."""
+    return False
+
+
+class RuleProgress:
+    """A rule's streaks: steps in a row it fired, and its clear rule held; `active` from the
+    step it fires until its clear rule resolves it."""
+
+    __slots__ = ("active", "calm", "streak")
+
+    def __init__(self, streak: int = 0, calm: int = 0, active: bool = False) -> None:
+        self.streak, self.calm, self.active = streak, calm, active
+
+    def dump(self) -> list[Any]:
+        return [self.streak, self.calm, self.active]
+
+
+_CONFIG_ATTRIBUTES = frozenset({"context", "thresholds", "open_keys", "progress"})
+_STATEFUL = (Persistent, Window)
+
+
+class Detector:
+    """One detector of DETECTORS.md §3: its rules, and the streaming state they read.
+
+    Everything a subclass stores on ``self`` (other than the settings above) is its state:
+    primitives from primitives.py or plain JSON values. Attributes named ``_*`` are settings or
+    caches derived from the thresholds, the context or that state: never dumped.
+    """
+
+    id: ClassVar[str]
+    rules: ClassVar[tuple[Rule, ...]]
+    # Canonical signals a run must log at least one of for evaluate() to do anything; None:
+    # it runs on every step (some of its rules count steps without their signal).
+    reads: ClassVar[frozenset[str] | None] = None
+
+    def __init__(
+        self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
+    ) -> None:
+        self.context = context
+        self.thresholds = thresholds
+        # Keys of this detector's open alerts, kept up to date by the suite's AlertBook.
+        self.open_keys: set[str] = set() if open_keys is None else open_keys
+        self.progress = {rule.key: RuleProgress() for rule in self.rules}
+        self.start()
+        # Per rule, what evaluate() reads at every step, looked up once.
+        self._steps = [
+            (
+                rule,
+                rule.applies,
+                rule.fires,
+                rule.clears,
+                self.progress[rule.key],
+                self._count(rule.persistence),
+                self._count(rule.clear_steps),
+            )
+            for rule in self.rules
+        ]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(rule.key for rule in self.rules)
+
+    def start(self) -> None:
+        """Set the state before the first step (its thresholds and context are set)."""
+
+    def observe(self, view: StepView) -> bool:
+        """Fold this step into the state the rules read; False: nothing to judge this step."""
+        return True
+
+    def evaluate(self, view: StepView) -> list[Verdict]:
+        """What the rules say at this step: a Verdict where one fires (and would emit), and
+        ``CLEARED[key]`` where one's clear rule resolves its open alert."""
+        if not self.observe(view):
+            return []
+        said = []
+        for rule, applies, fires, clears, progress, persistence, clear_steps in self._steps:
+            if applies is not None and not applies(self, view):
+                continue
+            severity = fires(self, view)
+            progress.streak = 0 if severity is None else progress.streak + 1
+            calm = severity is None if clears is None else clears(self, view)
+            progress.calm = progress.calm + 1 if calm else 0
+            if severity is not None and progress.streak >= persistence:
+                progress.active = True
+                if view.emits(self.id, rule.key, severity):
+                    said.append(self._verdict(rule, view, severity))
+            elif progress.calm >= clear_steps:
+                progress.active = False
+                if rule.key in self.open_keys:
+                    said.append(CLEARED[rule.key])
+        return said
+
+    def missing(self, seen: frozenset[str]) -> str | None:
+        """Why this detector is degraded or disabled, or None when it runs fully."""
+        return None
+
+    def dump(self) -> dict[str, Any]:
+        state = {name: _dump(value) for name, value in vars(self).items() if _is_state(name)}
+        state["progress"] = {key: progress.dump() for key, progress in self.progress.items()}
+        return state
+
+    def load(self, state: dict[str, Any]) -> None:
+        for key, (streak, calm, active) in state["progress"].items():
+            progress = self.progress[key]
+            progress.streak, progress.calm, progress.active = streak, calm, active
+        for name, value in state.items():
+            if name != "progress":
+                setattr(self, name, _load(getattr(self, name, None), value))
+
+    def _count(self, limit: str | int) -> int | float:
+        return self.thresholds[limit] if isinstance(limit, str) else limit
+
+    def _verdict(self, rule: Rule, view: StepView, severity: Severity) -> Verdict:
+        message, evidence = rule.describe(self, view, severity)
+        advice = rule.advice(self, severity) if callable(rule.advice) else rule.advice
+        return Verdict(rule.key, severity, message=message, evidence=evidence, advice=list(advice))
+
+
+def _is_state(name: str) -> bool:
+    return name not in _CONFIG_ATTRIBUTES and not name.startswith("_")
+
+
+def _dump(value: Any) -> Any:
+    """A state attribute as JSON takes it: a copy, with non-finite floats as strings."""
+    if type(value) is int or value is None:
+        return value
+    if isinstance(value, _STATEFUL):
+        return value.dump()
+    if isinstance(value, dict):
+        return {key: _dump(item) for key, item in value.items()}
+    if isinstance(value, (float, list, tuple)):
+        return json_safe(value)
+    return value  # bool, str
+
+
+def _load(current: Any, state: Any) -> Any:
+    """Load `state` into the primitive `current`; plain values are replaced."""
+    if isinstance(current, _STATEFUL):
+        current.load(state)
+        return current
+    return copy.deepcopy(state)
+
+
+def capped(severity: Severity, degraded: bool) -> Severity:
+    """The severity to report: one level weaker when the rule runs on assumed context."""
+    return weaker(severity) if degraded else severity

@@ -1,0 +1,101 @@
+"""The detectors on each demo preset, trained for real on CPU: 5 seeds, full length (200 steps).
+
+The presets named healthy must raise no WARN or CRITICAL alert; each failure preset must raise
+its own alert inside a stated window (DETECTORS v2 §2). The presets that do not yet train as
+their name says are marked xfail with what the detectors see: the fix belongs to the preset.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from rlguard.demo import ALL, PRESETS
+from rlguard.demo.parallel import train_parallel
+from rlguard_backend.stability import AlertEvent, DetectorSuite
+
+STEPS, SEEDS = 200, range(5)
+# 30 runs of 200 steps, two at a time: about two minutes alone, more on a loaded machine.
+pytestmark = pytest.mark.timeout(1200)
+RANK = {"info": 0, "warn": 1, "critical": 2}
+
+
+@pytest.fixture(scope="module")
+def alerts() -> dict[tuple[str, int], list[AlertEvent]]:
+    """(preset, seed) -> every event the detectors raise over the run."""
+    found = {}
+    for seed in SEEDS:
+        for name, result in train_parallel(list(ALL), STEPS, seed=seed, workers=2).items():
+            suite = DetectorSuite(PRESETS[name].run_config(planned_steps=STEPS))
+            found[name, seed] = [
+                event
+                for step, metrics in enumerate(result.history, start=1)
+                for event in suite.feed(step, metrics)
+            ]
+    return found
+
+
+def _loud(events: list[AlertEvent]) -> list[tuple[str, str, int]]:
+    return [(e.detector, e.key, e.last_step) for e in events if RANK[e.severity] >= 1]
+
+
+def _first(events: list[AlertEvent], key: str, severity: str) -> int | None:
+    reached = (e for e in events if e.key == key and RANK[e.severity] >= RANK[severity])
+    return next((e.last_step for e in reached if e.action != "resolve"), None)
+
+
+NOT_YET_HEALTHY = (
+    "the preset's per-update KL jumps past ×10 its running median and half its "
+    "ppo_kl_target (kl_spike WARN), and its KL to the reference keeps growing with a reward too "
+    "noisy to count as rising (kl_runaway WARN on 2 of 5 seeds): the preset needs tuning"
+)
+NOT_YET_ADAPTIVE = (
+    "lr 3e-3 moves the policy past 1.5x its ppo_kl_target in single updates (kl_spike "
+    "CRITICAL, the SB3 / Spinning Up early-stop line) on 4 of 5 seeds: the preset needs tuning"
+)
+NOT_YET_RUNAWAY = (
+    "KL to the reference rises and settles (peak ~0.65, then ~0.4) while reward rises: no "
+    "runaway to detect on 3 of 5 seeds; the preset needs a weaker penalty or a flat reward"
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("healthy", marks=pytest.mark.xfail(reason=NOT_YET_HEALTHY, strict=True)),
+        pytest.param("adaptive-kl", marks=pytest.mark.xfail(reason=NOT_YET_ADAPTIVE, strict=True)),
+    ],
+)
+def test_healthy_presets_raise_no_warning(
+    alerts: dict[tuple[str, int], list[AlertEvent]], name: str
+) -> None:
+    assert {seed: _loud(alerts[name, seed]) for seed in SEEDS} == {seed: [] for seed in SEEDS}
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "severity", "first", "last"),
+    [
+        ("collapse", "entropy_collapse", "critical", 10, 40),
+        ("entropy-blowup", "entropy_blowup", "warn", 15, 45),
+        ("kl-too-strong", "kl_penalty_strong", "warn", 30, 120),
+        pytest.param(
+            "runaway-kl",
+            "kl_runaway",
+            "warn",
+            60,
+            200,
+            marks=pytest.mark.xfail(reason=NOT_YET_RUNAWAY, strict=True),
+        ),
+    ],
+)
+def test_failure_presets_raise_their_alert_in_its_window(
+    alerts: dict[tuple[str, int], list[AlertEvent]],
+    name: str,
+    key: str,
+    severity: str,
+    first: int,
+    last: int,
+) -> None:
+    steps = {seed: _first(alerts[name, seed], key, severity) for seed in SEEDS}
+    assert all(step is not None and first <= step <= last for step in steps.values()), steps
