@@ -120,14 +120,12 @@ def detect_steps(
     live: Live,
     steps: Sequence[StepIn],
     settings: Settings,
-    columns: Mapping[str, Sequence[float]] | None = None,
 ) -> list[Alert]:
     """Feed a batch's steps to the run's live suite (live_suite); returns the alerts it
     opened or escalated.
 
     The suite is cached for the run's next batch once the session commits; its state is
-    written when a checkpoint is due (see the module). ``columns`` (the ingest's view of the
-    same values) is accepted for the ingest's call and not needed: the steps are fed.
+    written when a checkpoint is due (see the module).
     """
     suite = live.suite
     appended = _follows(suite.last_step, live.pending, steps)

@@ -504,8 +504,8 @@ def _unit_of_work(
         live = detection.live_suite(
             session, run_id, opened.config, settings, opened.run_last_step, suites
         )
-        _, _, columns = ingest.store_batch(session, run_id, batch, opened)
-        detection.detect_steps(session, live, batch.steps, settings, columns)
+        ingest.store_batch(session, run_id, batch, opened)
+        detection.detect_steps(session, live, batch.steps, settings)
         if commit:
             session.commit()
         else:

@@ -87,10 +87,10 @@ def _store_batch(
                 live = detection.live_suite(
                     session, run_id, opened.config, settings, opened.run_last_step
                 )
-            ack, _, columns = ingest.store_batch(session, run_id, batch, opened)
+            ack, _, _ = ingest.store_batch(session, run_id, batch, opened)
             if live is not None:
                 with metrics.detector_seconds.time():
-                    found = detection.detect_steps(session, live, batch.steps, settings, columns)
+                    found = detection.detect_steps(session, live, batch.steps, settings)
                 ack.alerts = [alerts.to_public(alert) for alert in found]
             session.commit()
             return ack
