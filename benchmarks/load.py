@@ -26,6 +26,7 @@ throwaway PostgreSQL database (``postgres``), or two such processes behind nginx
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -119,6 +120,7 @@ class Reader:
         self.url, self.run_id = url, run_id
         self.samples: list[float] = []
         self.failures = 0
+        self.failure_kinds: collections.Counter[str] = collections.Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -127,13 +129,15 @@ class Reader:
             started = time.perf_counter()
             try:
                 answer = http.get(f"{self.url}/api/v1{path}")
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
                 self.failures += 1
+                self.failure_kinds[type(exc).__name__] += 1
                 continue
             if answer.status_code in (200, 404):  # 404: the run is not created yet
                 self.samples.append(time.perf_counter() - started)
             else:
                 self.failures += 1
+                self.failure_kinds[str(answer.status_code)] += 1
 
     def __enter__(self) -> Reader:
         self._thread.start()
@@ -230,6 +234,7 @@ def _level_report(
         "read_ms": summary_ms(reader.samples) if reader.samples else None,
         "read_idle_ms": summary_ms(idle.samples) if idle.samples else None,
         "read_failures": reader.failures,
+        "read_failure_kinds": dict(reader.failure_kinds),
         "service_cpu_percent": round(meter.cpu_percent, 1),
         "trainers_cpu_percent": round(meter.trainers_cpu_percent, 1),
         "machine_cpu_percent": round(meter.machine_cpu_percent, 1),
