@@ -1,10 +1,12 @@
 """One trainer of the load benchmark: the real hook, sleeping where a trainer would train.
 
-    python -m benchmarks._load_trainer URL RUN_ID START_AT SECONDS STEPS_PER_S KEYS SPOOL_DIR
+    python -m benchmarks._load_trainer URL RUN_ID START_AT SECONDS STEPS_PER_S KEYS SPOOL_DIR \
+        [SAMPLES]
 
 Waits until the wall clock reads START_AT (so every trainer of a level starts at once), logs
-KEYS metrics per step at STEPS_PER_S for SECONDS, finishes the run (replaying any spool) and
-prints one JSON line: the hook's counters and the time each batch post took.
+KEYS metrics (and SAMPLES rollout samples of ~1 kB, default none) per step at STEPS_PER_S for
+SECONDS, finishes the run (replaying any spool) and prints one JSON line: the hook's counters
+and the time each batch post took.
 Only the standard library and the hook are imported, as in a trainer process.
 """
 
@@ -38,8 +40,16 @@ def _timed_post_batch(original: Any) -> Any:
     return post_batch
 
 
+def _samples(step: int, count: int) -> list[dict[str, Any]]:
+    return [
+        {"prompt": f"step {step} prompt {i} " * 20, "response": "x" * 600, "reward": i / count}
+        for i in range(count)
+    ]
+
+
 def main(argv: list[str]) -> int:
-    url, run_id, start_at, seconds, rate, keys, spool_dir = argv
+    url, run_id, start_at, seconds, rate, keys, spool_dir = argv[:7]
+    per_step = int(argv[7]) if len(argv) > 7 else 0
     _transport.Transport.post_batch = _timed_post_batch(_transport.Transport.post_batch)  # type: ignore[method-assign]
     names = [f"load/metric_{k:03d}" for k in range(int(keys))]
     time.sleep(max(0.0, float(start_at) - time.time()))
@@ -49,6 +59,8 @@ def main(argv: list[str]) -> int:
     began = time.monotonic()
     for step in range(steps):
         run.log({name: step * 1e-3 + i for i, name in enumerate(names)}, step=step)
+        if per_step:
+            run.log_samples(_samples(step, per_step), step=step)
         time.sleep(max(0.0, began + (step + 1) * period - time.monotonic()))
     ended = time.monotonic()
     spooled_before_finish = run.status().spooled

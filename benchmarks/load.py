@@ -21,6 +21,7 @@ throwaway PostgreSQL database (``postgres``), or two such processes behind nginx
 
     python -m benchmarks.load [--levels 8,16,32,64,128,256] [--seconds 60]
                               [--topologies sqlite,postgres,postgres_proxy]
+                              [--samples-per-step 0]
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ class Reader:
 
 
 def run_level(
-    url: str, pids: list[int], trainers: int, seconds: float, folder: Path
+    url: str, pids: list[int], trainers: int, seconds: float, folder: Path, samples: int = 0
 ) -> dict[str, Any]:
     """Start ``trainers`` trainer processes at once, wait for them, check and report."""
     run_ids = [f"load-{trainers}-{i}-{uuid.uuid4().hex[:6]}" for i in range(trainers)]
@@ -164,16 +165,18 @@ def run_level(
             idle.read_once(http)
     start_at = time.time() + 1.0 + START_ALLOWANCE_S * trainers
     with ProcessMeter(pids) as meter, Reader(url, run_ids[0]) as reader:
-        procs = [_spawn(url, run_id, start_at, seconds, folder) for run_id in run_ids]
+        procs = [_spawn(url, run_id, start_at, seconds, folder, samples) for run_id in run_ids]
         reports = [_collect(proc, seconds) for proc in procs]
         elapsed = time.time() - start_at
     counts = _stored_counts(url, run_ids)
     return _level_report(trainers, seconds, elapsed, reports, counts, meter, reader, idle)
 
 
-def _spawn(url: str, run_id: str, start_at: float, seconds: float, folder: Path) -> Any:
+def _spawn(
+    url: str, run_id: str, start_at: float, seconds: float, folder: Path, samples: int
+) -> Any:
     args = [url, run_id, f"{start_at:.3f}", str(seconds), str(STEPS_PER_S), str(KEYS)]
-    args.append(str(folder / "spool"))
+    args += [str(folder / "spool"), str(samples)]
     return subprocess.Popen(
         [sys.executable, "-m", "benchmarks._load_trainer", *args],
         stdout=subprocess.PIPE,
@@ -260,7 +263,7 @@ def database_bytes(database_url: str) -> int:
 
 
 def run_topology(
-    database_url: str, levels: list[int], seconds: float, replicas: int = 1
+    database_url: str, levels: list[int], seconds: float, replicas: int = 1, samples: int = 0
 ) -> dict[str, Any]:
     """``replicas`` backend processes on ``database_url`` (behind nginx when more than one)."""
     results: list[dict[str, Any]] = []
@@ -273,7 +276,7 @@ def run_topology(
     ):
         stored = 0
         for trainers in levels:
-            level = run_level(url, pids, trainers, seconds, Path(folder))
+            level = run_level(url, pids, trainers, seconds, Path(folder), samples)
             stored += level["stored"]
             level["db_bytes_per_million_points"] = round(
                 database_bytes(database_url) / max(stored, 1) * 1e6
@@ -348,17 +351,25 @@ def main() -> int:
     parser.add_argument(
         "--topologies", default="sqlite,postgres", help=f"of {', '.join(TOPOLOGIES)}"
     )
+    parser.add_argument(
+        "--samples-per-step", type=int, default=0, help="rollout samples (~1 kB) per step"
+    )
     args = parser.parse_args()
     levels = [int(n) for n in args.levels.split(",")]
     out: dict[str, Any] = {
-        "config": {"keys": KEYS, "steps_per_s": STEPS_PER_S, "seconds": args.seconds},
+        "config": {
+            "keys": KEYS,
+            "steps_per_s": STEPS_PER_S,
+            "seconds": args.seconds,
+            "samples_per_step": args.samples_per_step,
+        },
         "cpus": os.cpu_count(),
     }
     with tempfile.TemporaryDirectory() as folder:
         for name in args.topologies.split(","):
             kind, replicas = TOPOLOGIES[name]
             with database(kind, Path(folder)) as url:
-                out[name] = run_topology(url, levels, args.seconds, replicas)
+                out[name] = run_topology(url, levels, args.seconds, replicas, args.samples_per_step)
     print(json.dumps(out))
     ok = all(healthy(out[name]) for name in args.topologies.split(","))
     return 0 if ok else 1
