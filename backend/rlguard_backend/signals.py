@@ -52,6 +52,14 @@ _SIGNAL_ROWS = (
     ("lr", "learning rate", "1/step"),
     ("step_time", "seconds per training step", "s"),
     ("cov_logp_adv", "Cov(token log-prob, advantage): entropy-decline probe", "nats"),
+    ("rollout_kl", "KL of the inference engine's vs the trainer's log-probs (k3)", "nats/token"),
+    (
+        "rollout_logprob_diff",
+        "mean |log-prob of the inference engine - log-prob of the trainer| per token",
+        "nats/token",
+    ),
+    ("rollout_probs_corr", "Pearson correlation of engine and trainer token probs", "corr"),
+    ("rollout_is_ess", "effective sample size of the rollout IS weights, over N", "fraction"),
 )
 SIGNALS: tuple[Signal, ...] = tuple(Signal(*row) for row in _SIGNAL_ROWS)
 
@@ -132,6 +140,14 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
     "lr": ("actor/lr", "learning_rate", "actor_lr", "ppo/learning_rate"),
     "step_time": ("timing_s/step", "step_time", "timing/step_total"),
     "cov_logp_adv": ("probe/cov_logp_adv", "actor/entropy_cov", "cov_logp_adv"),
+    # Train-inference mismatch (D9): verl's rollout_corr/ and training/ keys, slime's train/.
+    "rollout_kl": ("rollout_corr/k3_kl", "rollout_corr/kl", "train/train_rollout_kl"),
+    "rollout_logprob_diff": (
+        "train/train_rollout_logprob_abs_diff",  # slime
+        "rollout_corr/log_ppl_abs_diff",  # verl
+    ),
+    "rollout_probs_corr": ("training/rollout_actor_probs_pearson_corr",),
+    "rollout_is_ess": ("rollout_corr/rollout_is_eff_sample_size",),
 }
 
 ALIASES: dict[str, str] = {

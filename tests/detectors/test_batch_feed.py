@@ -21,6 +21,7 @@ from benchmarks import ingest as ingest_bench
 from rlguard_backend.stability import DETECTOR_TYPES, AlertEvent, DetectorSuite
 
 from .scenarios import SCENARIOS, Scenario, base_config, clip01, healthy, s8
+from .test_rollout_mismatch import drifting
 
 Run = list[tuple[int, dict[str, Any]]]
 SEEDS = (0, 1, 2)
@@ -488,6 +489,10 @@ def test_cases_exercise_every_detector() -> None:
     """The runs above make every detector speak, so equal events are not vacuous."""
     runs = [(s.config, s.run(0)) for s in SCENARIOS]
     runs += [(base_config(500), probes_run(36)), (base_config(700), collapse_and_recover(30))]
+    rng = random.Random(0)
+    runs.append(
+        (base_config(300), [(t, {**healthy(t, rng), **drifting(t, rng)}) for t in range(300)])
+    )
     detectors = set()
     for config, run in runs:
         suite = DetectorSuite(config)

@@ -28,6 +28,9 @@ SMOOTHED_SIGNALS = (
     "kl_ref",
     "response_length",
     "response_clip_ratio",
+    "rollout_kl",
+    "rollout_logprob_diff",
+    "rollout_is_ess",
 )
 _HALF_LIFE_THRESHOLD = {"entropy": "half_life_entropy", "clipfrac": "half_life_clipfrac"}
 REWARD_WINDOW_POINTS = 50

@@ -25,6 +25,23 @@ DEFAULTS: dict[str, Thresholds] = {
         "half_life_clipfrac": 3,
         "half_life_other": 5,  # reward, Z, KL, length, truncation
     },
+    "rollout_mismatch": {
+        # Growth against the run's own start: dense models sit at 1e-5..1e-3 (k3 KL of engine
+        # vs trainer log-probs), MoE models at 1e-3..1e-1 (DETECTORS.md D9).
+        "kl_growth": 10.0,
+        "kl_floor": 1e-3,
+        "kl_level_warn": 0.1,  # beyond MoE's normal range (verl's metric guide: < 0.1 healthy)
+        "kl_level_critical": 0.5,  # verl's metric guide: > 0.5 a severe train-rollout gap
+        "kl_growth_critical": 100.0,
+        "kl_floor_critical": 1e-2,
+        "logprob_diff_warn": 0.1,  # slime's CI gate on train_rollout_logprob_abs_diff
+        "logprob_diff_critical": 0.5,
+        "corr_critical": 0.9,  # a broken MoE kernel: 0.999 -> 0.37
+        "ess_warn": 0.5,  # verl's metric guide: ESS/N > 0.5 healthy, < 0.2 degenerate
+        "ess_critical": 0.2,
+        "persistence": 3,
+        "clear_steps": 10,
+    },
     "nonfinite": {
         "grad_window_steps": 10,
         "grad_critical_count": 2,
