@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import RewardState, StepView
-from rlguard_backend.stability.primitives import rounded
+from rlguard_backend.stability.primitives import Lookback, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
 
 COLLAPSE_ADVICE = [
@@ -37,6 +37,7 @@ class EntropyCollapse(Detector):
         self.improving_streak = 0  # steps in a row with an improving reward trend
         # Running sums for the least-squares fit R = b - a * exp(H) (EM's empirical law).
         self.fit_sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # n, sum x, sum y, sum xx, sum xy
+        self.entropy_history = Lookback(int(self.thresholds["rise_window_steps"]))
 
     def missing(self, seen: frozenset[str]) -> str | None:
         if "entropy" not in seen:
@@ -54,6 +55,9 @@ class EntropyCollapse(Detector):
         th = self.thresholds
         self.recovered_streak = self.recovered_streak + 1 if rho > th["clear_ratio"] else 0
         self.improving_streak = self.improving_streak + 1 if view.reward.improving else 0
+        smoothed = view.smoothed["entropy"]
+        if smoothed is not None:
+            self.entropy_history.push(view.step, smoothed)
         if view.warm and view.reward.known:
             reward = view.finite("reward_mean")
             if reward is not None and entropy <= 50:  # exp(H) overflows long before H matters
@@ -179,6 +183,41 @@ class EntropyCollapse(Detector):
         )
         return message, facts
 
+    def _rise(self, view: StepView) -> tuple[float, float] | None:
+        """(entropy now, entropy rise_window_steps ago) when both are known."""
+        now = view.smoothed["entropy"]
+        before = self.entropy_history.ago(view.step, self.thresholds["rise_window_steps"])
+        return None if now is None or before is None else (now, before)
+
+    def _rising(self, view: StepView) -> Severity | None:
+        """E4 slow rise: far above its start, still climbing, and buying no reward."""
+        th, rise, rho = self.thresholds, self._rise(view), view.rho
+        if not view.warm or rise is None or rho is None or rho < th["rise_ratio"]:
+            return None
+        now, before = rise
+        longer = view.length_ratio is not None and view.length_ratio >= th["rise_ratio"]
+        unrewarded = (view.reward.known and not view.reward.rising) or longer
+        climbing = now >= before * (1 + th["rise_gain"])
+        return "warn" if climbing and unrewarded else None
+
+    def _describe_rising(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
+        start, (now, before) = view.baselines["entropy"] or 0.0, self._rise(view) or (0.0, 0.0)
+        window = int(self.thresholds["rise_window_steps"])
+        facts = {
+            "entropy_start": rounded(start),
+            "entropy": rounded(now),
+            f"entropy_{window}_steps_ago": rounded(before),
+            "length_ratio": rounded(view.length_ratio),
+            **view.reward.evidence(),
+        }
+        message = (
+            f"Entropy keeps climbing: {start:.3g} -> {now:.3g} nats ({view.rho or 0:.1f}x its "
+            f"start, +{now / before - 1 if before else 0:.0%} over the last {window} steps) "
+            f"while {view.reward.verdict()}: outputs drift toward noise before they turn to "
+            "gibberish."
+        )
+        return message, facts
+
     rules = (
         Rule(
             "entropy_collapse",
@@ -204,6 +243,14 @@ class EntropyCollapse(Detector):
             fires=_blowup,
             persistence="blowup_persistence",
             describe=_describe_blowup,
+            advice=BLOWUP_ADVICE,
+        ),
+        Rule(
+            "entropy_rising",
+            signals=("entropy", "reward_mean", "response_length"),
+            fires=_rising,
+            persistence="rise_persistence",
+            describe=_describe_rising,
             advice=BLOWUP_ADVICE,
         ),
     )

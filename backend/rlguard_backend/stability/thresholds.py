@@ -72,6 +72,11 @@ DEFAULTS: dict[str, Thresholds] = {
         "blowup_factor": 2.0,
         "blowup_margin": 1.0,
         "blowup_persistence": 5,
+        # E4 slow rise: entropy 1.5x its start and still +15 % over 100 steps, reward not rising
+        "rise_ratio": 1.5,
+        "rise_gain": 0.15,
+        "rise_window_steps": 100,
+        "rise_persistence": 10,
     },
     "no_learning_signal": {
         "zero_grad_share": 0.3,
