@@ -16,7 +16,7 @@ from dash.exceptions import PreventUpdate
 from rlguard_frontend import ids, routing, signin
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.page_prefetch import Key, PagePrefetch
-from rlguard_frontend.pages import compare, run_detail, runs, samples
+from rlguard_frontend.pages import compare, inbox, run_detail, runs, samples
 
 REFRESH_MS = 1000
 THEME_COOKIE_MAX_AGE_S = 365 * 24 * 3600
@@ -96,7 +96,11 @@ def create_dash_app(
                     [
                         dcc.Link("rlguard", href="/", className="brand"),
                         html.Nav(
-                            [dcc.Link("Runs", href="/"), dcc.Link("Compare", href="/compare")]
+                            [
+                                dcc.Link("Runs", href="/"),
+                                dcc.Link("Alerts", href="/alerts"),
+                                dcc.Link("Compare", href="/compare"),
+                            ]
                         ),
                         html.Button("◐ theme", id=ids.THEME_TOGGLE, className="button-small"),
                         *sign_out,
@@ -158,6 +162,6 @@ def create_dash_app(
         Input(ids.THEME, "data"),
     )
 
-    for page in (runs, run_detail, compare, samples):
+    for page in (runs, run_detail, compare, samples, inbox):
         page.register(app, client)
     return app

@@ -53,6 +53,13 @@ SAMPLE_PROMPT = "samples-prompt"
 SAMPLE_RESPONSE = "samples-response"
 SAMPLE_TOKENS = "samples-tokens"
 
+INBOX_SEVERITY = "inbox-severity"
+INBOX_ACKNOWLEDGE = "inbox-acknowledge"
+INBOX_RESOLVE = "inbox-resolve"
+INBOX_COUNT = "inbox-count"
+INBOX_ERROR = "inbox-error"
+INBOX_LIST = "inbox-list"
+
 # pattern-matching types
 PANEL_GRAPH = "run-panel-graph"
 PANEL_CARD = "run-panel-card"

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from dash import html
 
 from rlguard_frontend.api_client import ApiClient
-from rlguard_frontend.pages import compare, not_found_404, run_detail, runs, samples
+from rlguard_frontend.pages import compare, inbox, not_found_404, run_detail, runs, samples
 
 THEMES = ("light", "dark")
 THEME_COOKIE = "rlguard_theme"  # mirrors the theme store: the server draws a first page in it
@@ -35,6 +35,8 @@ def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
         return samples.layout(path.removeprefix("/runs/").removesuffix("/samples"), query)
     if path.startswith("/runs/") and len(path) > len("/runs/"):
         return run_detail.layout(path.removeprefix("/runs/"), client, theme)
+    if path.rstrip("/") == "/alerts":
+        return inbox.layout()
     if path.rstrip("/") == "/compare":
         wanted = parse_qs(query).get("runs", [""])[0]
         return compare.layout([r for r in wanted.split(",") if r])

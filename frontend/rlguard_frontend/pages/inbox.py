@@ -1,0 +1,104 @@
+"""The alerts inbox: open alerts of every run and project, worst and oldest first, handled in bulk.
+
+Each row links to its run's page; ticked rows are acknowledged (they stay open) or resolved
+together.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import Dash, Input, Output, State, ctx, dcc, html
+from dash.exceptions import PreventUpdate
+
+from rlguard_backend.schemas import AlertPublic
+from rlguard_frontend import ids, run_state
+from rlguard_frontend.alert_views import ACTIONS, SEVERITY_ORDER
+from rlguard_frontend.api_client import ApiClient, ApiError
+
+SEVERITIES = ("critical", "warn", "info")
+
+
+def layout() -> html.Div:
+    return html.Div(
+        [
+            html.H2("Alerts inbox"),
+            html.Div(
+                [
+                    dcc.Checklist(
+                        id=ids.INBOX_SEVERITY,
+                        options=list(SEVERITIES),
+                        value=["critical", "warn"],
+                        inline=True,
+                    ),
+                    html.Button("acknowledge", id=ids.INBOX_ACKNOWLEDGE, className="button-small"),
+                    html.Button("resolve", id=ids.INBOX_RESOLVE, className="button-small"),
+                    html.Span(id=ids.INBOX_COUNT, className="runs-count"),
+                ],
+                className="filters",
+            ),
+            html.Div(id=ids.INBOX_ERROR, className="error"),
+            dcc.Checklist(id=ids.INBOX_LIST, options=[], value=[], className="inbox-list"),
+        ],
+        className="inbox-page",
+    )
+
+
+def ordered(alerts: list[AlertPublic], severities: list[str]) -> list[AlertPublic]:
+    """The open alerts of the chosen severities: worst first, then the longest open."""
+    chosen = [a for a in alerts if a.status == "open" and a.severity in severities]
+    return sorted(chosen, key=lambda a: (SEVERITY_ORDER[a.severity], a.created_at))
+
+
+def row(alert: AlertPublic) -> dict[str, Any]:
+    """A checklist option: the alert as text and links (never markup), its id as the value."""
+    label = html.Span(
+        [
+            html.Span(alert.severity, className=f"sev sev-{alert.severity}"),
+            html.Span(alert.detector, className="detector"),
+            dcc.Link(alert.run_id, href=f"/runs/{alert.run_id}", className="inbox-run"),
+            html.Span(f"steps {alert.first_step}–{alert.last_step}", className="steps"),
+            html.Span(
+                f"open {run_state.age(alert.created_at)}"
+                + (" · ack" if alert.acknowledged else ""),
+                className="astatus",
+            ),
+            html.Span(alert.message, className="inbox-message"),
+        ],
+        className="inbox-row",
+    )
+    return {"label": label, "value": alert.id}
+
+
+def register(app: Dash, client: ApiClient) -> None:
+    @app.callback(
+        Output(ids.INBOX_LIST, "options"),
+        Output(ids.INBOX_LIST, "value"),
+        Output(ids.INBOX_COUNT, "children"),
+        Output(ids.INBOX_ERROR, "children"),
+        Input(ids.TICK, "n_intervals"),
+        Input(ids.INBOX_SEVERITY, "value"),
+        Input(ids.INBOX_ACKNOWLEDGE, "n_clicks"),
+        Input(ids.INBOX_RESOLVE, "n_clicks"),
+        State(ids.INBOX_LIST, "value"),
+        State(ids.INBOX_LIST, "options"),
+    )
+    def show_inbox(
+        _tick: Any, severities: list[str], _ack: Any, _resolve: Any, ticked: Any, shown: Any
+    ) -> tuple:
+        action = {ids.INBOX_ACKNOWLEDGE: "acknowledge", ids.INBOX_RESOLVE: "resolve"}.get(
+            str(ctx.triggered_id)
+        )
+        try:
+            if action:
+                for alert_id in ticked or []:
+                    client.update_alert(alert_id, ACTIONS[action])
+            alerts = ordered(client.list_alerts(status="open").data, severities or [])
+        except ApiError as exc:
+            return shown or [], ticked or [], "", str(exc)
+        options = [row(alert) for alert in alerts]
+        kept = [] if action else [a for a in ticked or [] if a in {o["value"] for o in options}]
+        same = [o["value"] for o in options] == [o["value"] for o in shown or []]
+        if ctx.triggered_id == ids.TICK and same and kept == (ticked or []):
+            raise PreventUpdate  # a tick that found nothing new keeps the page as it is
+        return options, kept, f"{len(alerts)} open alert(s)", ""
