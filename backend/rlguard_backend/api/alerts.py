@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 from sqlalchemy.orm import Session
 
 from rlguard_backend import alerts, repository
-from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, WriterDep
+from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, Limit, Offset, WriterDep
 from rlguard_backend.models import utcnow
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,
@@ -20,8 +20,6 @@ from rlguard_backend.schemas import (
 )
 
 router = APIRouter(prefix="/v1", tags=["alerts"], responses=ERROR_RESPONSES)
-Limit = Annotated[int, Query(ge=1, le=1000)]
-Offset = Annotated[int, Query(ge=0)]
 
 
 def _alert_list(session: Session, **filters: Any) -> AlertList:

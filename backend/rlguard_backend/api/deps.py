@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
 from rlguard_backend import auth
 from rlguard_backend.auth import Identity
@@ -41,6 +41,10 @@ async def admit_write(request: Request) -> AsyncIterator[Database]:
     finally:
         database.gate.leave()
 
+
+# Paging of every list endpoint.
+Limit = Annotated[int, Query(ge=1, le=1000)]
+Offset = Annotated[int, Query(ge=0)]
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[Database, Depends(get_database)]

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Response, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rlguard_backend import detection, repository
-from rlguard_backend.api.deps import ADMIN, READ, WRITE, DatabaseDep, SettingsDep, WriterDep
+from rlguard_backend.api.deps import (
+    ADMIN,
+    READ,
+    WRITE,
+    DatabaseDep,
+    Limit,
+    Offset,
+    SettingsDep,
+    WriterDep,
+)
 from rlguard_backend.config import Settings
 from rlguard_backend.errors import InvalidField, NotFound
 from rlguard_backend.models import Run
@@ -103,8 +112,8 @@ async def list_runs(
     project: str | None = None,
     status: RunStatus | None = None,
     tag: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Limit = 50,
+    offset: Offset = 0,
 ) -> RunList:
     def read(session: Session) -> RunList:
         runs, count = repository.list_runs(

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rlguard_backend import alerts, ingest, repository, samples
 from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_body
-from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
+from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, Limit, Offset, SettingsDep, WriterDep
 from rlguard_backend.db import write_session
 from rlguard_backend.errors import InvalidField
 from rlguard_backend.samples import SORT_FIELDS, SampleQuery
@@ -24,8 +24,6 @@ from rlguard_backend.schemas import (
 )
 
 router = APIRouter(prefix="/v1", tags=["samples"], responses=ERROR_RESPONSES)
-Limit = Annotated[int, Query(ge=1, le=1000)]
-Offset = Annotated[int, Query(ge=0)]
 Order = Literal["asc", "desc"]
 SAMPLES_BODY_EXAMPLE = {
     "batch_id": "9c1d2e3f4a5b6c7d",
