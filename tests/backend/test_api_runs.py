@@ -194,3 +194,13 @@ def test_runs_delete_removes_the_run_and_all_it_stored(client: TestClient) -> No
     gone = client.delete("/api/v1/projects/del").json()
     assert gone == {"deleted": 1, "run_ids": [kept]}
     assert client.delete("/api/v1/projects/del").status_code == 404
+
+
+def test_list_offsets_past_the_database_integers_are_refused(client: TestClient) -> None:
+    for path in ("/api/v1/runs", "/api/v1/alerts"):
+        refused = client.get(path, params={"offset": 10**20})
+        assert (refused.status_code, refused.json()["detail"][0]["loc"]) == (
+            422,
+            ["query", "offset"],
+        )
+        assert client.get(path, params={"offset": 2**62}).json()["data"] == []

@@ -42,9 +42,9 @@ async def admit_write(request: Request) -> AsyncIterator[Database]:
         database.gate.leave()
 
 
-# Paging of every list endpoint.
+# Paging of every list endpoint; an offset past 2^62 would overflow the databases' integers.
 Limit = Annotated[int, Query(ge=1, le=1000)]
-Offset = Annotated[int, Query(ge=0)]
+Offset = Annotated[int, Query(ge=0, le=2**62)]
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[Database, Depends(get_database)]
