@@ -9,7 +9,16 @@ from sqlalchemy.orm import Session
 
 from rlguard_backend import points, sql
 from rlguard_backend.errors import Conflict, run_not_found
-from rlguard_backend.models import MetricKey, PointChunk, Rollup, Run, RunTag, as_utc, utcnow
+from rlguard_backend.models import (
+    Alert,
+    MetricKey,
+    PointChunk,
+    Rollup,
+    Run,
+    RunTag,
+    as_utc,
+    utcnow,
+)
 from rlguard_backend.rollups import BUCKET_WIDTHS
 from rlguard_backend.schemas import MetricKeyPublic, RunCreate, RunPublic, RunUpdate
 from rlguard_backend.signals import canonical_signal
@@ -20,6 +29,17 @@ def get_run(session: Session, run_id: str) -> Run:
     if run is None:
         raise run_not_found(run_id)
     return run
+
+
+def run_project(session: Session, run_id: str) -> str | None:
+    """The project of a run, None when there is no such run."""
+    return session.scalar(select(Run.project).where(Run.id == run_id))
+
+
+def alert_project(session: Session, alert_id: int) -> str | None:
+    """The project of an alert's run, None when there is no such alert."""
+    query = select(Run.project).join(Alert, Alert.run_id == Run.id).where(Alert.id == alert_id)
+    return session.scalar(query)
 
 
 def run_tags(session: Session, run_ids: Sequence[str]) -> dict[str, list[str]]:

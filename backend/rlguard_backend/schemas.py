@@ -281,7 +281,12 @@ TokenScope = Literal["read", "write", "admin"]
 class TokenCreate(BaseModel):
     name: str = Field(min_length=1, max_length=128, description="who or what holds it")
     scope: TokenScope
-    project: str | None = Field(default=None, max_length=128)
+    project: str | None = Field(
+        default=None,
+        max_length=128,
+        description="limit the token to this project's runs, alerts and samples; "
+        "none: every project",
+    )
 
 
 class TokenPublic(BaseModel):

@@ -8,7 +8,16 @@ from fastapi import APIRouter
 from sqlalchemy.orm import Session
 
 from rlguard_backend import alerts, repository
-from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, Limit, Offset, WriterDep
+from rlguard_backend.api.deps import (
+    READ,
+    WRITE,
+    DatabaseDep,
+    IdentityDep,
+    Limit,
+    Offset,
+    WriterDep,
+    project_filter,
+)
 from rlguard_backend.models import utcnow
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,
@@ -49,6 +58,7 @@ async def read_run_alerts(
 @router.get("/alerts", response_model=AlertList, dependencies=[READ])
 async def read_alerts(
     db: DatabaseDep,
+    identity: IdentityDep,
     project: str | None = None,
     run_id: str | None = None,
     status: AlertStatus | None = None,
@@ -58,6 +68,7 @@ async def read_alerts(
     offset: Offset = 0,
 ) -> AlertList:
     filters = dict(status=status, severity=severity, detector=detector, limit=limit, offset=offset)
+    project = project_filter(identity, project)
     return await db.read(
         lambda session: _alert_list(session, run_id=run_id, project=project, **filters)
     )

@@ -14,10 +14,12 @@ from rlguard_backend.api.deps import (
     READ,
     WRITE,
     DatabaseDep,
+    IdentityDep,
     Limit,
     Offset,
     SettingsDep,
     WriterDep,
+    project_filter,
 )
 from rlguard_backend.config import Settings
 from rlguard_backend.errors import InvalidField, NotFound
@@ -53,9 +55,14 @@ def _public(session: Session, run_id: str) -> RunPublic:
     responses={200: {"model": RunPublic, "description": "resumed: the run existed"}},
 )
 async def create_run(
-    data: RunCreate, db: WriterDep, settings: SettingsDep, response: Response
+    data: RunCreate,
+    db: WriterDep,
+    settings: SettingsDep,
+    identity: IdentityDep,
+    response: Response,
 ) -> RunPublic:
     """Create a run with a client-chosen id, or resume it (200) when it exists."""
+    project_filter(identity, data.project)
     _check_config(data.config, settings)
 
     def create_or_resume(session: Session) -> tuple[RunPublic, bool]:
@@ -109,12 +116,15 @@ async def delete_project(project: str, db: WriterDep) -> RunsDeleted:
 @router.get("", response_model=RunList, dependencies=[READ])
 async def list_runs(
     db: DatabaseDep,
+    identity: IdentityDep,
     project: str | None = None,
     status: RunStatus | None = None,
     tag: str | None = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> RunList:
+    project = project_filter(identity, project)
+
     def read(session: Session) -> RunList:
         runs, count = repository.list_runs(
             session, project=project, status=status, tag=tag, limit=limit, offset=offset
