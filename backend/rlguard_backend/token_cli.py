@@ -22,7 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     create = actions.add_parser("create", help="issue a token and print it (shown once)")
     create.add_argument("--name", required=True, help="who or what holds it, e.g. 'ci-trainers'")
     create.add_argument("--scope", required=True, choices=[s.name for s in auth.Scope])
-    create.add_argument("--project", default=None, help="limit the token to this project's runs, alerts and samples")
+    create.add_argument(
+        "--project", default=None, help="limit the token to this project's runs and alerts"
+    )
     actions.add_parser("list", help="the tokens, without their secrets")
     revoke = actions.add_parser("revoke", help="revoke a token by its id")
     revoke.add_argument("token_id", type=int)
