@@ -51,7 +51,11 @@ class ServerThread:
         self.sock = sock or bind_socket(host, port)
         self.url = base_url(self.sock)
         config = uvicorn.Config(
-            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
+            app,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+            proxy_headers=False,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._serve, name="rlguard-uvicorn", daemon=True)
@@ -139,8 +143,13 @@ def serve_socket(app: Any, sock: socket.socket, shutdown_timeout_s: float) -> in
     still inside the database (a lock held from outside this process) is left behind: its
     transaction was never committed, so nothing acknowledged is lost.
     """
+    # proxy_headers off: the client address stays the TCP peer, which is what an SSO proxy's
+    # identity header is trusted by (X-Forwarded-For would let any client name another peer).
     config = uvicorn.Config(
-        app, log_level="warning", timeout_graceful_shutdown=max(1, round(shutdown_timeout_s))
+        app,
+        log_level="warning",
+        timeout_graceful_shutdown=max(1, round(shutdown_timeout_s)),
+        proxy_headers=False,
     )
     try:
         uvicorn.Server(config).run(sockets=[sock])

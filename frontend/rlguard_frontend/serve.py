@@ -14,6 +14,7 @@ from werkzeug.wsgi import FileWrapper
 
 from rlguard_backend.api.deps import PUBLIC
 from rlguard_frontend.app import create_dash_app
+from rlguard_frontend.signin import ProxyTrust
 
 API_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 # a2wsgi hands each body chunk to the event loop and waits for it; Flask sends files in 8 KiB
@@ -39,6 +40,13 @@ def dashboard_asgi(dash_app: Any) -> Any:
     return GZipMiddleware(asgi, minimum_size=GZIP_MIN_BYTES, compresslevel=GZIP_LEVEL)
 
 
+def proxy_trust(settings: Any) -> ProxyTrust | None:
+    """The SSO proxy the settings trust, or None (viewers sign in with a token)."""
+    if not settings.identity_header:
+        return None
+    return ProxyTrust(settings.identity_header, settings.proxy_networks)
+
+
 def combined_app(settings: Any, public_url: str) -> Any:
     """The API under ``/api`` and the dashboard at ``/`` in one ASGI app."""
     from rlguard_backend.main import create_app
@@ -56,7 +64,10 @@ def combined_app(settings: Any, public_url: str) -> Any:
         return JSONResponse({"detail": f"no API endpoint {settings.api_prefix}/{path}"}, 404)
 
     dash_app = create_dash_app(
-        f"{public_url}{settings.api_prefix}", sign_in=app.state.auth_required
+        f"{public_url}{settings.api_prefix}",
+        sign_in=app.state.auth_required,
+        token=os.environ.get("RLGUARD_TOKEN"),
+        trust=proxy_trust(settings),
     )
     app.mount("/", dashboard_asgi(dash_app))
     return app
@@ -104,7 +115,10 @@ def run(args: argparse.Namespace) -> int:
 
         # Off loopback, viewers sign in; on it, the dashboard may use a token of its own.
         dash_app = create_dash_app(
-            args.api, sign_in=not is_loopback(args.host), token=os.environ.get("RLGUARD_TOKEN")
+            args.api,
+            sign_in=not is_loopback(args.host),
+            token=os.environ.get("RLGUARD_TOKEN"),
+            trust=proxy_trust(settings),
         )
         app: Any = dashboard_asgi(dash_app)
         print(f"rlguard dashboard on {url}/ reading {args.api}", flush=True)
