@@ -194,10 +194,16 @@ def list_alerts(
     status: str | None = None,
     severity: str | None = None,
     detector: str | None = None,
+    archived: bool | None = False,
     limit: int = 100,
     offset: int = 0,
 ) -> tuple[list[Alert], int]:
+    """Alerts by filter; ``archived``: False leaves archived runs' out, True only theirs, None
+    every run's."""
     query = select(Alert)
+    if archived is not None:
+        archive = Run.archived_at.is_not(None) if archived else Run.archived_at.is_(None)
+        query = query.where(Alert.run_id.in_(select(Run.id).where(archive)))
     filters = {
         Alert.run_id: run_id,
         Alert.status: status,

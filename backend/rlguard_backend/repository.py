@@ -65,6 +65,7 @@ def to_public(run: Run, tags: list[str]) -> RunPublic:
         created_at=as_utc(run.created_at),
         updated_at=as_utc(run.updated_at),
         last_heartbeat_at=as_utc(run.last_heartbeat_at) if run.last_heartbeat_at else None,
+        archived_at=as_utc(run.archived_at) if run.archived_at else None,
     )
 
 
@@ -79,6 +80,7 @@ def create_or_resume_run(session: Session, data: RunCreate) -> tuple[Run, bool]:
                 " resume it with its own project or choose another run id"
             )
         run.status, run.updated_at, run.last_heartbeat_at = "running", now, now
+        run.archived_at = None  # a run trained again is in use again
         run.name = data.name or run.name
         run.config = {**(run.config or {}), **data.config}
         _add_tags(session, run.id, data.tags)
@@ -114,10 +116,13 @@ def list_runs(
     project: str | None = None,
     status: str | None = None,
     tag: str | None = None,
+    archived: bool = False,
     limit: int = 50,
     offset: int = 0,
 ) -> tuple[list[Run], int]:
-    query = select(Run)
+    query = select(Run).where(
+        Run.archived_at.is_not(None) if archived else Run.archived_at.is_(None)
+    )
     if project is not None:
         query = query.where(Run.project == project)
     if status is not None:
@@ -127,6 +132,14 @@ def list_runs(
     count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     page = query.order_by(Run.created_at.desc(), Run.id).limit(limit).offset(offset)
     return list(session.scalars(page)), count
+
+
+def set_archived(session: Session, run_ids: Sequence[str], archived: bool) -> None:
+    """Archive the runs (kept whole, left out of the lists), or bring them back."""
+    when = utcnow() if archived else None
+    for run in session.scalars(select(Run).where(Run.id.in_(run_ids))):
+        if archived != (run.archived_at is not None):
+            run.archived_at, run.updated_at = when, utcnow()
 
 
 def update_run(session: Session, run: Run, data: RunUpdate) -> Run:

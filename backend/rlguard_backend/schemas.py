@@ -89,6 +89,11 @@ class RunsDeleted(BaseModel):
     run_ids: list[str]
 
 
+class RunsArchived(BaseModel):
+    archived: bool = Field(description="true: archived now; false: back in the lists")
+    run_ids: list[str]
+
+
 class RunRewind(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -108,6 +113,9 @@ class RunPublic(BaseModel):
     created_at: datetime
     updated_at: datetime
     last_heartbeat_at: datetime | None
+    archived_at: datetime | None = Field(
+        default=None, description="set while archived: left out of the run and alert lists"
+    )
 
 
 class RunList(BaseModel):

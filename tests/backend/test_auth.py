@@ -103,6 +103,16 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ("GET", "/api/v1/runs/{run_id}"): lambda: (run, None),
         ("DELETE", "/api/v1/runs/{run_id}"): lambda: (f"{API}/runs/{new_run()}", None),
         ("DELETE", "/api/v1/projects/{project}"): new_project_path,
+        ("POST", "/api/v1/runs/{run_id}/archive"): lambda: (f"{run}/archive", None),
+        ("DELETE", "/api/v1/runs/{run_id}/archive"): lambda: (f"{run}/archive", None),
+        ("POST", "/api/v1/projects/{project}/archive"): lambda: (
+            f"{API}/projects/auth/archive",
+            None,
+        ),
+        ("DELETE", "/api/v1/projects/{project}/archive"): lambda: (
+            f"{API}/projects/auth/archive",
+            None,
+        ),
         ("PATCH", "/api/v1/runs/{run_id}"): lambda: (run, {"name": "renamed"}),
         ("POST", "/api/v1/runs/{run_id}/heartbeat"): lambda: (f"{run}/heartbeat", {}),
         ("POST", "/api/v1/runs/{run_id}/detect"): lambda: (f"{run}/detect", {"apply": False}),

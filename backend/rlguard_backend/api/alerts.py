@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from sqlalchemy.orm import Session
 
 from rlguard_backend import alerts, repository
@@ -50,7 +50,7 @@ async def read_run_alerts(
 
     def read(session: Session) -> AlertList:
         repository.get_run(session, run_id)
-        return _alert_list(session, run_id=run_id, **filters)
+        return _alert_list(session, run_id=run_id, archived=None, **filters)
 
     return await db.read(read)
 
@@ -64,10 +64,12 @@ async def read_alerts(
     status: AlertStatus | None = None,
     severity: Severity | None = None,
     detector: str | None = None,
+    archived: Annotated[bool, Query(description="true: the alerts of archived runs")] = False,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> AlertList:
     filters = dict(status=status, severity=severity, detector=detector, limit=limit, offset=offset)
+    filters["archived"] = archived
     project = project_filter(identity, project)
     return await db.read(
         lambda session: _alert_list(session, run_id=run_id, project=project, **filters)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Query, Response, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -33,6 +33,7 @@ from rlguard_backend.schemas import (
     RunList,
     RunPublic,
     RunRewind,
+    RunsArchived,
     RunsDeleted,
     RunStatus,
     RunUpdate,
@@ -103,14 +104,58 @@ async def delete_project(project: str, db: WriterDep) -> RunsDeleted:
     """Delete every run of a project with everything stored for them."""
 
     def remove(session: Session) -> RunsDeleted:
-        run_ids = list(session.scalars(select(Run.id).where(Run.project == project)))
-        if not run_ids:
-            raise NotFound(f"project {project!r} has no runs; GET /api/v1/runs lists them")
+        run_ids = _project_runs(session, project)
         deleted = repository.delete_runs(session, run_ids)
         session.commit()
-        return RunsDeleted(deleted=deleted, run_ids=sorted(run_ids))
+        return RunsDeleted(deleted=deleted, run_ids=run_ids)
 
     return await db.write(remove)
+
+
+@router.post("/{run_id}/archive", response_model=RunPublic, dependencies=[ADMIN])
+async def archive_run(run_id: str, db: WriterDep) -> RunPublic:
+    """Archive a run: kept whole, left out of the run and alert lists until brought back
+    (DELETE this path) or trained again."""
+    return await db.write(lambda session: _archive(session, [run_id], True, run_id))
+
+
+@router.delete("/{run_id}/archive", response_model=RunPublic, dependencies=[ADMIN])
+async def unarchive_run(run_id: str, db: WriterDep) -> RunPublic:
+    """Bring an archived run back into the lists."""
+    return await db.write(lambda session: _archive(session, [run_id], False, run_id))
+
+
+def _archive(session: Session, run_ids: list[str], archived: bool, run_id: str) -> RunPublic:
+    repository.get_run(session, run_id)
+    repository.set_archived(session, run_ids, archived)
+    session.commit()
+    return _public(session, run_id)
+
+
+def _project_runs(session: Session, project: str) -> list[str]:
+    run_ids = sorted(session.scalars(select(Run.id).where(Run.project == project)))
+    if not run_ids:
+        raise NotFound(f"project {project!r} has no runs; GET /api/v1/runs lists them")
+    return run_ids
+
+
+@projects.post("/{project}/archive", response_model=RunsArchived, dependencies=[ADMIN])
+async def archive_project(project: str, db: WriterDep) -> RunsArchived:
+    """Archive every run of a project."""
+    return await db.write(lambda session: _archive_project(session, project, True))
+
+
+@projects.delete("/{project}/archive", response_model=RunsArchived, dependencies=[ADMIN])
+async def unarchive_project(project: str, db: WriterDep) -> RunsArchived:
+    """Bring every run of a project back into the lists."""
+    return await db.write(lambda session: _archive_project(session, project, False))
+
+
+def _archive_project(session: Session, project: str, archived: bool) -> RunsArchived:
+    run_ids = _project_runs(session, project)
+    repository.set_archived(session, run_ids, archived)
+    session.commit()
+    return RunsArchived(archived=archived, run_ids=run_ids)
 
 
 @router.get("", response_model=RunList, dependencies=[READ])
@@ -120,6 +165,7 @@ async def list_runs(
     project: str | None = None,
     status: RunStatus | None = None,
     tag: str | None = None,
+    archived: Annotated[bool, Query(description="true: the archived runs instead")] = False,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> RunList:
@@ -127,7 +173,13 @@ async def list_runs(
 
     def read(session: Session) -> RunList:
         runs, count = repository.list_runs(
-            session, project=project, status=status, tag=tag, limit=limit, offset=offset
+            session,
+            project=project,
+            status=status,
+            tag=tag,
+            archived=archived,
+            limit=limit,
+            offset=offset,
         )
         tags = repository.run_tags(session, [r.id for r in runs])
         return RunList(data=[repository.to_public(r, tags[r.id]) for r in runs], count=count)
