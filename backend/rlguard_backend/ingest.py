@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, TypeVar
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
-from rlguard_backend import points, repository, sql
+from rlguard_backend import points, repository, sql, storage
 from rlguard_backend.errors import MalformedRequest, PayloadTooLarge, run_not_found
 from rlguard_backend.models import utcnow
 from rlguard_backend.points import Columns
@@ -213,8 +213,10 @@ def _store(
     keys = repository.ensure_key_ids(session, run_id, grouped, aliases)
     by_id = {keys[name][0]: columns for name, columns in grouped.items()}
     before = {keys[name][0]: keys[name][1] for name in grouped}
-    after = points.store_points(session, by_id, before)
-    points.update_rollups(session, by_id, {key_id: t.last_step for key_id, t in before.items()})
+    after = storage.STORE.store_points(session, by_id, before)
+    storage.STORE.update_rollups(
+        session, by_id, {key_id: t.last_step for key_id, t in before.items()}
+    )
     _store_tails(session, after)
     return max(columns.steps[-1] for columns in grouped.values())
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import points, sql
+from rlguard_backend import points, sql, storage
 from rlguard_backend.errors import Conflict, run_not_found
 from rlguard_backend.models import (
     Alert,
@@ -163,11 +163,11 @@ def heartbeat(session: Session, run: Run) -> Run:
 def rewind_run(session: Session, run: Run, step: int) -> Run:
     """Supersede every point and sample after ``step``: a restarted trainer rewrites them."""
     keys = list(session.scalars(select(MetricKey).where(MetricKey.run_id == run.id)))
-    points.delete_after(session, [k.id for k in keys], step)
+    storage.STORE.delete_after(session, [k.id for k in keys], step)
     sql.execute(session, "DELETE FROM samples WHERE run_id = ? AND step > ?", (run.id, step))
     for key in keys:
         if key.last_step is not None and key.last_step > step:
-            tail = points.key_tail(session, key.id)
+            tail = storage.STORE.key_tail(session, key.id)
             key.last_step, key.tail_step, key.tail_count = (
                 tail.last_step,
                 tail.tail_step,
