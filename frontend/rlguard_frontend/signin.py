@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network, ip_address
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import flask
 from markupsafe import escape
@@ -95,6 +95,8 @@ def install(
     def require_sign_in() -> Any:
         REQUEST_TOKEN.set(None)  # a worker thread serves many viewers: never reuse a token
         request = flask.request
+        if request.method == "POST" and not same_origin(request):
+            return flask.jsonify(detail="cross-site request refused"), 403
         if request.path in (login, logout) or request.path.startswith(open_paths):
             return None
         if trust is not None and trust.viewer(request.remote_addr, request.headers):
@@ -134,6 +136,18 @@ def install(
         response = flask.redirect(login)
         response.delete_cookie(COOKIE, path=prefix)
         return response
+
+
+def same_origin(request: flask.Request) -> bool:
+    """False for a request another site's page made the browser send (its Origin says so).
+
+    The cookie is SameSite=Strict, but an SSO proxy's own session may not be: this keeps the
+    state-changing callbacks (acknowledge, resolve) safe behind one too.
+    """
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True  # no browser sends a cross-origin POST without one
+    return urlsplit(origin).netloc == request.host
 
 
 def check_token(client: ApiClient, token: str) -> str:

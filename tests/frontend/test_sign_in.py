@@ -148,3 +148,17 @@ def test_sign_in_sso_needs_a_dashboard_token_and_both_settings(
         sso_dashboard(sqlite_url, "127.0.0.1")
     with pytest.raises(ValueError, match="go together"):
         Settings(identity_header="X-Forwarded-User")
+
+
+def test_sign_in_cross_site_posts_are_refused(guarded: tuple[Any, dict[str, str]]) -> None:
+    """Another site's page cannot make a signed-in browser change state (acknowledge, resolve):
+    its Origin names the other site."""
+    server, tokens = guarded
+    cookies = {"rlguard_session": tokens["write"]}
+    update = f"{server.url}/_dash-update-component"
+    evil = httpx.post(update, json={}, cookies=cookies, headers={"Origin": "https://evil.example"})
+    assert evil.status_code == 403 and "cross-site" in evil.json()["detail"]
+    own = httpx.post(update, json={}, cookies=cookies, headers={"Origin": server.url})
+    assert own.status_code != 403
+    login = httpx.post(f"{server.url}/login", data={"token": "x"}, headers={"Origin": "null"})
+    assert login.status_code == 403
