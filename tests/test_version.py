@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_version_is_declared_once_and_read_everywhere() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
-    assert re.search(r"^version\s*=", pyproject, re.MULTILINE) is None
+    project = pyproject.split("\n[", 2)[1]  # the [project] table, up to the next table
+    assert re.search(r"^version\s*=", project, re.MULTILINE) is None
     assert 'dynamic = ["version"]' in pyproject
     assert 'version = { attr = "rlguard.__version__" }' in pyproject
     installed = version("rlguard")
