@@ -39,10 +39,10 @@ format: setup
 # The docs site (MkDocs, Material) into ./site; --strict fails on any warning: a broken link,
 # a missing anchor, a page outside the nav. The REST reference is rendered from the OpenAPI schema.
 docs: setup
-	$(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 docs-serve: setup
-	$(VENV)/bin/mkdocs serve --strict
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict
 
 BENCHMARKS := ingest query hook_overhead demo_overhead detectors dashboard samples
 
