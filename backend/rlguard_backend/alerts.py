@@ -24,6 +24,7 @@ SEVERITY_ICON = {
 
 
 def to_public(alert: Alert) -> AlertPublic:
+    """An alert row as the API answers it (times in UTC)."""
     return AlertPublic(
         id=alert.id,
         run_id=alert.run_id,
@@ -164,6 +165,7 @@ def _enqueue(
 
 
 def webhook_payload(run: Run, alert: Alert, change: str, fmt: str) -> dict[str, Any]:
+    """The message a webhook receives for one alert change: plain JSON, or Slack blocks."""
     body = {
         "event": f"alert.{change}",
         "run": {"id": run.id, "project": run.project, "name": run.name},
@@ -221,6 +223,7 @@ def list_alerts(
 
 
 def get_alert(session: Session, alert_id: int) -> Alert:
+    """The alert, or 404 naming where the alerts are listed."""
     alert = session.get(Alert, alert_id)
     if alert is None:
         raise NotFound(f"alert {alert_id} not found; GET /api/v1/alerts lists them")

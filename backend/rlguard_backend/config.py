@@ -161,4 +161,5 @@ class Settings(BaseSettings):
 
     @property
     def is_sqlite(self) -> bool:
+        """True when the database is a SQLite file (WAL, write lock, checkpointer)."""
         return self.database_url.startswith("sqlite")

@@ -67,6 +67,7 @@ def parse_body(model: type[Body], raw: bytes, fields: str) -> Body:
 
 
 def parse_batch(raw: bytes, max_points: int) -> BatchIn:
+    """Decode and validate a points batch; 413 past ``max_points``, 422 naming the field."""
     batch = parse_body(BatchIn, raw, "batch_id and steps")
     count = sum(len(step.values) for step in batch.steps)
     if count > max_points:
@@ -198,6 +199,7 @@ def _aliases(config: dict[str, Any]) -> dict[str, str] | None:
 
 
 def batch_seen(session: Session, run_id: str, batch_id: str) -> bool:
+    """True when this batch id was stored for the run before (a replay)."""
     found = sql.fetchall(
         session,
         "SELECT 1 FROM ingested_batches WHERE run_id = ? AND batch_id = ?",

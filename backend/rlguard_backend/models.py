@@ -33,6 +33,7 @@ NAMING_CONVENTION = {
 
 
 def utcnow() -> datetime:
+    """The current time, timezone-aware UTC (every stored time is UTC)."""
     return datetime.now(timezone.utc)
 
 

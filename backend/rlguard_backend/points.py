@@ -154,6 +154,7 @@ def encode(rows: Sequence[Row]) -> tuple[bytes, bytes, bytes]:
 
 
 def decode(step_data: bytes, value_data: bytes, time_data: bytes) -> list[Row]:
+    """A chunk's three packed arrays back into ``(step, value, wall_time)`` rows (NaN as None)."""
     steps = _unpack("q", step_data).tolist()
     values = _none_for_nan(_unpack("d", value_data))
     times = _none_for_nan(_unpack("d", time_data))

@@ -25,6 +25,7 @@ from rlguard_backend.signals import canonical_signal
 
 
 def get_run(session: Session, run_id: str) -> Run:
+    """The run, or 404 naming how to create it."""
     run = session.get(Run, run_id)
     if run is None:
         raise run_not_found(run_id)
@@ -43,6 +44,7 @@ def alert_project(session: Session, alert_id: int) -> str | None:
 
 
 def run_tags(session: Session, run_ids: Sequence[str]) -> dict[str, list[str]]:
+    """Each run's tags, sorted, in one query."""
     tags: dict[str, list[str]] = {run_id: [] for run_id in run_ids}
     if run_ids:
         query = select(RunTag.run_id, RunTag.tag).where(RunTag.run_id.in_(run_ids))
@@ -52,6 +54,7 @@ def run_tags(session: Session, run_ids: Sequence[str]) -> dict[str, list[str]]:
 
 
 def to_public(run: Run, tags: list[str]) -> RunPublic:
+    """A run row with its tags as the API answers it (times in UTC)."""
     return RunPublic(
         id=run.id,
         project=run.project,
@@ -120,6 +123,7 @@ def list_runs(
     limit: int = 50,
     offset: int = 0,
 ) -> tuple[list[Run], int]:
+    """One page of runs newest first, and how many match the filters in all."""
     query = select(Run).where(
         Run.archived_at.is_not(None) if archived else Run.archived_at.is_(None)
     )
@@ -143,6 +147,7 @@ def set_archived(session: Session, run_ids: Sequence[str], archived: bool) -> No
 
 
 def update_run(session: Session, run: Run, data: RunUpdate) -> Run:
+    """Apply a run update (status, name, merged summary); the caller commits."""
     if data.status is not None:
         run.status = data.status
     if data.name is not None:
@@ -154,6 +159,7 @@ def update_run(session: Session, run: Run, data: RunUpdate) -> Run:
 
 
 def heartbeat(session: Session, run: Run) -> Run:
+    """Record a heartbeat; a run marked crashed that beats again is running again."""
     run.last_heartbeat_at = run.updated_at = utcnow()
     if run.status == "crashed":
         run.status = "running"
@@ -212,6 +218,7 @@ def _key_ids(session: Session, run_id: str) -> dict[str, tuple[int, points.KeyTa
 
 
 def run_keys(session: Session, run_id: str) -> list[MetricKey]:
+    """The run's metric keys by name."""
     query = select(MetricKey).where(MetricKey.run_id == run_id).order_by(MetricKey.name)
     return list(session.scalars(query))
 

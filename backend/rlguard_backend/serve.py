@@ -32,6 +32,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def base_url(sock: socket.socket) -> str:
+    """The URL a listening socket answers on (IPv6 hosts bracketed)."""
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}"
@@ -64,6 +65,7 @@ class ServerThread:
         self.server.run(sockets=[self.sock])
 
     def start(self) -> ServerThread:
+        """Start uvicorn and wait until it accepts connections (RuntimeError if it cannot)."""
         self.thread.start()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self.server.started:
@@ -73,6 +75,7 @@ class ServerThread:
         return self
 
     def stop(self) -> None:
+        """Ask uvicorn to exit and wait for it (bounded)."""
         self.server.should_exit = True
         self.thread.join(timeout=30)
         self.sock.close()
@@ -85,6 +88,7 @@ class ServerThread:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``rlguard server`` and ``rlguard db``."""
     command = parser.prog.split()[-1]
     if command == "db":
         parser.add_argument("action", choices=["upgrade", "downgrade", "current", "backup"])
@@ -172,6 +176,7 @@ def _exit_past_busy_threads(deadline: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``rlguard server`` or ``rlguard db``; the exit status."""
     from rlguard_backend import requestlog
 
     settings = _settings(args)

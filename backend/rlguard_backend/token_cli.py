@@ -18,6 +18,7 @@ from rlguard_backend.models import ApiToken
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The actions and options of ``rlguard token``."""
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser("create", help="issue a token and print it (shown once)")
     create.add_argument("--name", required=True, help="who or what holds it, e.g. 'ci-trainers'")
@@ -33,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``rlguard token create | list | revoke`` on the database; the exit status."""
     settings = Settings(**({"database_url": args.database_url} if args.database_url else {}))
     engine = make_engine(settings.database_url)
     try:

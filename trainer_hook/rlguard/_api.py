@@ -39,6 +39,7 @@ class Api:
         return f"Api({self.url!r})"
 
     def close(self) -> None:
+        """Close the HTTP connection (the client reconnects if used again)."""
         self._transport.close()
 
     def __enter__(self) -> Api:
@@ -72,6 +73,7 @@ class Api:
         return list(self._pages("/runs", project=project, status=status, tag=tag, archived=flag))
 
     def run(self, run_id: str) -> dict[str, Any]:
+        """One run by id: project, name, status, config, summary, tags, last step."""
         run: dict[str, Any] = self._get(f"/runs/{_quote(run_id)}")
         return run
 

@@ -24,6 +24,7 @@ IMPORT_FLUSH_EVERY_STEPS = 2000  # keeps the in-memory queue small on big files
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``rlguard sync | follow | import | export | detect``."""
     command = parser.prog.split()[-1]
     parser.add_argument("--url", default=None, help=f"service address (default {DEFAULT_URL})")
     parser.add_argument("--token", default=None, help="API token (default RLGUARD_TOKEN)")
@@ -75,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the chosen hook subcommand; the exit status."""
     commands = {
         "sync": sync,
         "follow": follow,

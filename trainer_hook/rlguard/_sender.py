@@ -105,6 +105,7 @@ class Sender:
     # ---- the caller's side -------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the sender thread."""
         self._thread.start()
 
     def flush(self, timeout_s: float) -> bool:

@@ -42,6 +42,7 @@ class Transport:
         return f"Transport({self.url!r})"
 
     def close(self) -> None:
+        """Close the keep-alive connection; the next request opens a new one."""
         if self._connection is not None:
             self._connection.close()
             self._connection = None
@@ -99,15 +100,19 @@ class Transport:
         return Answer(response.status, target, data, retry_after_s)
 
     def send_json(self, method: str, path: str, payload: dict[str, Any]) -> Any:
+        """Send ``payload`` as strict JSON (no NaN) and return the decoded answer."""
         return self.request(method, path, json.dumps(payload, allow_nan=False).encode())
 
     def create_run(self, payload: dict[str, Any]) -> Any:
+        """``POST /runs``: create or resume the run."""
         return self.send_json("POST", "/runs", payload)
 
     def post_batch(self, run_id: str, gzipped_body: bytes) -> Any:
+        """``POST /runs/{id}/batches`` with a gzipped points batch."""
         return self.request("POST", f"/runs/{_quote(run_id)}/batches", gzipped_body, gzipped=True)
 
     def post_samples(self, run_id: str, gzipped_body: bytes) -> Any:
+        """``POST /runs/{id}/samples`` with a gzipped samples batch."""
         return self.request("POST", f"/runs/{_quote(run_id)}/samples", gzipped_body, gzipped=True)
 
     def post_kind(self, kind: str, run_id: str, gzipped_body: bytes) -> Any:
@@ -117,12 +122,15 @@ class Transport:
         return self.post_batch(run_id, gzipped_body)
 
     def update_run(self, run_id: str, payload: dict[str, Any]) -> Any:
+        """``PATCH /runs/{id}``: status, name or summary."""
         return self.send_json("PATCH", f"/runs/{_quote(run_id)}", payload)
 
     def heartbeat(self, run_id: str) -> Any:
+        """``POST /runs/{id}/heartbeat``: the run is alive."""
         return self.request("POST", f"/runs/{_quote(run_id)}/heartbeat", b"{}")
 
     def rewind(self, run_id: str, resume_from_step: int) -> Any:
+        """``POST /runs/{id}/rewind``: supersede what was stored after ``resume_from_step``."""
         return self.send_json(
             "POST", f"/runs/{_quote(run_id)}/rewind", {"resume_from_step": resume_from_step}
         )

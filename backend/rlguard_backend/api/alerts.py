@@ -46,6 +46,7 @@ async def read_run_alerts(
     limit: Limit = 500,
     offset: Offset = 0,
 ) -> AlertList:
+    """A run's alerts, filtered by status, severity and detector, one page at a time."""
     filters = dict(status=status, severity=severity, detector=detector, limit=limit, offset=offset)
 
     def read(session: Session) -> AlertList:
@@ -68,6 +69,7 @@ async def read_alerts(
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> AlertList:
+    """Alerts across runs (a token limited to a project sees its own); archived on request."""
     filters = dict(status=status, severity=severity, detector=detector, limit=limit, offset=offset)
     filters["archived"] = archived
     project = project_filter(identity, project)

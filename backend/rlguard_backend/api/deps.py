@@ -19,11 +19,13 @@ from rlguard_backend.errors import Forbidden, Saturated, Unauthorized
 
 
 async def get_settings(request: Request) -> Settings:
+    """The settings the app was built with."""
     settings: Settings = request.app.state.settings
     return settings
 
 
 async def get_database(request: Request) -> Database:
+    """The app's database, for reads (writes go through ``admit_write``)."""
     database: Database = request.app.state.database
     return database
 

@@ -106,6 +106,8 @@ def _store_batch(
 
 @router.get("/keys", response_model=MetricKeyList, dependencies=[READ])
 async def read_keys(run_id: str, db: DatabaseDep) -> MetricKeyList:
+    """The run's metric keys with point counts, step ranges and canonical signals."""
+
     def read(session: Session) -> MetricKeyList:
         repository.get_run(session, run_id)
         keys = repository.describe_keys(session, run_id)

@@ -169,6 +169,7 @@ async def list_runs(
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> RunList:
+    """Runs newest first, filtered by project, status, tag; archived ones only on request."""
     project = project_filter(identity, project)
 
     def read(session: Session) -> RunList:
@@ -189,6 +190,7 @@ async def list_runs(
 
 @router.get("/{run_id}", response_model=RunPublic, dependencies=[READ])
 async def read_run(run_id: str, db: DatabaseDep) -> RunPublic:
+    """One run with its tags."""
     return await db.read(lambda session: _public(session, run_id))
 
 
@@ -210,6 +212,8 @@ async def update_run(
 
 @router.post("/{run_id}/heartbeat", response_model=Heartbeat, dependencies=[WRITE])
 async def heartbeat(run_id: str, db: WriterDep) -> Heartbeat:
+    """Mark the run alive (a crashed run that beats again is running again)."""
+
     def beat(session: Session) -> Heartbeat:
         run = repository.heartbeat(session, repository.get_run(session, run_id))
         session.commit()
