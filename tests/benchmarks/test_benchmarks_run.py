@@ -84,3 +84,14 @@ def test_benchmark_samples_prints_hook_costs_and_ingest_rates() -> None:
     assert {"median_us", "p99_us"} <= hook["log"].keys() <= hook["log_samples"].keys()
     for database in ("sqlite", "postgres"):
         assert result[database]["batches"] == 2 and result[database]["samples_per_s"] > 0
+
+
+def test_benchmark_hook_overhead_prints_log_costs_and_cpu_per_step() -> None:
+    result = _run(
+        "benchmarks.hook_overhead", "--steps", "300", "--cpu-steps", "2000", "--rounds", "1"
+    )
+    assert result["log"]["rlguard_floats"]["delivered_points"] == 300 * 20
+    for loop in ("tight", "paced"):
+        figures = result["cpu"][loop]
+        assert {"unlogged_us_per_step", "hook_cpu_us_per_step", "floor_us_per_step"} <= set(figures)
+        assert figures["hook_cpu_us_per_step"] > 0

@@ -1,4 +1,4 @@
-"""The batch encoding: numbers, non-finite values, numpy scalars, tensors, step merging."""
+"""Logged values as wire numbers (non-finite values, numpy scalars, tensors); the JSON batch."""
 
 from __future__ import annotations
 
@@ -89,21 +89,6 @@ def test_wire_tensors_are_read_with_one_transfer_per_call() -> None:
 )
 def test_wire_to_step(raw: object, step: int | None) -> None:
     assert _wire.to_step(raw) == step
-
-
-def test_wire_merge_steps_joins_consecutive_entries_of_one_step() -> None:
-    steps = _wire.merge_steps([(1, 10.0, {"a": 1.0}), (1, 11.0, {"b": 2.0}), (2, 12.0, {"a": 3.0})])
-    assert steps == [
-        {"step": 1, "time": 11.0, "values": {"a": 1.0, "b": 2.0}},
-        {"step": 2, "time": 12.0, "values": {"a": 3.0}},
-    ]
-
-
-def test_wire_split_by_points_bounds_each_batch() -> None:
-    steps = [{"step": i, "time": 0.0, "values": {"a": 1.0, "b": 2.0}} for i in range(10)]
-    chunks = list(_wire.split_by_points(steps, 5))
-    assert [len(c) for c in chunks] == [2, 2, 2, 2, 2]
-    assert [s["step"] for c in chunks for s in c] == list(range(10))
 
 
 def test_wire_encode_batch_round_trips_non_finite_values() -> None:

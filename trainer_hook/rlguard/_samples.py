@@ -296,3 +296,12 @@ def encode_samples(batch_id: str, samples: list[dict]) -> bytes:
 def decode_samples(body: bytes) -> dict:
     """Inverse of ``encode_samples``."""
     return json.loads(gzip.decompress(body))
+
+
+def samples_up_to(body: bytes, last_step: int) -> tuple[bytes | None, int]:
+    """A samples body without its samples after ``last_step``, and their count (None: none)."""
+    batch = decode_samples(body)
+    kept = [s for s in batch["samples"] if s["step"] <= last_step]
+    if not kept:
+        return None, 0
+    return encode_samples(batch["batch_id"], kept), len(kept)
