@@ -24,6 +24,7 @@ from rlguard._points import PointBatcher
 from rlguard._queue import LogQueue
 from rlguard._report import Counters, Warnings
 from rlguard._sample_batches import SampleBatcher
+from rlguard._sample_signals import SampleSignals
 from rlguard._spool import POINTS, SAMPLES, Spool, SpooledBatch
 from rlguard._transport import Transport
 from rlguard.errors import RejectedError, RetryableError, SpoolError, TransportError
@@ -68,6 +69,7 @@ class Sender:
             self._warnings,
             functools.partial(self._deliver, SAMPLES),
         )
+        self._sample_signals = SampleSignals()
         self.error: BaseException | None = None  # a bug in the thread, surfaced by status()
         self.spool = Spool(cfg.spool_dir, cfg.run_id, cfg.spool_budget_bytes)
         self._transport = Transport(cfg.url, cfg.token, cfg.request_timeout_s)
@@ -162,15 +164,21 @@ class Sender:
         stopped = False
         queued, sample_entries = self.queue.take()
         self._warn_queue_drops()
+        # What the samples say about their steps goes with those steps' metrics, in one batch
+        signals = self._sample_signals.read(sample_entries)
         add_point = self._point_batcher.add
         for item in queued:
             if type(item) is tuple:
                 add_point(item)
+                if signals and item[0] in signals:
+                    add_point((item[0], item[1], signals.pop(item[0])))
             elif item is STOP:
                 stopped = True
                 break
             else:
                 markers.append(item)
+        for step, values in signals.items():  # samples of steps whose metrics came earlier
+            add_point((step, time.time(), values))
         self._point_batcher.ship()
         self._sample_batcher.ship(sample_entries)
         return stopped
