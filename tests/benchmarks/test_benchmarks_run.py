@@ -78,7 +78,10 @@ def test_load_benchmark_short_run_loses_nothing_past_fifty_simultaneous_starts()
 
 
 def test_benchmark_samples_prints_hook_costs_and_ingest_rates() -> None:
-    result = _run("benchmarks.samples", "--steps", "20", "--batches", "2")
+    result = _run("benchmarks.samples", "--steps", "20", "--batches", "2", "--render-rounds", "1")
+    view = result["view"]
+    assert (view["samples_512"]["rows_drawn"], view["samples_8"]["rows_drawn"]) == (200, 8)
+    assert view["samples_512"]["median_ms"] > 0 and view["samples_512_over_samples_8"] > 0
     hook = result["hook"]
     assert hook["samples_delivered"] == 20 * 64
     assert {"median_us", "p99_us"} <= hook["log"].keys() <= hook["log_samples"].keys()
