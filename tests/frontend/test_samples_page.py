@@ -70,3 +70,30 @@ def test_samples_open_from_an_alert_worst_first(dashboard: Any, page: Any) -> No
     page.get_by_text(caption).wait_for(timeout=WAIT_MS)
     assert page.locator(".sample-row").first.locator("td").first.inner_text() == "0"
     assert page.console_errors == []
+
+
+def test_samples_page_compares_two_runs_at_one_step(dashboard: Any, page: Any) -> None:
+    url = dashboard.url
+    ours, theirs = new_run_id("compare-a"), new_run_id("compare-b")
+    for run_id, count in ((ours, 3), (theirs, 5)):
+        httpx.post(f"{url}/api/v1/runs", json={"id": run_id, "project": "s"}, timeout=30)
+        post_samples(url, run_id, 4, count, f"b-{run_id}")
+    post_samples(url, theirs, 9, 2, "b-later")
+    # from the address: the other run at the step shown
+    page.goto(f"{url}/runs/{ours}/samples?step=4&compare_run={theirs}")
+    heading = f"run {theirs} · step 4, to compare: 5 sample(s)"
+    page.get_by_text(heading).wait_for(timeout=WAIT_MS)
+    beside = page.locator(".samples-compare .sample-row")
+    assert beside.count() == 5 and page.locator(".samples-body .sample-row").count() == 3
+    assert "answer 4<eos>" in beside.last.inner_text()  # their sample 0, worst last
+    assert page.locator(".samples-compare b", has_text="bold").count() == 0
+    # typed in: another step of that run, then a run that does not exist
+    page.locator("#samples-compare-step").fill("9")
+    page.locator("#samples-compare-step").press("Enter")
+    page.get_by_text(f"run {theirs} · step 9, to compare: 2 sample(s)").wait_for(timeout=WAIT_MS)
+    page.locator("#samples-compare-run").fill("no-such-run")
+    page.locator("#samples-compare-run").press("Enter")
+    page.get_by_text("run no-such-run · step 9, to compare").wait_for(timeout=WAIT_MS)
+    assert "no-such-run" in page.locator(".samples-compare .error").inner_text()
+    assert page.locator(".samples-body .sample-row").count() == 3  # our samples stay
+    assert page.console_errors == []
