@@ -21,7 +21,7 @@ from typing import Any
 from rlguard import _packed, _samples, _wire
 from rlguard._config import HookConfig
 from rlguard._points import PointBatcher
-from rlguard._queue import LogQueue
+from rlguard._queue import STOP, FlushMarker, LogQueue
 from rlguard._report import Counters, Warnings
 from rlguard._sample_batches import SampleBatcher
 from rlguard._sample_signals import SampleSignals
@@ -31,17 +31,7 @@ from rlguard.errors import RejectedError, RetryableError, SpoolError, TransportE
 
 logger = logging.getLogger("rlguard")
 
-STOP = object()  # the queue's stop sentinel
 _NOUNS = {POINTS: "point(s)", SAMPLES: "sample(s)"}
-
-
-class FlushMarker:
-    """Queued by ``flush()``; set once everything queued before it is sent or spooled."""
-
-    __slots__ = ("done",)
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
 
 
 class Sender:
