@@ -137,6 +137,7 @@ CHROMIUM_ARGS = [
 ]
 VIEW_STEPS = {"samples_512": (5, 512), "samples_8": (1, 8)}  # case -> (step, samples)
 TOKENS_PER_SAMPLE = 200
+VIEW_ROWS = "#samples-grid td[data-dash-column='index']"  # a drawn row's first cell
 
 
 def _view_samples(step: int, count: int) -> list[dict[str, object]]:
@@ -182,7 +183,8 @@ def view_render(rounds: int, tmp: Path) -> dict[str, object]:
                     started = time.perf_counter()
                     page.goto(f"{url}/runs/{run_id}/samples?step={step}")
                     page.wait_for_function(
-                        "([step, n]) => document.querySelectorAll('.sample-row').length >= n"
+                        f"([step, n]) => document.querySelectorAll({json.dumps(VIEW_ROWS)}).length"
+                        " >= n"
                         " && document.querySelector('#samples-tokens .token')"
                         " && document.querySelector('#samples-caption').innerText"
                         ".startsWith(`step ${step}: `)",
@@ -191,7 +193,7 @@ def view_render(rounds: int, tmp: Path) -> dict[str, object]:
                         polling="raf",
                     )
                     times[case].append(time.perf_counter() - started)
-                    rows[case] = page.locator(".sample-row").count()
+                    rows[case] = page.locator(VIEW_ROWS).count()
                     context.close()
             browser.close()
     results: dict[str, object] = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs
 
-from dash import ALL, Dash, Input, Output, State, ctx, dcc, html
+from dash import Dash, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import SamplePublic
@@ -94,7 +94,10 @@ def layout(run_id: str, query: str) -> html.Div:
             html.P(id=ids.SAMPLES_CAPTION, className="hint"),
             html.Div(id=ids.SAMPLES_ERROR, className="error"),
             html.Div(
-                [html.Div(id=ids.SAMPLES_TABLE), html.Div(id=ids.SAMPLES_DETAIL)],
+                [
+                    html.Div(sample_views.table([], ids.SAMPLES_GRID), id=ids.SAMPLES_TABLE),
+                    html.Div(id=ids.SAMPLES_DETAIL),
+                ],
                 className="samples-body",
             ),
             html.Div(id=ids.SAMPLES_COMPARE),
@@ -130,7 +133,10 @@ def fetch(
         caption = f"step {step}"
     else:
         return [], "No samples yet: log them with run.log_samples(...)."
-    found = client.list_samples(run_id, from_step=lo, to_step=hi, sort=sort, order=order)
+    # the table needs no per-token arrays: the selected sample's come on their own (with_tokens)
+    found = client.list_samples(
+        run_id, from_step=lo, to_step=hi, sort=sort, order=order, tokens=False
+    )
     shown = (
         f"{len(found.data)} of {found.count}" if found.count > len(found.data) else str(found.count)
     )
@@ -190,20 +196,41 @@ def register(app: Dash, client: ApiClient) -> None:
         return data, caption, "", beside
 
     @app.callback(
-        Output(ids.SAMPLES_TABLE, "children"),
-        Output(ids.SAMPLES_DETAIL, "children"),
+        Output(ids.SAMPLES_GRID, "data"),
+        Output(ids.SAMPLES_GRID, "active_cell"),
         Input(ids.SAMPLES_DATA, "data"),
-        Input({"type": ids.SAMPLE_ROW, "index": ALL}, "n_clicks"),
-        Input(ids.SAMPLES_COLOUR, "value"),
     )
-    def show_samples(data: list[dict[str, Any]] | None, _clicks: Any, colour: str) -> tuple:
+    def fill_table(data: list[dict[str, Any]] | None) -> tuple:
         samples = [SamplePublic.model_validate(s) for s in data or []]
-        picked = ctx.triggered_id
-        selected = picked["index"] if isinstance(picked, dict) else (0 if samples else None)
-        if selected is not None and selected >= len(samples):
-            selected = 0 if samples else None
-        detail = None if selected is None else sample_views.detail(samples[selected], colour)
-        return sample_views.table(samples, selected), detail
+        first = {"row": 0, "column": 0, "column_id": "index"} if samples else None
+        return sample_views.rows(samples), first
+
+    @app.callback(
+        Output(ids.SAMPLES_DETAIL, "children"),
+        Output(ids.SAMPLES_GRID, "style_data_conditional"),
+        Input(ids.SAMPLES_GRID, "active_cell"),
+        Input(ids.SAMPLES_COLOUR, "value"),
+        State(ids.SAMPLES_GRID, "data"),
+    )
+    def show_sample(active: dict[str, Any] | None, colour: str, rows: Any) -> tuple:
+        position = None if not active else active.get("row")
+        if position is None or not rows or position >= len(rows):
+            return None, []
+        row = rows[position]
+        sample = read_sample(client, row["run_id"], row["step"], row["sample_index"], row["split"])
+        detail = None if sample is None else sample_views.detail(sample, colour)
+        return detail, sample_views.selected_style(position)
+
+
+def read_sample(
+    client: ApiClient, run_id: str, step: int, index: int, split: str
+) -> SamplePublic | None:
+    """One sample with its per-token arrays (the table's list leaves them out)."""
+    try:
+        found = client.list_samples(run_id, from_step=step, to_step=step, index=index).data
+    except ApiError:
+        return None
+    return next((s for s in found if s.split == split), None)
 
 
 class Comparison(NamedTuple):
@@ -243,7 +270,7 @@ def compared(client: ApiClient, other: Comparison, sort: str, order: str) -> htm
     return html.Div(
         [
             html.H3(f"{title}, to compare: {shown} sample(s)"),
-            sample_views.table(found.data, None, ids.SAMPLE_COMPARE_ROW),
+            sample_views.table(found.data, ids.SAMPLES_COMPARE_GRID),
         ],
         className="samples-compare",
     )
