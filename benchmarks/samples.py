@@ -127,14 +127,6 @@ def ingest_rate(database_url: str, batches: int) -> dict[str, float]:
     }
 
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 VIEW_STEPS = {"samples_512": (5, 512), "samples_8": (1, 8)}  # case -> (step, samples)
 TOKENS_PER_SAMPLE = 200
 VIEW_ROWS = "#samples-grid td[data-dash-column='index']"  # a drawn row's first cell
@@ -163,7 +155,7 @@ def view_render(rounds: int, tmp: Path) -> dict[str, object]:
     same-run baseline, one of 8; a fresh browser context (cold cache) each round."""
     from playwright.sync_api import sync_playwright
 
-    from benchmarks.dashboard import CHROMIUM, rlguard_up
+    from benchmarks.dashboard import CHROMIUM, CHROMIUM_ARGS, rlguard_up
     from rlguard import _samples
 
     run_id = f"bench-view-{uuid.uuid4().hex[:8]}"

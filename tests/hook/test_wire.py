@@ -94,3 +94,11 @@ def test_wire_to_step(raw: object, step: int | None) -> None:
 def test_wire_encode_batch_round_trips_non_finite_values() -> None:
     steps = [{"step": 1, "time": 1.0, "values": {"x": "NaN", "y": "Infinity", "z": 0.5}}]
     assert _wire.decode_batch(_wire.encode_batch("b1", steps)) == {"batch_id": "b1", "steps": steps}
+
+
+def test_wire_steps_up_to_keeps_an_old_spooled_json_batch_up_to_a_step() -> None:
+    steps = [{"step": s, "time": 1.0, "values": {"a": 1.0, "b": 2.0}} for s in range(5)]
+    body, points = _wire.steps_up_to(_wire.encode_batch("old", steps), 2)
+    assert body is not None and points == 6
+    assert _wire.decode_batch(body) == {"batch_id": "old", "steps": steps[:3]}
+    assert _wire.steps_up_to(_wire.encode_batch("old", steps), -1) == (None, 0)

@@ -30,6 +30,7 @@ class Counters:
     samples_replayed: int = 0
     samples_dropped: int = 0
     samples_dead_lettered: int = 0
+    sample_signal_points: int = 0  # of logged: read from the samples (samples/... keys)
 
     def add(self, kind: str, name: str, n: int) -> None:
         """Count ``n`` points (kind ``"p"``) or samples (``"s"``) as ``name``."""

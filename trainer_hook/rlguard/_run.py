@@ -23,7 +23,8 @@ _now = time.time
 class RunStatus:
     """Counters of a run's points and samples; once the queue is drained ``logged == sent +
     replayed + dead_lettered + dropped + spool_points``, and the same for the ``samples_*``
-    counters with ``spool_samples`` (``samples_filtered``: left out by the per-step budget)."""
+    counters with ``spool_samples`` (``samples_filtered``: left out by the per-step budget;
+    ``sample_signal_points``: the points of ``logged`` the hook read from the samples)."""
 
     logged: int
     skipped: int
@@ -45,6 +46,7 @@ class RunStatus:
     samples_dead_lettered: int = 0
     spool_samples: int = 0
     queued_bytes: int = 0
+    sample_signal_points: int = 0
 
 
 def _coerce_step(step: object) -> object:
@@ -272,6 +274,7 @@ class Run:
             samples_dead_lettered=counters.samples_dead_lettered,
             spool_samples=spool_samples,
             queued_bytes=queue.bytes,
+            sample_signal_points=counters.sample_signal_points,
         )
 
     @property

@@ -313,8 +313,4 @@ def decode_samples(body: bytes) -> dict:
 
 def samples_up_to(body: bytes, last_step: int) -> tuple[bytes | None, int]:
     """A samples body without its samples after ``last_step``, and their count (None: none)."""
-    batch = decode_samples(body)
-    kept = [s for s in batch["samples"] if s["step"] <= last_step]
-    if not kept:
-        return None, 0
-    return encode_samples(batch["batch_id"], kept), len(kept)
+    return _wire.items_up_to(body, last_step, "samples", decode_samples, encode_samples)

@@ -156,6 +156,7 @@ class Sender:
         self._warn_queue_drops()
         # What the samples say about their steps goes with those steps' metrics, in one batch
         signals = self._sample_signals.read(sample_entries)
+        self.counters.sample_signal_points += sum(map(len, signals.values()))
         add_point = self._point_batcher.add
         for item in queued:
             if type(item) is tuple:

@@ -13,7 +13,7 @@ import json
 import math
 import operator
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 MAX_KEY_CHARS = 256
@@ -131,11 +131,24 @@ def decode_batch(body: bytes) -> dict:
 
 def steps_up_to(body: bytes, last_step: int) -> tuple[bytes | None, int]:
     """A JSON batch body without its steps after ``last_step``, and its points (None: none)."""
-    batch = decode_batch(body)
-    steps = [s for s in batch["steps"] if s["step"] <= last_step]
-    if not steps:
+    return items_up_to(body, last_step, "steps", decode_batch, encode_batch, count_points)
+
+
+def items_up_to(
+    body: bytes,
+    last_step: int,
+    field: str,
+    decode: Callable[[bytes], dict],
+    encode: Callable[[str, list[dict]], bytes],
+    count: Callable[[list[dict]], int] = len,
+) -> tuple[bytes | None, int]:
+    """A JSON body (points or samples) without its ``field`` items after ``last_step``, and
+    how many it keeps (None: none)."""
+    batch = decode(body)
+    kept = [item for item in batch[field] if item["step"] <= last_step]
+    if not kept:
         return None, 0
-    return encode_batch(batch["batch_id"], steps), count_points(steps)
+    return encode(batch["batch_id"], kept), count(kept)
 
 
 def count_points(steps: Iterable[Mapping[str, Any]]) -> int:
