@@ -32,7 +32,14 @@ from typing import Any
 import httpx
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 STEPS = int(os.environ.get("RLGUARD_BENCH_STEPS", "200000"))
 BATCH_STEPS = 500
 LATENCY_SAMPLES = 20

@@ -69,13 +69,16 @@ def parse_body(model: type[Body], raw: bytes, fields: str) -> Body:
 def parse_batch(raw: bytes, max_points: int) -> BatchIn:
     """Decode and validate a points batch; 413 past ``max_points``, 422 naming the field."""
     batch = parse_body(BatchIn, raw, "batch_id and steps")
-    count = sum(len(step.values) for step in batch.steps)
+    check_point_count(sum(len(step.values) for step in batch.steps), max_points)
+    return batch
+
+
+def check_point_count(count: int, max_points: int) -> None:
     if count > max_points:
         raise PayloadTooLarge(
             f"batch holds {count} points, more than the limit of {max_points}; "
             "split it (or raise RLGUARD_MAX_BATCH_POINTS)"
         )
-    return batch
 
 
 def _by_key(batch: BatchIn) -> tuple[dict[str, Columns], bool]:

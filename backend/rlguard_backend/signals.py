@@ -60,6 +60,8 @@ _SIGNAL_ROWS = (
     ),
     ("rollout_probs_corr", "Pearson correlation of engine and trainer token probs", "corr"),
     ("rollout_is_ess", "effective sample size of the rollout IS weights, over N", "fraction"),
+    ("sample_degenerate", "share of responses empty or malformed (from samples)", "fraction"),
+    ("sample_repetition", "mean share of repeated word 4-grams in a response", "fraction"),
 )
 SIGNALS: tuple[Signal, ...] = tuple(Signal(*row) for row in _SIGNAL_ROWS)
 
@@ -134,6 +136,7 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "completions/clipped_ratio",
         "truncated",
         "rollout/truncated_rate",
+        "samples/truncated_fraction",  # the hook, from the samples: when none of the above
     ),
     "pg_loss": ("actor/pg_loss", "loss", "policy_loss", "train/pg_loss", "ppo/loss/policy"),
     "grad_norm": ("actor/grad_norm", "grad_norm", "actor_grad_norm", "train/grad_norm"),
@@ -148,6 +151,9 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
     ),
     "rollout_probs_corr": ("training/rollout_actor_probs_pearson_corr",),
     "rollout_is_ess": ("rollout_corr/rollout_is_eff_sample_size",),
+    # What the hook reads from each step's samples (docs/detectors-samples.md)
+    "sample_degenerate": ("samples/degenerate_fraction",),
+    "sample_repetition": ("samples/repetition_rate",),
 }
 
 ALIASES: dict[str, str] = {

@@ -200,7 +200,8 @@ def import_run(args: argparse.Namespace) -> int:
     status = run.finish()
     progress.done(steps)
     _say(
-        f"imported {steps} step(s), {status.logged} point(s) and {status.samples_logged} "
+        f"imported {steps} step(s), {status.logged - status.sample_signal_points} point(s) "
+        f"and {status.samples_logged} "
         f"sample(s) as {fmt} into run {run.id}"
     )
     complete = _says_what_was_left(args.path, fmt, steps)

@@ -3,7 +3,7 @@
 Layout of ``<spool_dir>/<run_id>/``::
 
     run.json                         the run's create request, so `rlguard sync` can replay alone
-    000001732870000123456789-p40-<batch_id>.batch   gzip JSON body, exactly as it will be POSTed
+    000001732870000123456789-p40-<batch_id>.batch   the body exactly as it will be POSTed (packed)
     000001732870000123456790-s64-<batch_id>.batch   a batch of 64 rollout samples
     final.json                       the status update finish() could not deliver
     dead-letter.jsonl                batches the service rejected (4xx), with the reason

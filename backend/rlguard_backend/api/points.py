@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
-from rlguard_backend import alerts, detection, ingest, repository, series, storage
+from rlguard_backend import alerts, detection, ingest, packed, repository, series, storage
 from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_body
 from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
 from rlguard_backend.config import Settings
@@ -44,16 +44,22 @@ BATCH_BODY_EXAMPLE = {
 async def ingest_batch(
     run_id: str, request: Request, db: WriterDep, settings: SettingsDep
 ) -> Response:
-    """Store one batch (gzip accepted) completely or not at all; a known batch id is a no-op."""
+    """Store one batch (gzip accepted; JSON, or the hook's packed arrays, ``rlguard_backend.
+    packed``) completely or not at all; a known batch id is a no-op."""
     body = await read_body(request, settings.max_batch_bytes)
     encoding = request.headers.get("content-encoding")
+    parse = (
+        packed.parse_packed_batch
+        if packed.is_packed(request.headers.get("content-type"))
+        else ingest.parse_batch
+    )
 
     metrics: ServiceMetrics = request.app.state.metrics
 
     def parse_and_store() -> BatchAck:
         with metrics.batch_seconds.time():
             raw = ingest.decode_body(body, encoding, settings.max_batch_bytes)
-            batch = ingest.parse_batch(raw, settings.max_batch_points)
+            batch = parse(raw, settings.max_batch_points)
             return _store_batch(db.factory, settings, run_id, batch, metrics)
 
     ack = await db.on_write_thread(parse_and_store)

@@ -15,6 +15,8 @@ Detector ids and their alert keys:
 ``clipfrac``          ``clipfrac``, ``clip_inactive``, ``dual_clip``, ``clip_asymmetry``
 ``kl_controller``     ``kl_controller``, ``kl_controller_units``, ``kl_controller_replay``
 ``length``            ``length_blowup``, ``length_collapse``, ``entropy_length_rise``
+``sample_quality``    ``degenerate_responses``, ``repetition_loops``, ``entropy_gibberish``,
+                      ``length_loops`` (docs/detectors-samples.md)
 ====================  ======================================================================
 """
 

@@ -24,6 +24,7 @@ from rlguard_backend.stability.nonfinite import NonFinite
 from rlguard_backend.stability.observations import Observations
 from rlguard_backend.stability.rollout_mismatch import RolloutMismatch
 from rlguard_backend.stability.rules import Detector, Rule
+from rlguard_backend.stability.sample_quality import SampleQuality
 from rlguard_backend.stability.thresholds import resolve_thresholds
 
 # D1 runs first so that everything it marks as corrupted is known before the others speak.
@@ -39,11 +40,13 @@ DETECTOR_TYPES: tuple[type[Detector], ...] = (
     KlController,
     LengthHacking,
     RolloutMismatch,
+    SampleQuality,
 )
 # Every rule by its alert key: the one place each is defined.
 RULES: dict[str, Rule] = {rule.key: rule for kind in DETECTOR_TYPES for rule in kind.rules}
-# 4: one RuleProgress per rule; 5: no_learning_signal a detector of its own; 6: D9's signals
-STATE_VERSION = 6
+# 4: one RuleProgress per rule; 5: no_learning_signal a detector of its own; 6: D9's signals;
+# 7: sample_quality
+STATE_VERSION = 7
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
 _NON_FINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _FLOATS_ONLY = {float}
