@@ -5,10 +5,10 @@ rho = smoothed entropy / its start (H0). E5 is a detector of its own (learning_s
 
 from __future__ import annotations
 
-from rlguard_backend.stability.events import Severity
+from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import RewardState, StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
+from rlguard_backend.stability.rules import Detector, Facts, Rule
 
 COLLAPSE_ADVICE = [
     "Lower LR or epochs (slows learning).",

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
-from rlguard_backend.stability.events import Severity
+from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, median, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, capped, never
+from rlguard_backend.stability.rules import Detector, Facts, Rule, never
 
 UP_ADVICE = [
     "Raise the target or horizon only deliberately.",

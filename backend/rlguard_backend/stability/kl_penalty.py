@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from rlguard_backend.stability.events import Severity
+from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.kl_reference import current_beta, penalty_share
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
+from rlguard_backend.stability.rules import Detector, Facts, Rule
 
 STRONG_ADVICE = [
     "Sweep beta down on a log grid (per-sequence penalty ≈ beta·KL·length vs reward gaps).",

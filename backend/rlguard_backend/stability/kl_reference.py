@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import Severity
+from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import RewardState, StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
+from rlguard_backend.stability.rules import Detector, Facts, Rule
 
 RUNAWAY_ADVICE = [
     "Sweep beta on a log grid while logging KL.",

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rlguard_backend.stability.events import Severity
+from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import SortedWindow, Window, median, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
+from rlguard_backend.stability.rules import Detector, Facts, Rule
 
 SPIKE_ADVICE = [
     "Lower the learning rate.",

@@ -43,51 +43,30 @@ class AlertBook:
         return None if alert is None else alert["severity"]
 
     def emits(self, detector: str, key: str, severity: str) -> bool:
-        """Whether a verdict firing at `severity` at step `self.step` makes apply() emit.
+        """Whether a verdict firing at `severity` this step makes apply() emit (and change)."""
+        return self._change(self.open.get(f"{detector}|{key}"), severity) is not None
 
-        When it does not, apply() would change nothing either.
-        """
-        alert = self.open.get(f"{detector}|{key}")
-        return (
-            alert is None
-            or SEVERITY_RANK[severity] > SEVERITY_RANK[alert["severity"]]
-            or self.step - alert["emitted_step"] >= self.update_interval_steps
-        )
-
-    def apply(
-        self, detector: str, verdict: Verdict, step: int, secondary: bool
-    ) -> AlertEvent | None:
-        """The event this verdict causes, if any."""
-        slot = f"{detector}|{verdict.key}"
+    def apply(self, detector: str, verdict: Verdict, secondary: bool) -> AlertEvent | None:
+        """The event this verdict causes at `self.step`, if any."""
+        slot, step = f"{detector}|{verdict.key}", self.step
         alert = self.open.get(slot)
-        if verdict.severity is not None:
+        if verdict.severity is None:
             if alert is None:
+                return None
+            del self.open[slot]
+            self.open_keys(detector).discard(verdict.key)
+            action: Action | None = "resolve"
+        else:
+            action = self._change(alert, verdict.severity)
+            if action == "open":
                 alert = {"severity": verdict.severity, "first_step": step, "emitted_step": step}
                 self.open[slot] = alert
                 self.open_keys(detector).add(verdict.key)
-                return self._event(detector, verdict, alert, "open", step, secondary)
-            if SEVERITY_RANK[verdict.severity] > SEVERITY_RANK[alert["severity"]]:
-                alert.update(severity=verdict.severity, emitted_step=step)
-                return self._event(detector, verdict, alert, "escalate", step, secondary)
-            if step - alert["emitted_step"] >= self.update_interval_steps:
-                alert["emitted_step"] = step
-                return self._event(detector, verdict, alert, "update", step, secondary)
-            return None
-        if alert is not None and verdict.cleared:
-            del self.open[slot]
-            self.open_keys(detector).discard(verdict.key)
-            return self._event(detector, verdict, alert, "resolve", step, secondary)
-        return None
-
-    @staticmethod
-    def _event(
-        detector: str,
-        verdict: Verdict,
-        alert: dict[str, Any],
-        action: Action,
-        step: int,
-        secondary: bool,
-    ) -> AlertEvent:
+            elif action == "escalate":
+                alert["severity"] = verdict.severity
+            if action is None:
+                return None
+            alert["emitted_step"] = step
         return AlertEvent(
             detector=detector,
             key=verdict.key,
@@ -100,6 +79,16 @@ class AlertBook:
             advice=list(verdict.advice or ()),
             secondary=secondary,
         )
+
+    def _change(self, alert: dict[str, Any] | None, severity: str) -> Action | None:
+        """What a verdict firing at `severity` does to the open `alert` (None: nothing)."""
+        if alert is None:
+            return "open"
+        if SEVERITY_RANK[severity] > SEVERITY_RANK[alert["severity"]]:
+            return "escalate"
+        if self.step - alert["emitted_step"] >= self.update_interval_steps:
+            return "update"
+        return None
 
 
 def latest_updates(events: Iterable[AlertEvent]) -> list[AlertEvent]:

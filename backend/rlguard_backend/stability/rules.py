@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import CLEARED, Severity, Verdict, weaker
+from rlguard_backend.stability.events import Severity, Verdict
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Persistent, Window, json_safe
 from rlguard_backend.stability.thresholds import Thresholds
@@ -99,10 +99,6 @@ class Detector:
             for rule in self.rules
         ]
 
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(rule.key for rule in self.rules)
-
     def start(self) -> None:
         """Set the state before the first step (its thresholds and context are set)."""
 
@@ -112,7 +108,7 @@ class Detector:
 
     def evaluate(self, view: StepView) -> list[Verdict]:
         """What the rules say at this step: a Verdict where one fires (and would emit), and
-        ``CLEARED[key]`` where one's clear rule resolves its open alert."""
+        a cleared one where its clear rule resolves its open alert."""
         if not self.observe(view):
             return []
         said = []
@@ -130,7 +126,7 @@ class Detector:
             elif progress.calm >= clear_steps:
                 progress.active = False
                 if rule.key in self.open_keys:
-                    said.append(CLEARED[rule.key])
+                    said.append(Verdict(rule.key))
         return said
 
     def missing(self, seen: frozenset[str]) -> str | None:
@@ -182,8 +178,3 @@ def _load(current: Any, state: Any) -> Any:
         current.load(state)
         return current
     return copy.deepcopy(state)
-
-
-def capped(severity: Severity, degraded: bool) -> Severity:
-    """The severity to report: one level weaker when the rule runs on assumed context."""
-    return weaker(severity) if degraded else severity

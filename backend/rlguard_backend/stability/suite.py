@@ -104,7 +104,7 @@ class DetectorSuite:
         for detector in plan.detectors:
             for verdict in detector.evaluate(view):
                 primary = (detector.id, verdict.key) == NonFinite.PRIMARY
-                event = alerts.apply(detector.id, verdict, step, not primary and self._after_nan())
+                event = alerts.apply(detector.id, verdict, not primary and self._after_nan())
                 if event is not None:
                     events.append(event)
         return events
