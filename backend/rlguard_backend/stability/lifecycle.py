@@ -48,37 +48,24 @@ class AlertBook:
 
     def apply(self, detector: str, verdict: Verdict, secondary: bool) -> AlertEvent | None:
         """The event this verdict causes at `self.step`, if any."""
-        slot, step = f"{detector}|{verdict.key}", self.step
+        slot = f"{detector}|{verdict.key}"
         alert = self.open.get(slot)
-        if verdict.severity is None:
+        if verdict.severity is None:  # its clear rule holds
             if alert is None:
                 return None
             del self.open[slot]
             self.open_keys(detector).discard(verdict.key)
-            action: Action | None = "resolve"
-        else:
-            action = self._change(alert, verdict.severity)
-            if action == "open":
-                alert = {"severity": verdict.severity, "first_step": step, "emitted_step": step}
-                self.open[slot] = alert
-                self.open_keys(detector).add(verdict.key)
-            elif action == "escalate":
-                alert["severity"] = verdict.severity
-            if action is None:
-                return None
-            alert["emitted_step"] = step
-        return AlertEvent(
-            detector=detector,
-            key=verdict.key,
-            action=action,
-            severity=alert["severity"],
-            first_step=alert["first_step"],
-            last_step=step,
-            message=verdict.message or f"Resolved at step {step}: {verdict.key} cleared.",
-            evidence=json_safe(verdict.evidence or {}),
-            advice=list(verdict.advice or ()),
-            secondary=secondary,
-        )
+            return self._event(detector, verdict, alert, "resolve", secondary)
+        action = self._change(alert, verdict.severity)
+        if action is None:
+            return None
+        if alert is None:
+            alert = self.open[slot] = {"severity": verdict.severity, "first_step": self.step}
+            self.open_keys(detector).add(verdict.key)
+        elif action == "escalate":
+            alert["severity"] = verdict.severity
+        alert["emitted_step"] = self.step
+        return self._event(detector, verdict, alert, action, secondary)
 
     def _change(self, alert: dict[str, Any] | None, severity: str) -> Action | None:
         """What a verdict firing at `severity` does to the open `alert` (None: nothing)."""
@@ -89,6 +76,27 @@ class AlertBook:
         if self.step - alert["emitted_step"] >= self.update_interval_steps:
             return "update"
         return None
+
+    def _event(
+        self,
+        detector: str,
+        verdict: Verdict,
+        alert: dict[str, Any],
+        action: Action,
+        secondary: bool,
+    ) -> AlertEvent:
+        return AlertEvent(
+            detector=detector,
+            key=verdict.key,
+            action=action,
+            severity=alert["severity"],
+            first_step=alert["first_step"],
+            last_step=self.step,
+            message=verdict.message or f"Resolved at step {self.step}: {verdict.key} cleared.",
+            evidence=json_safe(verdict.evidence or {}),
+            advice=list(verdict.advice or ()),
+            secondary=secondary,
+        )
 
 
 def latest_updates(events: Iterable[AlertEvent]) -> list[AlertEvent]:

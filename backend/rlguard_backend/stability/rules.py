@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity, Verdict
 from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import Persistent, Window, json_safe
+from rlguard_backend.stability.primitives import json_safe
 from rlguard_backend.stability.thresholds import Thresholds
 
 Facts = dict[str, Any]
@@ -59,7 +59,6 @@ class RuleProgress:
 
 
 _CONFIG_ATTRIBUTES = frozenset({"context", "thresholds", "open_keys", "progress"})
-_STATEFUL = (Persistent, Window)
 
 
 class Detector:
@@ -163,7 +162,7 @@ def _dump(value: Any) -> Any:
     """A state attribute as JSON takes it: a copy, with non-finite floats as strings."""
     if type(value) is int or value is None:
         return value
-    if isinstance(value, _STATEFUL):
+    if hasattr(value, "dump"):  # a primitive
         return value.dump()
     if isinstance(value, dict):
         return {key: _dump(item) for key, item in value.items()}
@@ -174,7 +173,7 @@ def _dump(value: Any) -> Any:
 
 def _load(current: Any, state: Any) -> Any:
     """Load `state` into the primitive `current`; plain values are replaced."""
-    if isinstance(current, _STATEFUL):
+    if hasattr(current, "load"):  # a primitive
         current.load(state)
         return current
     return copy.deepcopy(state)

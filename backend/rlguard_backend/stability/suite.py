@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import Any
@@ -22,6 +21,7 @@ from rlguard_backend.stability.length import LengthHacking
 from rlguard_backend.stability.lifecycle import AlertBook
 from rlguard_backend.stability.nonfinite import NonFinite
 from rlguard_backend.stability.observations import Observations
+from rlguard_backend.stability.primitives import restore_non_finite
 from rlguard_backend.stability.rollout_mismatch import RolloutMismatch
 from rlguard_backend.stability.rules import Detector, Rule
 from rlguard_backend.stability.thresholds import resolve_thresholds
@@ -45,7 +45,6 @@ RULES: dict[str, Rule] = {rule.key: rule for kind in DETECTOR_TYPES for rule in 
 # 4: one RuleProgress per rule; 5: no_learning_signal a detector of its own; 6: D9's signals
 STATE_VERSION = 6
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
-_NON_FINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _FLOATS_ONLY = {float}
 
 
@@ -66,9 +65,8 @@ class DetectorSuite:
     ) -> None:
         self._context = RunContext.from_config(run_config)
         resolved = resolve_thresholds(thresholds, self._context.thresholds)
-        self._observations = Observations(self._context, resolved["common"])
         self._alerts = AlertBook(resolved["common"]["update_interval_steps"])
-        self._observations.view.emits = self._alerts.emits
+        self._observations = Observations(self._context, resolved["common"], self._alerts.emits)
         self._detectors = [
             kind(self._context, resolved[kind.id], self._alerts.open_keys(kind.id))
             for kind in DETECTOR_TYPES
@@ -77,7 +75,7 @@ class DetectorSuite:
         self._seen: set[str] = set()
         self._plans: dict[tuple[str, ...], _Plan] = {}
         if state:
-            self._load(_restore_non_finite(state))
+            self._load(restore_non_finite(state))
 
     @property
     def last_step(self) -> int | None:
@@ -219,14 +217,3 @@ class _Plan:
 def _rank(key: str, aliases: Mapping[str, str | None] | None) -> int:
     """User aliases beat the table; within the table, the order of METRICS.md keys."""
     return -1 if aliases and key in aliases else ALIAS_PRIORITY.get(key, len(ALIAS_PRIORITY))
-
-
-def _restore_non_finite(value: Any) -> Any:
-    """Inverse of json_safe for the strings it writes."""
-    if isinstance(value, str):
-        return _NON_FINITE_STRINGS.get(value, value)
-    if isinstance(value, Mapping):
-        return {key: _restore_non_finite(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_restore_non_finite(item) for item in value]
-    return value
