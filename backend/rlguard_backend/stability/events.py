@@ -11,9 +11,9 @@ Action = Literal["open", "update", "escalate", "resolve"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warn": 1, "critical": 2}
 
 
-def capped(severity: Severity, degraded: bool) -> Severity:
+def capped(severity: Severity | None, degraded: bool) -> Severity | None:
     """One level weaker (critical -> warn -> info) when the rule runs on assumed context."""
-    if not degraded:
+    if severity is None or not degraded:
         return severity
     return "warn" if severity == "critical" else "info"
 

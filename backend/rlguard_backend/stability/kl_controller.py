@@ -57,7 +57,7 @@ class KlController(Detector):
         notes = []
         if self.context.kl_target is None:
             notes.append(f"no kl_target in run config; using default {self.target}")
-        if self._max_change() is None or not self._configured_rate():
+        if not self._configured_rate():
             notes.append("no sequences_per_step/kl_horizon: max rate inferred from beta")
         return "; ".join(notes) or None
 
@@ -133,10 +133,7 @@ class KlController(Detector):
             severity = "critical"
         elif moved >= math.log(th["warn_factor"]):
             severity = "warn"
-        return None if severity is None else capped(severity, self.context.kl_target is None)
-
-    def _unsaturated(self, view: StepView) -> bool:
-        return self._needed is not None and self.unsaturated_streak >= self._needed
+        return capped(severity, self.context.kl_target is None)
 
     def _describe_runaway(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         assert self.beta_start is not None
@@ -170,9 +167,6 @@ class KlController(Detector):
             )
         return message, facts
 
-    def _runaway_advice(self, severity: Severity) -> list[str]:
-        return UP_ADVICE if self.saturated_sign > 0 else DOWN_ADVICE
-
     def _units(self, view: StepView) -> Severity | None:
         ratio, th = self._units_ratio, self.thresholds
         off = ratio is not None and not th["units_low"] <= ratio <= th["units_high"]
@@ -186,8 +180,7 @@ class KlController(Detector):
         return message, {"median_kl_over_target": rounded(self._units_ratio), "target": self.target}
 
     def _replay_off(self, view: StepView) -> Severity | None:
-        predicted = self._predicted or 0.0
-        off = abs(predicted / self._beta - 1) > self.thresholds["replay_tolerance"]
+        off = abs((self._predicted or 0.0) / self._beta - 1) > self.thresholds["replay_tolerance"]
         return "info" if off else None
 
     def _describe_replay(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
@@ -203,10 +196,10 @@ class KlController(Detector):
             "kl_controller",
             signals=("reward_kl_coef", "reward_kl_penalty", "kl_ref_seq"),
             fires=_runaway,
-            clears=_unsaturated,
-            clear_steps=1,  # _unsaturated counts N_sat steps itself
+            clears=lambda d, v: d.unsaturated_streak >= d._needed,
+            clear_steps=1,  # the clear rule counts N_sat steps itself
             describe=_describe_runaway,
-            advice=_runaway_advice,
+            advice=lambda d, severity: UP_ADVICE if d.saturated_sign > 0 else DOWN_ADVICE,
             applies=lambda d, v: d._needed is not None,
         ),
         Rule(

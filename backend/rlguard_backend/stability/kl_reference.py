@@ -84,7 +84,7 @@ class KlRunaway(Detector):
         middle = self.history.ago(step, self.thresholds["lookback_steps"] / 2)
         return before is not None and middle is not None and kl - middle >= middle - before
 
-    def _growth_degraded(self, view: StepView, severity: Severity) -> bool:
+    def _growth_degraded(self, view: StepView, severity: Severity | None) -> bool:
         """The growth rule alone, without a reward trend to judge it by."""
         grown = self.growth_streak >= self.thresholds["persistence"]
         return grown and severity == "warn" and not view.reward.known
@@ -96,7 +96,7 @@ class KlRunaway(Detector):
             severity = "critical"
         elif kl >= th["level_warn"] or self.growth_streak >= th["persistence"]:
             severity = "warn"
-        return None if severity is None else capped(severity, self._growth_degraded(view, severity))
+        return capped(severity, self._growth_degraded(view, severity))
 
     def _calm(self, view: StepView) -> bool:
         th = self.thresholds

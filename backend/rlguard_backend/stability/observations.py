@@ -222,23 +222,18 @@ class Observations:
         self.reward_low, self.reward_high = state["reward_low"], state["reward_high"]
         view.reward = self._reward_state()
 
-    def observe(
-        self, step: int, values: dict[str, float], sources: dict[str, str], finite: dict[str, float]
-    ) -> StepView:
-        """Fold one step's values in and return the shared view of it.
-
-        ``finite`` holds the finite entries of ``values`` (it may be ``values`` itself). Both
-        dicts are taken over: the derived "kl_ref" is added to them.
-        """
+    def observe(self, step: int, values: dict[str, float], sources: dict[str, str]) -> StepView:
+        """Fold one step's canonical values in (taken over: the derived "kl_ref" is added) and
+        return the shared view of it."""
         if self.first_step is None:
             self.first_step = step
         kl_ref, kl_source = self._reference_kl(values)
         if kl_ref is not None:
             values["kl_ref"] = kl_ref
-            if kl_ref - kl_ref == 0.0:
-                finite["kl_ref"] = kl_ref
-            elif finite is values:
-                finite = {k: v for k, v in values.items() if k != "kl_ref"}
+        finite = values
+        total = sum(values.values())  # finite only if every value is (or in a rare overflow)
+        if total - total != 0.0:
+            finite = {name: value for name, value in values.items() if value - value == 0.0}
         view = self.view
         self._smooth(step, finite)
         reward = finite.get("reward_mean")

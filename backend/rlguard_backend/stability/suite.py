@@ -89,11 +89,7 @@ class DetectorSuite:
         plan = self._plan_of(tuple(values))
         canonical, sources = plan.canonical(values)
         self._seen.update(canonical)
-        total = sum(canonical.values())  # finite only if every value is (or in a rare overflow)
-        finite = canonical
-        if total - total != 0.0:
-            finite = {name: value for name, value in canonical.items() if value - value == 0.0}
-        view = self._observations.observe(step, canonical, sources, finite)
+        view = self._observations.observe(step, canonical, sources)
         alerts = self._alerts
         alerts.step = step
         events: list[AlertEvent] = []
