@@ -13,8 +13,7 @@ from rlguard_backend.stability.entropy import EntropyCollapse
 from rlguard_backend.stability.entropy_cov import EntropyCovLeading
 from rlguard_backend.stability.events import AlertEvent
 from rlguard_backend.stability.kl_controller import KlController
-from rlguard_backend.stability.kl_penalty import KlPenalty
-from rlguard_backend.stability.kl_reference import KlRunaway
+from rlguard_backend.stability.kl_reference import KlPenalty, KlRunaway
 from rlguard_backend.stability.kl_spike import KlSpike
 from rlguard_backend.stability.learning_signal import LearningSignal
 from rlguard_backend.stability.length import LengthHacking
