@@ -83,10 +83,6 @@ class KlController(Detector):
         n, horizon = self.context.sequences_per_step, self.context.kl_horizon
         return self.thresholds["error_clip"] * n / horizon if n and horizon else None
 
-    def _max_change(self) -> float | None:
-        """m: configured, else the largest per-step relative change of beta seen so far."""
-        return self._configured_rate() or (self.largest_step_change or None)
-
     def _replay(self, step: int, beta: float) -> float | None:
         """beta as the controller law predicts it from the previous step, when checkable."""
         if self.previous is None:
@@ -111,7 +107,8 @@ class KlController(Detector):
         self.saturated_sign = sign
         self.saturated_streak = self.saturated_streak + 1 if sign != 0 else 0
         self.unsaturated_streak = self.unsaturated_streak + 1 if sign == 0 else 0
-        rate = self._max_change()
+        # m: configured, else the largest per-step relative change of beta seen so far.
+        rate = self._configured_rate() or self.largest_step_change
         self._needed = math.ceil(math.log(2) / rate) if rate else None
 
     def _units_check(self, view: StepView) -> float | None:
