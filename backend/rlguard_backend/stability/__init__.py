@@ -5,7 +5,6 @@ DETECTOR_TYPES lists the detectors (their ids and rules) in the order they run.
 """
 
 from rlguard_backend.stability.events import Action, AlertEvent, Severity
-from rlguard_backend.stability.lifecycle import latest_updates
 from rlguard_backend.stability.rules import Rule
 from rlguard_backend.stability.suite import DETECTOR_TYPES, RULES, DetectorSuite
 from rlguard_backend.stability.thresholds import DEFAULTS
@@ -19,5 +18,4 @@ __all__ = [
     "DetectorSuite",
     "Rule",
     "Severity",
-    "latest_updates",
 ]

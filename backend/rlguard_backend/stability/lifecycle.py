@@ -9,7 +9,6 @@ open; a non-firing one resolves it only when the detector's clear rule holds (hy
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from rlguard_backend.stability.events import SEVERITY_RANK, Action, AlertEvent, Verdict
@@ -97,22 +96,3 @@ class AlertBook:
             advice=list(verdict.advice or ()),
             secondary=secondary,
         )
-
-
-def latest_updates(events: Iterable[AlertEvent]) -> list[AlertEvent]:
-    """The events without the "update"s that a later update or escalation of the same alert
-    among them overwrites (every field of the stored alert): stored, both lists end the same.
-    """
-    later: set[tuple[str, str]] = set()  # alerts whose every field a later event rewrites
-    kept: list[AlertEvent] = []
-    for event in reversed(list(events)):
-        slot = (event.detector, event.key)
-        if event.action == "update" and slot in later:
-            continue
-        kept.append(event)
-        if event.action in ("update", "escalate"):
-            later.add(slot)
-        else:
-            later.discard(slot)
-    kept.reverse()
-    return kept
