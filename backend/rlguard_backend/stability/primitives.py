@@ -26,11 +26,12 @@ def is_finite(value: float | None) -> bool:
 
 def median(values: Iterable[float]) -> float:
     """Median of non-empty values."""
-    ordered = sorted(values)
+    return _middle(sorted(values))
+
+
+def _middle(ordered: list[float]) -> float:
     middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 class Baseline:
@@ -108,11 +109,7 @@ class SortedWindow(Window):
 
     def median(self) -> float:
         """median(self), bit for bit."""
-        ordered = self._sorted
-        middle = len(ordered) // 2
-        if len(ordered) % 2:
-            return ordered[middle]
-        return (ordered[middle - 1] + ordered[middle]) / 2
+        return _middle(self._sorted)
 
     def load(self, state: dict[str, Any]) -> None:
         super().load(state)

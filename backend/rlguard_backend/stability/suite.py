@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import Any
 
-from rlguard_backend.signals import ALIAS_PRIORITY, canonical_signal
+from rlguard_backend.signals import keys_by_signal
 from rlguard_backend.stability.clipfrac import ClipFraction
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.entropy import EntropyCollapse
@@ -169,20 +169,15 @@ class _Plan:
         aliases: Mapping[str, str | None] | None,
         detectors: list[Detector],
     ) -> None:
-        candidates: dict[str, list[tuple[int, str]]] = {}
-        for key in keys:
-            name = canonical_signal(key, aliases)
-            if name is not None:
-                candidates.setdefault(name, []).append((_rank(key, aliases), key))
         # Each canonical signal with its raw keys, best first (user aliases, then table order).
-        self.signals = tuple(
-            (name, tuple(key for _, key in sorted(found))) for name, found in candidates.items()
-        )
+        self.signals = tuple(keys_by_signal(keys, aliases).items())
         self.read = tuple(key for _, found in self.signals for key in found)
-        # A detector none of whose signals these keys carry has nothing to do on their steps.
-        self.detectors = [d for d in detectors if d.reads is None or d.reads & candidates.keys()]
-        # The usual step logs one key per signal, each a float: read in one C-level call.
         self._names = tuple(name for name, _ in self.signals)
+        # A detector none of whose signals these keys carry has nothing to do on their steps.
+        self.detectors = [
+            d for d in detectors if d.reads is None or d.reads.intersection(self._names)
+        ]
+        # The usual step logs one key per signal, each a float: read in one C-level call.
         self._sources = {name: found[0] for name, found in self.signals}  # shared, never changed
         self._take: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
         if len(self.read) == len(self.signals) > 1:
@@ -207,8 +202,3 @@ class _Plan:
                 canonical[name], sources[name] = value, key
                 break
         return canonical, sources
-
-
-def _rank(key: str, aliases: Mapping[str, str | None] | None) -> int:
-    """User aliases beat the table; within the table, the order of METRICS.md keys."""
-    return -1 if aliases and key in aliases else ALIAS_PRIORITY.get(key, len(ALIAS_PRIORITY))
