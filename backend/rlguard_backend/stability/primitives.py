@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import base64
 import math
-import sys
-from array import array
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from operator import mul
 from typing import Any, NamedTuple
+
+from rlguard_backend.packed_arrays import pack, unpack
 
 
 def is_finite(value: float | None) -> bool:
@@ -236,38 +236,31 @@ def _consecutive_x(n: int) -> tuple[tuple[float, ...], int, float]:
 
 def pack_floats(values: list[float]) -> str:
     """A list of floats as base64 of little-endian float64s: exact, NaN and inf included."""
-    return _pack(array("d", values))
+    return _encode(pack("d", values))
 
 
 def unpack_floats(text: str) -> list[float]:
     """Inverse of pack_floats."""
-    return _unpack("d", text)
+    return unpack("d", base64.b64decode(text)).tolist()
 
 
 def pack_steps(steps: list[int]) -> str | list[int]:
     """Steps as base64 of little-endian int64s; a plain list if they are not all such ints."""
     try:
-        return _pack(array("q", steps))
+        return _encode(pack("q", steps))
     except (TypeError, OverflowError):
         return list(steps)
 
 
 def unpack_steps(state: str | list[int]) -> list[int]:
     """Inverse of pack_steps."""
-    return _unpack("q", state) if isinstance(state, str) else list(state)
+    if isinstance(state, str):
+        return unpack("q", base64.b64decode(state)).tolist()
+    return list(state)
 
 
-def _pack(packed: array[Any]) -> str:
-    if sys.byteorder == "big":
-        packed.byteswap()
-    return base64.b64encode(packed.tobytes()).decode("ascii")
-
-
-def _unpack(typecode: str, text: str) -> list[Any]:
-    packed = array(typecode, base64.b64decode(text))
-    if sys.byteorder == "big":
-        packed.byteswap()
-    return packed.tolist()
+def _encode(packed: bytes) -> str:
+    return base64.b64encode(packed).decode("ascii")
 
 
 def json_float(value: float) -> float | str:
