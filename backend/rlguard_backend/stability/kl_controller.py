@@ -39,15 +39,12 @@ class KlController(Detector):
         self.unsaturated_streak = 0
         self.units_checked = False
         self.ratios = Window(int(self.thresholds["units_points"]))
+        self._target = self.context.kl_target or self.thresholds["default_target"]
         # This step's facts.
         self._beta, self._kl = 0.0, 0.0
         self._needed: int | None = None  # N_sat, once the maximum rate is known
         self._predicted: float | None = None  # beta by the controller law (replay), if checked
         self._units_ratio: float | None = None  # median KL/target, the step it is checked
-
-    @property
-    def target(self) -> float:
-        return self.context.kl_target or self.thresholds["default_target"]
 
     def missing(self, seen: frozenset[str]) -> str | None:
         if self.context.kl_controller == "fixed":
@@ -56,7 +53,7 @@ class KlController(Detector):
             return "no in-reward beta logged (actor/reward_kl_penalty_coeff): disabled"
         notes = []
         if self.context.kl_target is None:
-            notes.append(f"no kl_target in run config; using default {self.target}")
+            notes.append(f"no kl_target in run config; using default {self._target}")
         if not self._configured_rate():
             notes.append("no sequences_per_step/kl_horizon: max rate inferred from beta")
         return "; ".join(notes) or None
@@ -74,8 +71,8 @@ class KlController(Detector):
         if not self.adaptive_seen:
             return False
         self._beta, self._kl = beta, kl
-        self.ratios.append(kl / self.target)
-        self._observe_saturation(kl / self.target - 1)
+        self.ratios.append(kl / self._target)
+        self._observe_saturation(kl / self._target - 1)
         self._units_ratio = self._units_check(view)
         return True
 
@@ -97,7 +94,7 @@ class KlController(Detector):
         if rate is None or step != previous_step + 1 or not self.adaptive_seen:
             return None
         clip = self.thresholds["error_clip"]
-        error = max(-1.0, min(1.0, (previous_kl / self.target - 1) / clip))
+        error = max(-1.0, min(1.0, (previous_kl / self._target - 1) / clip))
         return previous_beta * (1 + error * rate)
 
     def _observe_saturation(self, error: float) -> None:
@@ -142,24 +139,24 @@ class KlController(Detector):
             "beta": rounded(beta),
             "beta_factor": rounded(factor),
             "kl": rounded(kl),
-            "target": self.target,
+            "target": self._target,
             "saturated_steps": saturated,
             "saturation_steps_needed": self._needed,
         }
         if self.context.kl_target is None:
-            facts["degraded"] = f"no kl_target in run config; using default {self.target}"
+            facts["degraded"] = f"no kl_target in run config; using default {self._target}"
         if self._configured_rate() is None:
             facts["assumed"] = "no sequences_per_step/kl_horizon: max rate inferred from beta"
         if self.saturated_sign > 0:
             message = (
                 f"beta has grown ×{factor:.3g} at the controller's maximum rate for {saturated} "
-                f"steps, yet KL ({kl:.3g}) stays > 1.2× target ({self.target:.3g}): the penalty "
+                f"steps, yet KL ({kl:.3g}) stays > 1.2× target ({self._target:.3g}): the penalty "
                 "cannot hold the policy or the target is unattainable."
             )
         else:
             message = (
                 f"beta has shrunk ×{factor:.3g} over {saturated} saturated steps; KL ({kl:.3g}) "
-                f"is below target ({self.target:.3g}): the target is too high for this run (or "
+                f"is below target ({self._target:.3g}): the target is too high for this run (or "
                 "in the wrong units); the KL term is effectively off."
             )
         return message, facts
@@ -174,7 +171,10 @@ class KlController(Detector):
             f"Median KL/target over the last points is {self._units_ratio:.3g}: target and KL "
             "are likely in different units (per-sequence vs per-token)."
         )
-        return message, {"median_kl_over_target": rounded(self._units_ratio), "target": self.target}
+        return message, {
+            "median_kl_over_target": rounded(self._units_ratio),
+            "target": self._target,
+        }
 
     def _replay_off(self, view: StepView) -> Severity | None:
         off = abs((self._predicted or 0.0) / self._beta - 1) > self.thresholds["replay_tolerance"]
@@ -186,7 +186,7 @@ class KlController(Detector):
             f"Logged beta {beta:.4g} differs from the controller law's {predicted:.4g}: "
             "controller params (n, horizon, target) differ from the assumed config."
         )
-        return message, {"beta": beta, "predicted_beta": predicted, "target": self.target}
+        return message, {"beta": beta, "predicted_beta": predicted, "target": self._target}
 
     rules = (
         Rule(
