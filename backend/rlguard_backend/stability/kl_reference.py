@@ -21,6 +21,11 @@ RUNAWAY_ADVICE = [
 ]
 
 
+def smoothed_kl(view: StepView) -> float | None:
+    """The smoothed KL to the reference, at a step that logs it."""
+    return None if view.finite("kl_ref") is None else view.smoothed["kl_ref"]
+
+
 def penalty_share(view: StepView, beta: float | None) -> float | None:
     """s = beta * k * length / reward spread: per-sequence penalty vs reward differences."""
     kl, length = view.smoothed["kl_ref"], view.smoothed["response_length"]
@@ -63,8 +68,8 @@ class KlRunaway(Detector):
         return None
 
     def observe(self, view: StepView) -> bool:
-        kl = view.smoothed["kl_ref"]
-        if view.finite("kl_ref") is None or kl is None:
+        kl = smoothed_kl(view)
+        if kl is None:
             return False
         th = self.thresholds
         self.history.push(view.step, kl)
@@ -191,9 +196,8 @@ class KlPenalty(Detector):
         return None
 
     def observe(self, view: StepView) -> bool:
-        kl = view.smoothed["kl_ref"]
-        beta = current_beta(view, self.context)
-        if view.finite("kl_ref") is None or kl is None or not beta or beta <= 0:
+        kl, beta = smoothed_kl(view), current_beta(view, self.context)
+        if kl is None or not beta or beta <= 0:
             return False
         self.history.push(view.step, kl)
         active = view.steps_since_start >= self.thresholds["min_step"] and view.reward.known
