@@ -51,6 +51,25 @@ _UPDATE_OPEN = (
 )
 
 
+def latest_updates(events: Iterable[AlertEvent]) -> list[AlertEvent]:
+    """The events without the "update"s that a later update or escalation of the same alert
+    among them overwrites (every field of the stored alert): stored, both lists end the same.
+    """
+    later: set[tuple[str, str]] = set()  # alerts whose every field a later event rewrites
+    kept: list[AlertEvent] = []
+    for event in reversed(list(events)):
+        slot = (event.detector, event.key)
+        if event.action == "update" and slot in later:
+            continue
+        kept.append(event)
+        if event.action in ("update", "escalate"):
+            later.add(slot)
+        else:
+            later.discard(slot)
+    kept.reverse()
+    return kept
+
+
 def update_open(session: Session, run_id: str, events: Iterable[AlertEvent]) -> list[AlertEvent]:
     """Store "update" events (an open alert's refreshed message and evidence) with one plain
     UPDATE each, as apply_events would store them; returns the events whose alert is not open

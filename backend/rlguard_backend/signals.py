@@ -12,7 +12,7 @@ signals. A run can extend or override the table with its config key ``signal_ali
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -173,6 +173,22 @@ def canonical_signal(key: str, aliases: Mapping[str, str | None] | None = None) 
     if key in ALIASES:
         return ALIASES[key]
     return key if key in SIGNAL_NAMES else None
+
+
+def keys_by_signal(
+    keys: Iterable[str], aliases: Mapping[str, str | None] | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Canonical signal -> the raw keys among `keys` that map to it, best first: user aliases,
+    then the alias table's order."""
+    ranked: dict[str, list[tuple[int, str]]] = {}
+    for key in keys:
+        name = canonical_signal(key, aliases)
+        if name is not None:
+            rank = (
+                -1 if aliases and key in aliases else ALIAS_PRIORITY.get(key, len(ALIAS_PRIORITY))
+            )
+            ranked.setdefault(name, []).append((rank, key))
+    return {name: tuple(key for _, key in sorted(found)) for name, found in ranked.items()}
 
 
 def validate_aliases(aliases: Mapping[str, object] | None) -> dict[str, str | None]:
