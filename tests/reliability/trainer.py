@@ -1,0 +1,65 @@
+"""A trainer process for the reliability tests: a detector scenario streamed through the hook.
+
+    python trainer.py URL RUN_ID SPOOL_DIR SEED STEP_SLEEP_S PROGRESS_FILE RELEASE_FILE
+
+It logs the early-collapse scenario of ``tests/detectors/scenarios.py`` (seeded) and two rollout
+samples a step, writes how many steps it has logged to PROGRESS_FILE every 10 steps, and, once
+every step is logged, waits for RELEASE_FILE to exist before ``finish()``: the test decides when
+the run ends, so its faults land while every trainer is still running. It prints its final
+``run.status()`` as JSON and exits 1 when anything was lost or left in the spool.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import rlguard
+from tests.detectors.scenarios import SCENARIOS
+from tests.hook.trainer_script import samples_at
+
+SCENARIO = next(s for s in SCENARIOS if s.name == "S2_early_collapse")
+RELEASE_TIMEOUT_S = 300.0
+
+
+def steps(seed: int) -> list[tuple[int, dict[str, float]]]:
+    """The values this trainer logs, step by step (what the tests expect to find stored)."""
+    return SCENARIO.run(seed=seed)
+
+
+def main() -> int:
+    url, run_id, spool_dir, seed, step_sleep_s, progress, release = sys.argv[1:8]
+    run = rlguard.init(
+        project="reliability",
+        run_id=run_id,
+        url=url,
+        spool_dir=spool_dir,
+        config=SCENARIO.config,
+        gpu=False,
+        flush_interval_s=0.1,
+        backoff_base_s=0.1,
+        backoff_cap_s=0.5,
+        request_timeout_s=10,
+        finish_timeout_s=120,
+    )
+    logged = steps(int(seed))
+    for i, (step, values) in enumerate(logged):
+        run.log(values, step=step)
+        run.log_samples(samples_at(step), step=step)
+        time.sleep(float(step_sleep_s))  # the training step's own work
+        if i % 10 == 9 or i == len(logged) - 1:
+            Path(progress).write_text(str(i + 1))
+    deadline = time.monotonic() + RELEASE_TIMEOUT_S
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # waiting for the test to end the run
+    status = run.finish()
+    sys.stdout.write(json.dumps(dataclasses.asdict(status)) + "\n")
+    lost = status.dropped + status.samples_dropped + status.dead_lettered
+    return 0 if status.spool_batches == 0 and lost == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
