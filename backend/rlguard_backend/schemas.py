@@ -321,7 +321,10 @@ class SchemaState(BaseModel):
 
 
 class Health(BaseModel):
+    """200: the database answered a round trip."""
+
     status: Literal["ok"]
+    ok: Literal[True] = Field(default=True, description="the database answered")
     database: str
     latency_ms: float
     version: str
@@ -330,6 +333,18 @@ class Health(BaseModel):
     time: float = Field(description="the service's clock (Unix seconds), to check clock skew")
 
     model_config = ConfigDict(populate_by_name=True)
+
+
+class HealthUnavailable(BaseModel):
+    """503: the database did not answer; nothing can be stored until it does."""
+
+    detail: str
+    status: Literal["unavailable"] = "unavailable"
+    ok: Literal[False] = False
+    database: str
+    version: str
+    writes: WriteLoad
+    time: float
 
 
 def _finite_or_none(value: float | None) -> float | None:

@@ -3,12 +3,16 @@ service should hold once they are done."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from tests.backend.test_alerts import _wire
 from tests.hook.hookutil import PYTHONPATH, ROOT, child_env
@@ -69,3 +73,74 @@ def expected_series(seed: int) -> dict[str, dict[int, Any]]:
 
 def expected_samples(seed: int) -> dict[int, list[str]]:
     return {step: [str(s["response"]) for s in samples_at(step)] for step, _ in steps(seed)}
+
+
+class AckedWriter:
+    """A client thread posting batches of one run in a loop, recording what was acknowledged.
+
+    A batch counts as acknowledged only when its 2xx answer arrived; ``answers`` counts every
+    status seen (``None``: no answer, the connection failed) and ``not_json`` keeps any answer
+    whose body was not JSON.
+    """
+
+    def __init__(self, url: str, run_id: str, keys: int = 20, steps_per_batch: int = 200) -> None:
+        self.url, self.run_id = url, run_id
+        self.keys, self.steps_per_batch = keys, steps_per_batch
+        self.acked: list[int] = []  # batch numbers; batch n holds steps [n·S, (n+1)·S)
+        self.answers: collections.Counter[int | None] = collections.Counter()
+        self.not_json: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def body(self, n: int) -> dict[str, Any]:
+        first = n * self.steps_per_batch
+        return {
+            "batch_id": f"acked-{n}",
+            "steps": [
+                {"step": s, "values": {f"k{k}": s + k / 100 for k in range(self.keys)}}
+                for s in range(first, first + self.steps_per_batch)
+            ],
+        }
+
+    def start(self) -> AckedWriter:
+        answer = httpx.post(
+            f"{self.url}/api/v1/runs", json={"id": self.run_id, "project": "acked"}, timeout=30
+        )
+        assert answer.status_code in (200, 201), answer.text
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        assert not self._thread.is_alive()
+
+    def _loop(self) -> None:
+        n = 0
+        with httpx.Client(base_url=self.url, timeout=30) as http:
+            while not self._stop.is_set():
+                try:
+                    answer = http.post(f"/api/v1/runs/{self.run_id}/batches", json=self.body(n))
+                except httpx.HTTPError:
+                    self.answers[None] += 1
+                    continue  # the same batch again, as a client that got no answer does
+                self.answers[answer.status_code] += 1
+                try:
+                    answer.json()
+                except ValueError:
+                    self.not_json.append(f"{answer.status_code}: {answer.text[:200]}")
+                if answer.is_success:
+                    self.acked.append(n)
+                    n += 1
+
+    def lost(self, stored: dict[str, dict[int, Any]]) -> list[int]:
+        """Acknowledged batches some of whose points ``stored`` (stored_series) lacks."""
+        lost = []
+        for n in self.acked:
+            for entry in self.body(n)["steps"]:
+                if any(
+                    stored.get(k, {}).get(entry["step"]) != v for k, v in entry["values"].items()
+                ):
+                    lost.append(n)
+                    break
+        return lost
