@@ -95,6 +95,36 @@ class RunRewind(BaseModel):
     resume_from_step: Step
 
 
+Count = Annotated[int, Field(ge=0, le=2**62)]
+
+
+class Dropped(BaseModel):
+    """What trainer processes dropped without delivering it: points (their spool full or
+    unwritable), whole steps (their log queue over its budget) and rollout samples."""
+
+    points: Count = 0
+    steps: Count = 0
+    samples: Count = 0
+
+
+class ClientDrops(Dropped):
+    """One trainer process's drops since it started; reported again as they grow."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    process: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")] = Field(
+        description="an id the process chose at start; its later reports replace earlier ones"
+    )
+
+
+class HeartbeatIn(BaseModel):
+    """Liveness; a trainer that dropped data says how much."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    drops: ClientDrops | None = None
+
+
 class RunPublic(BaseModel):
     id: str
     project: str
@@ -108,6 +138,9 @@ class RunPublic(BaseModel):
     created_at: datetime
     updated_at: datetime
     last_heartbeat_at: datetime | None
+    dropped: Dropped = Field(
+        default_factory=Dropped, description="what the run's trainers reported dropping"
+    )
 
 
 class RunList(BaseModel):
@@ -119,6 +152,7 @@ class Heartbeat(BaseModel):
     id: str
     status: RunStatus
     last_heartbeat_at: datetime
+    dropped: Dropped = Field(default_factory=Dropped)
 
 
 class StepIn(BaseModel):

@@ -24,26 +24,51 @@ FINISH_TIMEOUT_S = 180.0
 
 
 class Trainer:
-    """One ``trainer.py`` process streaming a seeded scenario as run ``run_id``."""
+    """One ``trainer.py`` process streaming a seeded scenario as run ``run_id``, its spool in
+    ``folder/spool``; ``env`` adds RLGUARD_* settings, ``prefix`` wraps the command."""
 
-    def __init__(self, url: str, run_id: str, folder: Path, seed: int, step_sleep_s: float):
+    def __init__(
+        self,
+        url: str,
+        run_id: str,
+        folder: Path,
+        seed: int,
+        step_sleep_s: float,
+        env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
+    ) -> None:
         self.run_id, self.seed = run_id, seed
         folder.mkdir(parents=True, exist_ok=True)
+        self.spool = folder / "spool"
         self.progress_file = folder / "progress"
         self.release_file = folder / "release"
-        command = [sys.executable, str(TRAINER), url, run_id, str(folder / "spool"), str(seed)]
+        command = [sys.executable, str(TRAINER), url, run_id, str(self.spool), str(seed)]
         command += [str(step_sleep_s), str(self.progress_file), str(self.release_file)]
-        env = child_env(PYTHONPATH=os.pathsep.join((PYTHONPATH, str(ROOT))))
+        environment = child_env(PYTHONPATH=os.pathsep.join((PYTHONPATH, str(ROOT))), **(env or {}))
+        self.stderr = ""
         self.proc = subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [*(prefix or []), *command],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
+
+    def _report(self) -> dict[str, Any]:
+        try:
+            report: dict[str, Any] = json.loads(self.progress_file.read_text())
+        except FileNotFoundError:
+            return {"steps": 0, "status": {}}
+        return report
 
     def progress(self) -> int:
         """Steps logged so far, as the trainer last wrote them."""
-        try:
-            return int(self.progress_file.read_text() or 0)
-        except (FileNotFoundError, ValueError):
-            return 0
+        return int(self._report()["steps"])
+
+    def status(self) -> dict[str, Any]:
+        """The trainer's ``run.status()`` as it last wrote it (every 10 steps, then often)."""
+        status: dict[str, Any] = self._report()["status"]
+        return status
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -51,8 +76,8 @@ class Trainer:
     def finish(self) -> dict[str, Any]:
         """Let the trainer end its run; its final ``run.status()`` once it exited with 0."""
         self.release_file.touch()
-        out, err = self.proc.communicate(timeout=FINISH_TIMEOUT_S)
-        assert self.proc.returncode == 0, (out, err[-3000:])
+        out, self.stderr = self.proc.communicate(timeout=FINISH_TIMEOUT_S)
+        assert self.proc.returncode == 0, (out, self.stderr[-3000:])
         status: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return status
 
@@ -60,6 +85,12 @@ class Trainer:
         if self.alive():
             self.proc.kill()
             self.proc.communicate(timeout=30)
+
+
+def undelivered(status: dict[str, Any]) -> dict[str, int]:
+    """What a trainer's final status says it did not deliver (all zero when nothing was lost)."""
+    fields = ("dropped", "dropped_steps", "dead_lettered", "spool_batches", "samples_dropped")
+    return {f: status[f] for f in (*fields, "samples_dead_lettered")}
 
 
 def expected_series(seed: int) -> dict[str, dict[int, Any]]:

@@ -14,7 +14,13 @@ import pytest
 
 from tests.hook.hookutil import ServiceProcess, stored_series, wait_for
 from tests.hook.test_faults import stored_samples
-from tests.reliability.fleet import AckedWriter, Trainer, expected_samples, expected_series
+from tests.reliability.fleet import (
+    AckedWriter,
+    Trainer,
+    expected_samples,
+    expected_series,
+    undelivered,
+)
 from tests.reliability.postgres import PrivatePostgres
 
 SEEDS = (21, 22)
@@ -87,6 +93,7 @@ def test_postgres_restarted_under_load_loses_nothing_and_needs_no_backend_restar
         assert writer.lost(stored_series(service.url, "pg-acked")) == []
         statuses = [t.finish() for t in trainers]
         assert all(s["spooled"] > 0 for s in statuses), statuses
+        assert all(not any(undelivered(s).values()) for s in statuses), statuses
         for seed, trainer in zip(SEEDS, trainers, strict=True):
             assert stored_series(service.url, trainer.run_id) == expected_series(seed)
             assert stored_samples(service.url, trainer.run_id) == expected_samples(seed)

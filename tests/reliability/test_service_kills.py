@@ -14,7 +14,7 @@ from tests.backend.test_alerts import _alert_view
 from tests.hook.hookutil import ServiceProcess, stored_series, wait_for
 from tests.hook.test_faults import stored_samples
 from tests.hook.trainer_script import samples_at
-from tests.reliability.fleet import Trainer, expected_samples, expected_series
+from tests.reliability.fleet import Trainer, expected_samples, expected_series, undelivered
 from tests.reliability.trainer import SCENARIO, steps
 
 KILLS = 10
@@ -64,6 +64,7 @@ def test_service_sigkilled_ten_times_under_three_trainers_stores_each_point_once
             service.start()
         statuses = [t.finish() for t in trainers]
         assert sum(s["spooled"] for s in statuses) > 0  # the kills were felt
+        assert all(not any(undelivered(s).values()) for s in statuses), statuses
         for seed, trainer in zip(SEEDS, trainers, strict=True):
             assert stored_series(service.url, trainer.run_id) == expected_series(seed)
             assert stored_samples(service.url, trainer.run_id) == expected_samples(seed)

@@ -3,10 +3,11 @@
     python trainer.py URL RUN_ID SPOOL_DIR SEED STEP_SLEEP_S PROGRESS_FILE RELEASE_FILE
 
 It logs the early-collapse scenario of ``tests/detectors/scenarios.py`` (seeded) and two rollout
-samples a step, writes how many steps it has logged to PROGRESS_FILE every 10 steps, and, once
-every step is logged, waits for RELEASE_FILE to exist before ``finish()``: the test decides when
-the run ends, so its faults land while every trainer is still running. It prints its final
-``run.status()`` as JSON and exits 1 when anything was lost or left in the spool.
+samples a step, writes ``{"steps": logged so far, "status": run.status()}`` to PROGRESS_FILE every
+10 steps, and, once every step is logged, keeps writing it while it waits for RELEASE_FILE to
+exist before ``finish()``: the test decides when the run ends, so its faults land while every
+trainer is still running. It prints its final ``run.status()`` as JSON. Settings such as the
+spool budget come from the RLGUARD_* environment.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def steps(seed: int) -> list[tuple[int, dict[str, float]]]:
     return SCENARIO.run(seed=seed)
 
 
+def report(path: Path, logged: int, run: rlguard.Run) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"steps": logged, "status": dataclasses.asdict(run.status())}))
+    tmp.replace(path)
+
+
 def main() -> int:
     url, run_id, spool_dir, seed, step_sleep_s, progress, release = sys.argv[1:8]
     run = rlguard.init(
@@ -50,15 +57,15 @@ def main() -> int:
         run.log(values, step=step)
         run.log_samples(samples_at(step), step=step)
         time.sleep(float(step_sleep_s))  # the training step's own work
-        if i % 10 == 9 or i == len(logged) - 1:
-            Path(progress).write_text(str(i + 1))
+        if i % 10 == 9:
+            report(Path(progress), i + 1, run)
     deadline = time.monotonic() + RELEASE_TIMEOUT_S
     while not Path(release).exists() and time.monotonic() < deadline:
+        report(Path(progress), len(logged), run)
         time.sleep(0.05)  # waiting for the test to end the run
     status = run.finish()
     sys.stdout.write(json.dumps(dataclasses.asdict(status)) + "\n")
-    lost = status.dropped + status.samples_dropped + status.dead_lettered
-    return 0 if status.spool_batches == 0 and lost == 0 else 1
+    return 0
 
 
 if __name__ == "__main__":

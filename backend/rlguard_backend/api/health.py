@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -28,7 +29,7 @@ log = logging.getLogger("rlguard_backend")
 router = APIRouter(prefix="/v1", tags=["health"])
 # served at the root, where Prometheus looks for it
 metrics_router = APIRouter(tags=["health"], responses=ERROR_RESPONSES)
-UNAVAILABLE = {
+UNAVAILABLE: dict[int | str, dict[str, Any]] = {
     503: {"model": HealthUnavailable, "description": "the database did not answer"},
 }
 
