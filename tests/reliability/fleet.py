@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 
+import rlguard
 from tests.backend.test_alerts import _wire
 from tests.hook.hookutil import PYTHONPATH, ROOT, child_env
-from tests.hook.trainer_script import samples_at
-from tests.reliability.trainer import steps
+from tests.reliability.trainer import SCENARIO, samples_at, steps
 
 TRAINER = Path(__file__).with_name("trainer.py")
 FINISH_TIMEOUT_S = 180.0
@@ -62,7 +62,9 @@ class Trainer:
         return report
 
     def progress(self) -> int:
-        """Steps logged so far, as the trainer last wrote them."""
+        """Steps logged so far, as the trainer last wrote them (fails once it died)."""
+        if self.proc.poll() not in (None, 0):
+            raise AssertionError(f"trainer {self.run_id} failed: {self.proc.communicate()[1]}")
         return int(self._report()["steps"])
 
     def status(self) -> dict[str, Any]:
@@ -87,23 +89,55 @@ class Trainer:
             self.proc.communicate(timeout=30)
 
 
+def stream_in_process(
+    url: str,
+    run_id: str,
+    seed: int,
+    spool: Path,
+    first: int = 0,
+    last: int | None = None,
+    scenario: str = SCENARIO.name,
+) -> None:
+    """A trainer's data (steps ``first`` to ``last`` - 1) through the hook in this process,
+    undisturbed: the reference the faulted runs are compared with."""
+    run = rlguard.init(
+        project="reliability",
+        run_id=run_id,
+        url=url,
+        spool_dir=str(spool),
+        config=SCENARIO.config,
+        gpu=False,
+    )
+    for step, values in steps(seed, first, last, scenario):
+        run.log(values, step=step)
+        run.log_samples(samples_at(seed, step), step=step)
+    status = run.finish(timeout_s=120)
+    assert (status.spooled, status.dropped, status.spool_batches) == (0, 0, 0)
+
+
 def undelivered(status: dict[str, Any]) -> dict[str, int]:
     """What a trainer's final status says it did not deliver (all zero when nothing was lost)."""
     fields = ("dropped", "dropped_steps", "dead_lettered", "spool_batches", "samples_dropped")
     return {f: status[f] for f in (*fields, "samples_dead_lettered")}
 
 
-def expected_series(seed: int) -> dict[str, dict[int, Any]]:
-    """key -> {step: wire value} of everything a trainer with ``seed`` logs."""
+def expected_series(
+    seed: int, first: int = 0, last: int | None = None, scenario: str = SCENARIO.name
+) -> dict[str, dict[int, Any]]:
+    """key -> {step: wire value} of everything a trainer with ``seed`` logs (steps
+    ``first`` to ``last`` - 1 of it)."""
     out: dict[str, dict[int, Any]] = {}
-    for step, values in steps(seed):
+    for step, values in steps(seed, first, last, scenario):
         for key, value in values.items():
             out.setdefault(key, {})[step] = _wire(value)
     return out
 
 
-def expected_samples(seed: int) -> dict[int, list[str]]:
-    return {step: [str(s["response"]) for s in samples_at(step)] for step, _ in steps(seed)}
+def expected_samples(seed: int, first: int = 0, last: int | None = None) -> dict[int, list[str]]:
+    return {
+        step: [str(s["response"]) for s in samples_at(seed, step)]
+        for step, _ in steps(seed, first, last)
+    }
 
 
 class AckedWriter:

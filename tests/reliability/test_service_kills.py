@@ -9,35 +9,22 @@ from pathlib import Path
 
 import httpx
 
-import rlguard
 from tests.backend.test_alerts import _alert_view
 from tests.hook.hookutil import ServiceProcess, stored_series, wait_for
 from tests.hook.test_faults import stored_samples
-from tests.hook.trainer_script import samples_at
-from tests.reliability.fleet import Trainer, expected_samples, expected_series, undelivered
-from tests.reliability.trainer import SCENARIO, steps
+from tests.reliability.fleet import (
+    Trainer,
+    expected_samples,
+    expected_series,
+    stream_in_process,
+    undelivered,
+)
+from tests.reliability.trainer import steps
 
 KILLS = 10
 SEEDS = (11, 12, 13)  # one trainer each
 STEP_SLEEP_S = 0.08
 PROGRESS_TIMEOUT_S = 120.0
-
-
-def _undisturbed(url: str, run_id: str, seed: int, spool: Path) -> None:
-    """The same data through the hook, into a service nobody kills."""
-    run = rlguard.init(
-        project="reliability",
-        run_id=run_id,
-        url=url,
-        spool_dir=str(spool),
-        config=SCENARIO.config,
-        gpu=False,
-    )
-    for step, values in steps(seed):
-        run.log(values, step=step)
-        run.log_samples(samples_at(step), step=step)
-    status = run.finish(timeout_s=120)
-    assert (status.spooled, status.dropped, status.spool_batches) == (0, 0, 0)
 
 
 def test_service_sigkilled_ten_times_under_three_trainers_stores_each_point_once(
@@ -69,7 +56,9 @@ def test_service_sigkilled_ten_times_under_three_trainers_stores_each_point_once
             assert stored_series(service.url, trainer.run_id) == expected_series(seed)
             assert stored_samples(service.url, trainer.run_id) == expected_samples(seed)
         for seed in SEEDS:
-            _undisturbed(service.url, f"undisturbed-{seed}", seed, tmp_path / "spool-reference")
+            stream_in_process(
+                service.url, f"undisturbed-{seed}", seed, tmp_path / "spool-reference"
+            )
         with httpx.Client(base_url=service.url, timeout=30) as http:
             for seed in SEEDS:
                 reference = _alert_view(http, f"undisturbed-{seed}")

@@ -7,28 +7,46 @@ samples a step, writes ``{"steps": logged so far, "status": run.status()}`` to P
 10 steps, and, once every step is logged, keeps writing it while it waits for RELEASE_FILE to
 exist before ``finish()``: the test decides when the run ends, so its faults land while every
 trainer is still running. It prints its final ``run.status()`` as JSON. Settings such as the
-spool budget come from the RLGUARD_* environment.
+spool budget come from the RLGUARD_* environment, and two of the tests' own:
+
+- ``RELIABILITY_STEPS=A:B`` logs only the scenario's steps A to B-1 (a restarted trainer), and
+  ``RELIABILITY_SCENARIO=NAME`` another scenario's values (under the same run config);
+- ``RELIABILITY_CLOCK_SKEW_S=S`` shifts this process's wall clock (``time.time``) by S seconds
+  before the hook is imported, as a machine whose clock is off would.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-import rlguard
-from tests.detectors.scenarios import SCENARIOS
-from tests.hook.trainer_script import samples_at
+_SKEW_S = float(os.environ.get("RELIABILITY_CLOCK_SKEW_S", "0"))
+if _SKEW_S:
+    _system_time = time.time
+    time.time = lambda: _system_time() + _SKEW_S
 
-SCENARIO = next(s for s in SCENARIOS if s.name == "S2_early_collapse")
+import rlguard  # noqa: E402  (after the clock is set, as on a machine whose clock is off)
+from tests.detectors.scenarios import SCENARIOS  # noqa: E402
+
+SCENARIOS_BY_NAME = {s.name: s for s in SCENARIOS}
+SCENARIO = SCENARIOS_BY_NAME["S2_early_collapse"]
 RELEASE_TIMEOUT_S = 300.0
 
 
-def steps(seed: int) -> list[tuple[int, dict[str, float]]]:
+def steps(
+    seed: int, first: int = 0, last: int | None = None, scenario: str = SCENARIO.name
+) -> list[tuple[int, dict[str, float]]]:
     """The values this trainer logs, step by step (what the tests expect to find stored)."""
-    return SCENARIO.run(seed=seed)
+    return SCENARIOS_BY_NAME[scenario].run(seed=seed)[first:last]
+
+
+def samples_at(seed: int, step: int) -> list[dict[str, object]]:
+    """The two rollout samples logged at ``step``; their text names the seed."""
+    return [{"response": f"seed {seed} step {step} sample {i}", "reward": float(i)} for i in (0, 1)]
 
 
 def report(path: Path, logged: int, run: rlguard.Run) -> None:
@@ -52,10 +70,12 @@ def main() -> int:
         request_timeout_s=10,
         finish_timeout_s=120,
     )
-    logged = steps(int(seed))
+    first, last = os.environ.get("RELIABILITY_STEPS", "0:").split(":")
+    scenario = os.environ.get("RELIABILITY_SCENARIO", SCENARIO.name)
+    logged = steps(int(seed), int(first), int(last) if last else None, scenario)
     for i, (step, values) in enumerate(logged):
         run.log(values, step=step)
-        run.log_samples(samples_at(step), step=step)
+        run.log_samples(samples_at(int(seed), step), step=step)
         time.sleep(float(step_sleep_s))  # the training step's own work
         if i % 10 == 9:
             report(Path(progress), i + 1, run)
