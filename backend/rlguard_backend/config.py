@@ -50,6 +50,12 @@ class Settings(BaseSettings):
         default=100_000, gt=0, description="largest max_points a series query may ask for"
     )
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
+    sqlite_synchronous: Literal["full", "normal"] = Field(
+        default="full",
+        description="full: every commit syncs SQLite's write-ahead log, so an acknowledged "
+        "batch survives a power cut; normal: synced at checkpoints only (survives a crash of "
+        "the service, not of the machine)",
+    )
     read_threads: int = Field(
         default=16, ge=1, description="worker threads for reads (health, series, dashboard)"
     )

@@ -51,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.database_url,
         sqlite_busy_timeout_ms=settings.sqlite_busy_timeout_ms,
         pool_size=settings.db_pool_size,
+        sqlite_synchronous=settings.sqlite_synchronous,
     )
     if settings.migrate_on_start:
         migrate.upgrade(engine)
