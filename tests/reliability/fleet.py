@@ -21,6 +21,7 @@ from tests.reliability.trainer import SCENARIO, samples_at, steps
 
 TRAINER = Path(__file__).with_name("trainer.py")
 FINISH_TIMEOUT_S = 180.0
+RETRY_PAUSE_S = 0.05  # how long an AckedWriter waits before sending an unanswered batch again
 
 
 class Trainer:
@@ -188,8 +189,11 @@ class AckedWriter:
                     answer = http.post(f"/api/v1/runs/{self.run_id}/batches", json=self.body(n))
                 except httpx.HTTPError:
                     self.answers[None] += 1
-                    continue  # the same batch again, as a client that got no answer does
+                    self._stop.wait(RETRY_PAUSE_S)  # then the same batch again, as a client
+                    continue  # that got no answer does
                 self.answers[answer.status_code] += 1
+                if answer.status_code == 503:
+                    self._stop.wait(RETRY_PAUSE_S)
                 try:
                     answer.json()
                 except ValueError:
