@@ -44,6 +44,26 @@ class Settings(BaseSettings):
     max_batch_samples: int = Field(
         default=4096, gt=0, description="most rollout samples in one samples batch"
     )
+    max_request_bytes: int = Field(
+        default=1024 * 1024,
+        gt=0,
+        description="largest body of any other API request (runs, alerts, tokens, backtests)",
+    )
+    max_request_head_bytes: int = Field(
+        default=64 * 1024, gt=0, description="largest request line and headers together"
+    )
+    request_head_timeout_s: float = Field(
+        default=10.0, gt=0, description="a request line and headers must arrive within this"
+    )
+    request_body_timeout_s: float = Field(
+        default=60.0, gt=0, description="a request body must arrive within this of its head"
+    )
+    keep_alive_timeout_s: int = Field(
+        default=5, ge=1, description="an idle keep-alive connection is closed after this"
+    )
+    max_connections: int = Field(
+        default=2048, ge=1, description="connections open at once; beyond it new ones get 503"
+    )
     max_sample_search_rows: int = Field(
         default=50_000, gt=0, description="most samples a text search (q=) reads"
     )
@@ -51,6 +71,12 @@ class Settings(BaseSettings):
         default=100_000, gt=0, description="largest max_points a series query may ask for"
     )
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
+    sqlite_synchronous: Literal["full", "normal"] = Field(
+        default="full",
+        description="full: every commit syncs SQLite's write-ahead log, so an acknowledged "
+        "batch survives a power cut; normal: synced at checkpoints only (survives a crash of "
+        "the service, not of the machine)",
+    )
     read_threads: int = Field(
         default=16, ge=1, description="worker threads for reads (health, series, dashboard)"
     )

@@ -12,12 +12,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from rlguard_backend import __version__, migrate
 from rlguard_backend.api import alerts, health, points, runs, samples, tokens
-from rlguard_backend.api.bodies import hoist_body_definitions
+from rlguard_backend.api.bodies import exact_integer_bounds, hoist_body_definitions
 from rlguard_backend.api.deps import ACCESS
 from rlguard_backend.auth import TokenCache
 from rlguard_backend.capacity import Database
@@ -25,6 +26,7 @@ from rlguard_backend.config import Settings
 from rlguard_backend.db import Checkpointer, make_engine, make_session_factory
 from rlguard_backend.errors import ServiceError
 from rlguard_backend.ingest import InvalidBatch
+from rlguard_backend.limits import BodyLimits
 from rlguard_backend.liveness import LivenessWatch
 from rlguard_backend.metrics import ServiceMetrics
 from rlguard_backend.requestlog import RequestIds
@@ -51,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.database_url,
         sqlite_busy_timeout_ms=settings.sqlite_busy_timeout_ms,
         pool_size=settings.db_pool_size,
+        sqlite_synchronous=settings.sqlite_synchronous,
     )
     if settings.migrate_on_start:
         migrate.upgrade(engine)
@@ -99,6 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router, prefixed in ROUTERS:
         app.include_router(router, prefix=settings.api_prefix if prefixed else "")
     _install_error_handlers(app, settings)
+    app.add_middleware(BodyLimits, settings=settings)
     app.add_middleware(RequestIds, log_requests=settings.access_log)
     _resolve_documented_bodies(app)
     return app
@@ -109,7 +113,7 @@ def _resolve_documented_bodies(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = hoist_body_definitions(build())
+            app.openapi_schema = exact_integer_bounds(hoist_body_definitions(build()))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -143,6 +147,26 @@ def route_methods(table: dict[tuple[str, str], str]) -> list[tuple[re.Pattern[st
     ]
 
 
+MAX_ERRORS = 20  # listed in one 422; the rest are counted
+MAX_LOC_CHARS = 80  # of a key or field named in an error's loc
+
+
+def _bounded_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A 422's errors, at most MAX_ERRORS, each naming a key of at most MAX_LOC_CHARS: the
+    answer to a hostile body stays small whatever the body held."""
+    shown = [{**e, "loc": [_short(part) for part in e.get("loc", ())]} for e in errors[:MAX_ERRORS]]
+    if len(errors) > MAX_ERRORS:
+        more = len(errors) - MAX_ERRORS
+        shown.append({"type": "too_many_errors", "loc": [], "msg": f"and {more} more error(s)"})
+    return shown
+
+
+def _short(part: Any) -> Any:
+    if isinstance(part, str) and len(part) > MAX_LOC_CHARS:
+        return f"{part[:MAX_LOC_CHARS]}…({len(part)} characters)"
+    return part
+
+
 def _install_error_handlers(app: FastAPI, settings: Settings) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -160,7 +184,7 @@ def _install_error_handlers(app: FastAPI, settings: Settings) -> None:
 
     @app.exception_handler(InvalidBatch)
     async def _invalid_batch(_request: Request, exc: InvalidBatch) -> JSONResponse:
-        return JSONResponse({"detail": exc.errors}, status_code=422)
+        return JSONResponse({"detail": _bounded_errors(exc.errors)}, status_code=422)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -169,7 +193,20 @@ def _install_error_handlers(app: FastAPI, settings: Settings) -> None:
         ]
         if any(e.get("type") == "json_invalid" for e in errors):
             return JSONResponse({"detail": f"body is not valid JSON: {errors[0]['msg']}"}, 400)
-        return JSONResponse({"detail": errors}, status_code=422)
+        return JSONResponse({"detail": _bounded_errors(errors)}, status_code=422)
+
+    @app.exception_handler(DataError)
+    async def _unstorable_value(_request: Request, exc: DataError) -> JSONResponse:
+        # The schemas refuse what they can name (NUL in text, numbers out of range); this is
+        # what a query parameter or path may still carry to the database.
+        log.info("refused a value the database cannot store: %s", exc.orig)
+        detail = f"a value the database cannot store ({exc.orig}); nothing was stored"
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, _exc: ClientDisconnect) -> JSONResponse:
+        log.info("client left during %s %s before its body arrived", request.method, request.url)
+        return JSONResponse({"detail": "client disconnected; nothing was stored"}, 400)
 
     @app.exception_handler(Exception)
     async def _internal_error(request: Request, exc: Exception) -> JSONResponse:

@@ -62,6 +62,8 @@ class Run(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # What the run's trainer processes dropped undelivered: {process: {points, steps, samples}}
+    client_drops: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class RunTag(Base):

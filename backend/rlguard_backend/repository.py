@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
@@ -20,8 +21,18 @@ from rlguard_backend.models import (
     utcnow,
 )
 from rlguard_backend.rollups import BUCKET_WIDTHS
-from rlguard_backend.schemas import MetricKeyPublic, RunCreate, RunPublic, RunUpdate
+from rlguard_backend.schemas import (
+    ClientDrops,
+    Dropped,
+    MetricKeyPublic,
+    RunCreate,
+    RunPublic,
+    RunUpdate,
+)
 from rlguard_backend.signals import canonical_signal
+
+MAX_DROP_REPORTERS = 64  # trainer processes whose drop reports a run keeps apart
+EARLIER_REPORTERS = "earlier"
 
 
 def get_run(session: Session, run_id: str) -> Run:
@@ -69,7 +80,14 @@ def to_public(run: Run, tags: list[str]) -> RunPublic:
         updated_at=as_utc(run.updated_at),
         last_heartbeat_at=as_utc(run.last_heartbeat_at) if run.last_heartbeat_at else None,
         archived_at=as_utc(run.archived_at) if run.archived_at else None,
+        dropped=dropped_total(run),
     )
+
+
+def dropped_total(run: Run) -> Dropped:
+    """The drops every trainer process of the run reported, added up."""
+    reports = (run.client_drops or {}).values()
+    return Dropped(**{f: sum(r.get(f, 0) for r in reports) for f in Dropped.model_fields})
 
 
 def create_or_resume_run(session: Session, data: RunCreate) -> tuple[Run, bool]:
@@ -158,12 +176,29 @@ def update_run(session: Session, run: Run, data: RunUpdate) -> Run:
     return run
 
 
-def heartbeat(session: Session, run: Run) -> Run:
-    """Record a heartbeat; a run marked crashed that beats again is running again."""
+def heartbeat(session: Session, run: Run, drops: ClientDrops | None = None) -> Run:
+    """Record a heartbeat (and what the process reports dropping); a crashed run that beats
+    again is running again."""
     run.last_heartbeat_at = run.updated_at = utcnow()
     if run.status == "crashed":
         run.status = "running"
+    if drops is not None:
+        run.client_drops = merge_drops(run.client_drops or {}, drops)
     return run
+
+
+def merge_drops(reports: dict[str, Any], drops: ClientDrops) -> dict[str, Any]:
+    """``reports`` with one process's counts. Each count only grows, so a report sent twice or
+    late changes nothing; past MAX_DROP_REPORTERS processes the oldest is added to "earlier"."""
+    counts = drops.model_dump(exclude={"process"})
+    before = reports.get(drops.process, {})
+    merged = {p: r for p, r in reports.items() if p != drops.process}
+    merged[drops.process] = {f: max(n, before.get(f, 0)) for f, n in counts.items()}  # newest last
+    reporters = [p for p in merged if p != EARLIER_REPORTERS]
+    if len(reporters) > MAX_DROP_REPORTERS:
+        oldest, earlier = merged.pop(reporters[0]), merged.get(EARLIER_REPORTERS, {})
+        merged[EARLIER_REPORTERS] = {f: earlier.get(f, 0) + oldest.get(f, 0) for f in counts}
+    return merged
 
 
 def rewind_run(session: Session, run: Run, step: int) -> Run:

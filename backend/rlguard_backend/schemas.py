@@ -13,9 +13,11 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
+    WithJsonSchema,
     model_validator,
 )
 
@@ -24,13 +26,83 @@ RUN_STATUSES: tuple[str, ...] = ("running", "finished", "crashed", "failed")
 Severity = Literal["info", "warn", "critical"]
 AlertStatus = Literal["open", "resolved"]
 
+MAX_JSON_DEPTH = 32  # nesting of a run's config and summary
+MAX_SAMPLE_TEXT_CHARS = 1024 * 1024  # each text of a sample (the hook sends 32 KiB at most)
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain the NUL character (U+0000); PostgreSQL cannot store it")
+    return value
+
+
+NONFINITE_FROM_WIRE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _wire_number(value: Any) -> Any:
+    """A JSON number, or one of the strings "NaN", "Infinity", "-Infinity". Refused: true and
+    false, any other string, and a number too large for a 64-bit float (it parses as
+    infinity; an infinite value travels as the string)."""
+    kind = type(value)
+    if kind is float:
+        if value - value == 0.0:  # finite
+            return value
+        raise ValueError(
+            'number out of the range of a 64-bit float; send the string "Infinity" or '
+            '"-Infinity" for an infinite value'
+        )
+    if kind is int:
+        return value
+    if kind is str and value in NONFINITE_FROM_WIRE:
+        return NONFINITE_FROM_WIRE[value]
+    raise ValueError('expected a number, or one of the strings "NaN", "Infinity", "-Infinity"')
+
+
+WIRE_NUMBER_SCHEMA = {"anyOf": [{"type": "number"}, {"enum": list(NONFINITE_FROM_WIRE)}]}
+
+
+def _integral(value: Any) -> Any:
+    """A JSON integer may be written 163.0 (JSON Schema counts it as one); bools and strings
+    stay refused by the strict check after this."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+# The AfterValidator words the refusal; the pattern tells schema readers (and fuzzers).
+NoNul = Field(json_schema_extra={"pattern": "^[^\\x00]*$"})
+NUL_FREE = AfterValidator(_no_nul)
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
 RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
-Project = Annotated[str, StringConstraints(min_length=1, max_length=128, strip_whitespace=True)]
-Tag = Annotated[str, StringConstraints(min_length=1, max_length=128)]
-MetricName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-BatchId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
-Step = Annotated[int, Field(ge=0, le=2**62)]
+Project = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=128, strip_whitespace=True),
+    NoNul,
+    NUL_FREE,
+]
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=128), NoNul, NUL_FREE]
+MetricName = Annotated[str, StringConstraints(min_length=1, max_length=256), NUL_FREE]
+BatchId = Annotated[str, StringConstraints(min_length=1, max_length=64), NoNul, NUL_FREE]
+RunName = Annotated[str, StringConstraints(max_length=256), NoNul, NUL_FREE]
+MAX_STEP = 2**62  # steps are 64-bit integers, with headroom; exact as a float too
+Step = Annotated[int, Field(ge=0, le=MAX_STEP)]  # in a query string
+# In a JSON body a step is a JSON integer (163.0 too): no bool (false would be a rewind to
+# step 0), no fraction, no string.
+BodyStep = Annotated[int, Field(ge=0, le=MAX_STEP, strict=True), BeforeValidator(_integral)]
+PointValue = Annotated[float, BeforeValidator(_wire_number), WithJsonSchema(WIRE_NUMBER_SCHEMA)]
+WallTime = Annotated[float, Field(allow_inf_nan=False, strict=True)]
+StrictBool = Annotated[bool, Field(strict=True)]
+METRIC_NAME_SCHEMA = {"minLength": 1, "maxLength": 256, "pattern": "^[^\\x00]*$"}
+
+
+def _numbers_by_name(number: dict[str, Any], most: int | None = None) -> WithJsonSchema:
+    """The schema of a dict of metric name -> number (pydantic would put the names'
+    pattern in patternProperties)."""
+    schema = {"type": "object", "propertyNames": METRIC_NAME_SCHEMA, "additionalProperties": number}
+    return WithJsonSchema(schema if most is None else {**schema, "maxProperties": most})
+
+
+PointValues = Annotated[dict[MetricName, PointValue], _numbers_by_name(WIRE_NUMBER_SCHEMA)]
 
 NONFINITE_TO_WIRE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 WireFloat = float | str
@@ -60,7 +132,22 @@ def nonfinite_as_wire(value: Any) -> Any:
     return value
 
 
-FreeJson = Annotated[dict[str, Any], AfterValidator(nonfinite_as_wire)]
+def _shallow(value: dict[str, Any]) -> dict[str, Any]:
+    """Refuse JSON nested deeper than MAX_JSON_DEPTH (checked without recursion)."""
+    level: list[Any] = [value]
+    for _ in range(MAX_JSON_DEPTH):
+        level = [
+            child
+            for item in level
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, (dict, list))
+        ]
+        if not level:
+            return value
+    raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels; flatten it")
+
+
+FreeJson = Annotated[dict[str, Any], AfterValidator(_shallow), AfterValidator(nonfinite_as_wire)]
 
 
 class RunCreate(BaseModel):
@@ -70,17 +157,17 @@ class RunCreate(BaseModel):
 
     id: RunId
     project: Project
-    name: Annotated[str, StringConstraints(max_length=256)] | None = None
+    name: RunName | None = None
     config: FreeJson = Field(default_factory=dict)
     tags: list[Tag] = Field(default_factory=list, max_length=64)
-    resume_from_step: Step | None = None
+    resume_from_step: BodyStep | None = None
 
 
 class RunUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     status: RunStatus | None = None
-    name: Annotated[str, StringConstraints(max_length=256)] | None = None
+    name: RunName | None = None
     summary: FreeJson | None = None
 
 
@@ -97,7 +184,37 @@ class RunsArchived(BaseModel):
 class RunRewind(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    resume_from_step: Step
+    resume_from_step: BodyStep
+
+
+Count = Annotated[int, Field(ge=0, le=MAX_STEP, strict=True), BeforeValidator(_integral)]
+
+
+class Dropped(BaseModel):
+    """What trainer processes dropped without delivering it: points (their spool full or
+    unwritable), whole steps (their log queue over its budget) and rollout samples."""
+
+    points: Count = 0
+    steps: Count = 0
+    samples: Count = 0
+
+
+class ClientDrops(Dropped):
+    """One trainer process's drops since it started; reported again as they grow."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    process: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")] = Field(
+        description="an id the process chose at start; its later reports replace earlier ones"
+    )
+
+
+class HeartbeatIn(BaseModel):
+    """Liveness; a trainer that dropped data says how much."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    drops: ClientDrops | None = None
 
 
 class RunPublic(BaseModel):
@@ -116,6 +233,9 @@ class RunPublic(BaseModel):
     archived_at: datetime | None = Field(
         default=None, description="set while archived: left out of the run and alert lists"
     )
+    dropped: Dropped = Field(
+        default_factory=Dropped, description="what the run's trainers reported dropping"
+    )
 
 
 class RunList(BaseModel):
@@ -127,6 +247,7 @@ class Heartbeat(BaseModel):
     id: str
     status: RunStatus
     last_heartbeat_at: datetime
+    dropped: Dropped = Field(default_factory=Dropped)
 
 
 class StepIn(BaseModel):
@@ -134,9 +255,9 @@ class StepIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    step: Step
-    time: float | None = None
-    values: dict[MetricName, float]
+    step: BodyStep
+    time: WallTime | None = None
+    values: PointValues
 
 
 class BatchIn(BaseModel):
@@ -176,7 +297,7 @@ class AlertUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    acknowledged: bool | None = None
+    acknowledged: StrictBool | None = None
     status: Literal["resolved"] | None = None
 
 
@@ -188,7 +309,7 @@ class DetectRequest(BaseModel):
     thresholds: dict[str, Any] = Field(
         default_factory=dict, description='overrides, e.g. {"entropy_collapse.rho_warn": 0.6}'
     )
-    apply: bool = Field(
+    apply: StrictBool = Field(
         default=False,
         description="replace the run's live alerts and detector state with the result",
     )
@@ -287,9 +408,11 @@ TokenScope = Literal["read", "write", "admin"]
 
 
 class TokenCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=128, description="who or what holds it")
+    name: Annotated[str, NoNul, NUL_FREE] = Field(
+        min_length=1, max_length=128, description="who or what holds it"
+    )
     scope: TokenScope
-    project: str | None = Field(
+    project: Annotated[str, NoNul, NUL_FREE] | None = Field(
         default=None,
         max_length=128,
         description="limit the token to this project's runs, alerts and samples; "
@@ -334,7 +457,10 @@ class SchemaState(BaseModel):
 
 
 class Health(BaseModel):
+    """200: the database answered a round trip."""
+
     status: Literal["ok"]
+    ok: Literal[True] = Field(default=True, description="the database answered")
     database: str
     latency_ms: float
     version: str
@@ -345,11 +471,37 @@ class Health(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
 
+class HealthUnavailable(BaseModel):
+    """503: the database did not answer; nothing can be stored until it does."""
+
+    detail: str
+    status: Literal["unavailable"] = "unavailable"
+    ok: Literal[False] = False
+    database: str
+    version: str
+    writes: WriteLoad
+    time: float
+
+
 def _finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-SampleNumber = Annotated[float | None, AfterValidator(_finite_or_none)]
+def _sample_number(value: Any) -> Any:
+    return None if value is None else _wire_number(value)
+
+
+SampleNumber = Annotated[
+    float | None,
+    BeforeValidator(_sample_number),
+    AfterValidator(_finite_or_none),
+    WithJsonSchema({"anyOf": [*WIRE_NUMBER_SCHEMA["anyOf"], {"type": "null"}]}),
+]
+SampleText = Annotated[str, StringConstraints(max_length=MAX_SAMPLE_TEXT_CHARS)]
+SampleScores = Annotated[
+    dict[MetricName, SampleNumber],
+    _numbers_by_name({"anyOf": [*WIRE_NUMBER_SCHEMA["anyOf"], {"type": "null"}]}, 64),
+]
 SAMPLE_NUMBER_FIELDS = (
     "reward",
     "advantage",
@@ -365,7 +517,9 @@ SampleSplit = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,31}$"
 
 
 class SampleTokens(BaseModel):
-    """Per-token arrays of one response, all of one length; non-finite numbers are null."""
+    """Per-token arrays of one response: every array given holds one entry per response token,
+    so all of them have the same length (arrays of different lengths are refused, 422);
+    non-finite numbers are null."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -391,14 +545,14 @@ class SampleIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    step: Step
-    index: Annotated[int, Field(ge=0, le=2**31 - 1)]
+    step: BodyStep
+    index: Annotated[int, Field(ge=0, le=2**31 - 1, strict=True), BeforeValidator(_integral)]
     split: SampleSplit = Field(default="train", description='e.g. "train" or "validation"')
-    time: float | None = None
-    prompt: str | None = None
-    response: str | None = None
-    reference: str | None = None
-    ground_truth: str | None = None
+    time: WallTime | None = None
+    prompt: SampleText | None = None
+    response: SampleText | None = None
+    reference: SampleText | None = None
+    ground_truth: SampleText | None = None
     reward: SampleNumber = None
     advantage: SampleNumber = None
     length: SampleNumber = None
@@ -407,11 +561,11 @@ class SampleIn(BaseModel):
     logprob: SampleNumber = None
     entropy: SampleNumber = None
     kl: SampleNumber = None
-    scores: dict[MetricName, SampleNumber] = Field(
+    scores: SampleScores = Field(
         default_factory=dict, max_length=64, description="more numbers, e.g. reward components"
     )
     tokens: SampleTokens | None = None
-    cut: bool = Field(default=False, description="the hook cut text or tokens to its budget")
+    cut: StrictBool = Field(default=False, description="the hook cut text or tokens to its budget")
 
 
 class SampleBatchIn(BaseModel):

@@ -51,13 +51,8 @@ class ServerThread:
         self.app = app
         self.sock = sock or bind_socket(host, port)
         self.url = base_url(self.sock)
-        config = uvicorn.Config(
-            app,
-            log_level="warning",
-            lifespan="on",
-            timeout_graceful_shutdown=5,
-            proxy_headers=False,
-        )
+        settings = getattr(getattr(app, "state", None), "settings", None) or Settings()
+        config = uvicorn_config(app, settings, lifespan="on", timeout_graceful_shutdown=5)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._serve, name="rlguard-uvicorn", daemon=True)
 
@@ -85,6 +80,22 @@ class ServerThread:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+
+def uvicorn_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Config:
+    """uvicorn serving ``app`` with the connection limits of ``settings`` (limits.py)."""
+    from rlguard_backend.limits import protocol_for
+
+    # proxy_headers off: the client address stays the TCP peer, which is what an SSO proxy's
+    # identity header is trusted by (X-Forwarded-For would let any client name another peer).
+    return uvicorn.Config(
+        app,
+        http=protocol_for(settings),
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        log_level="warning",
+        proxy_headers=False,
+        **options,
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,21 +150,17 @@ def announce_auth(app: Any, host: str) -> None:
     print(f"rlguard: auth on: {active} active token(s); send Authorization: Bearer", flush=True)
 
 
-def serve_socket(app: Any, sock: socket.socket, shutdown_timeout_s: float) -> int:
+def serve_socket(app: Any, sock: socket.socket, settings: Settings) -> int:
     """Serve ``app`` on a bound socket until SIGTERM or Ctrl-C, then stop within a bound.
 
-    Requests in flight get ``shutdown_timeout_s`` to finish. uvicorn then raises the signal it
-    caught again, so SIGTERM ends the process as SIGTERM does; after Ctrl-C, a worker thread
-    still inside the database (a lock held from outside this process) is left behind: its
-    transaction was never committed, so nothing acknowledged is lost.
+    Requests in flight get ``settings.shutdown_timeout_s`` to finish. uvicorn then raises the
+    signal it caught again, so SIGTERM ends the process as SIGTERM does; after Ctrl-C, a worker
+    thread still inside the database (a lock held from outside this process) is left behind:
+    its transaction was never committed, so nothing acknowledged is lost.
     """
-    # proxy_headers off: the client address stays the TCP peer, which is what an SSO proxy's
-    # identity header is trusted by (X-Forwarded-For would let any client name another peer).
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        timeout_graceful_shutdown=max(1, round(shutdown_timeout_s)),
-        proxy_headers=False,
+    shutdown_timeout_s = settings.shutdown_timeout_s
+    config = uvicorn_config(
+        app, settings, timeout_graceful_shutdown=max(1, round(shutdown_timeout_s))
     )
     try:
         uvicorn.Server(config).run(sockets=[sock])
@@ -190,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings)
     announce_auth(app, args.host)
     print(f"rlguard listening on {base_url(sock)} (API at /api, docs at /docs)", flush=True)
-    return serve_socket(app, sock, settings.shutdown_timeout_s)
+    return serve_socket(app, sock, settings)
 
 
 def _run_db(args: argparse.Namespace, settings: Settings) -> int:

@@ -128,4 +128,4 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"rlguard listening on {url} (dashboard at /, API at /api, docs at /docs)", flush=True
         )
-    return serve_socket(app, sock, settings.shutdown_timeout_s)
+    return serve_socket(app, sock, settings)

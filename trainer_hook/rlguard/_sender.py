@@ -14,6 +14,7 @@ import functools
 import logging
 import random
 import threading
+import uuid
 import time
 from collections.abc import Callable
 from typing import Any
@@ -77,6 +78,8 @@ class Sender:
         self._close_deadline = float("inf")
         self._final: dict[str, Any] | None = None
         self._packed_refused = False  # a service older than the packed body: send JSON
+        self._process = uuid.uuid4().hex  # names this process's drop reports to the service
+        self._drops_reported = (0, 0, 0)
         self._thread = threading.Thread(
             target=self._loop, name=f"rlguard-sender-{cfg.run_id}", daemon=True
         )
@@ -259,27 +262,51 @@ class Sender:
                     "run.json", {**self._run_payload, "resume_from_step": None, "url": self.cfg.url}
                 )
                 self._run_json_written = True
-            batch = self.spool.put(batch_id, points, body, kind)
+            batch = self._put_making_room(batch_id, points, body, kind)
         except (SpoolError, OSError) as exc:
+            full = isinstance(exc, SpoolError) and exc.disk_full
             self._drop(
                 kind,
                 points,
-                "spool-error",
-                f"rlguard: cannot write the spool ({exc}); {points} {_NOUNS[kind]} dropped",
+                "spool-disk-full" if full else "spool-error",
+                f"rlguard: cannot write the spool ({exc}); {points} {_NOUNS[kind]} dropped "
+                "(shown once; run.status() counts them and the service is told)",
             )
             return
-        if batch is None:
-            self._drop(
-                kind,
-                points,
-                "spool-full",
-                f"rlguard: the spool {self.spool.dir} is at its budget "
-                f"({self.cfg.spool_budget_mb} MB); new {_NOUNS[kind]} are dropped until it "
-                "drains",
-            )
+        if batch is None:  # larger than the whole budget
+            self._drop(kind, points, "spool-full", self._room_message("reached its budget"))
             return
         self._backlog.append(batch)
         self.counters.add(kind, "spooled", points)
+
+    def _put_making_room(
+        self, batch_id: str, points: int, body: bytes, kind: str
+    ) -> SpooledBatch | None:
+        """Spool one batch; while the spool's budget is reached or its disk is full, drop the
+        oldest spooled samples, then the oldest points, to make room (the README's policy)."""
+        while self._backlog and not self.spool.fits(len(body)):
+            self._drop_oldest("spool-full", self._room_message("reached its budget"))
+        while True:
+            try:
+                return self.spool.put(batch_id, points, body, kind)
+            except SpoolError as exc:
+                if not (exc.disk_full and self._backlog):
+                    raise
+                self._drop_oldest("spool-disk-full", self._room_message(f"cannot grow ({exc})"))
+
+    def _drop_oldest(self, cause: str, message: str) -> None:
+        victim = next((b for b in self._backlog if b.kind == SAMPLES), self._backlog[0])
+        self._backlog.remove(victim)
+        self.spool.remove(victim, victim.size)
+        self._drop(victim.kind, victim.points, cause, message)
+
+    def _room_message(self, problem: str) -> str:
+        return (
+            f"rlguard: the spool {self.spool.dir} {problem} (spool_budget_mb="
+            f"{self.cfg.spool_budget_mb}); its oldest samples, then its oldest points, are "
+            "dropped to make room for new batches (shown once; run.status() counts them and "
+            "the service is told)"
+        )
 
     def _drop(self, kind: str, points: int, cause: str, message: str) -> None:
         self.counters.add(kind, "dropped", points)
@@ -366,14 +393,37 @@ class Sender:
         self._retry_at = 0.0
 
     def _heartbeat_if_due(self) -> None:
+        """Heartbeat every heartbeat_interval_s, and at once when new drops are to be told."""
         now = time.monotonic()
-        if not self._run_created or now < self._next_heartbeat or now < self._retry_at:
+        if not self._run_created or now < self._retry_at:
+            return
+        drops = self._drops()
+        if now < self._next_heartbeat and drops == self._drops_reported:
             return
         self._next_heartbeat = now + self.cfg.heartbeat_interval_s
         try:
-            self._transport.heartbeat(self.cfg.run_id)
-        except TransportError as exc:
-            logger.debug("rlguard: heartbeat failed: %s", exc)
+            self._transport.heartbeat(self.cfg.run_id, self._drop_report(drops))
+        except RetryableError as exc:  # the service is away: back off, tell it later
+            self._note_failure(exc)
+            return
+        except RejectedError as exc:
+            logger.debug("rlguard: heartbeat refused: %s", exc)
+        self._drops_reported = drops
+
+    def _drops(self) -> tuple[int, int, int]:
+        """Points, steps and samples this process dropped undelivered so far."""
+        queue = self.queue
+        return (
+            self.counters.dropped,
+            self.counters.dropped_steps + queue.dropped_steps,
+            self.counters.samples_dropped + queue.dropped_samples,
+        )
+
+    def _drop_report(self, drops: tuple[int, int, int]) -> dict[str, Any] | None:
+        if not any(drops):
+            return None
+        points, steps, samples = drops
+        return {"process": self._process, "points": points, "steps": steps, "samples": samples}
 
     def _shutdown(self) -> None:
         """After the stop sentinel: replay what time allows, then deliver the final status."""
@@ -386,6 +436,8 @@ class Sender:
         if not self._backlog:
             try:
                 self._ensure_run()
+                if self._drops() != self._drops_reported:
+                    self._transport.heartbeat(self.cfg.run_id, self._drop_report(self._drops()))
                 self._transport.update_run(self.cfg.run_id, final)
                 self.spool.remove_json("final.json")
                 return

@@ -15,6 +15,7 @@ directory fsync'd, so a crash leaves either a whole batch or none.
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import re
@@ -62,11 +63,15 @@ def _fsync_dir(path: Path) -> None:
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that a crash leaves the old file or the new, never half."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+        raise
     _fsync_dir(path.parent)
 
 
@@ -94,11 +99,15 @@ class Spool:
             self._size = sum(batch.size for batch in self.pending())
         return self._size
 
+    def fits(self, size: int) -> bool:
+        """Whether a batch of ``size`` bytes fits the budget beside the spooled ones."""
+        return self.size_bytes() + size <= self.budget_bytes
+
     def put(
         self, batch_id: str, points: int, body: bytes, kind: str = POINTS
     ) -> SpooledBatch | None:
         """Store one batch durably; None when the budget has no room for it."""
-        if self.size_bytes() + len(body) > self.budget_bytes:
+        if not self.fits(len(body)):
             return None
         self._ensure_dir()
         self._sequence += 1
@@ -107,7 +116,8 @@ class Spool:
         try:
             write_atomic(self.dir / name, body)
         except OSError as exc:
-            raise SpoolError(f"cannot write {self.dir / name}: {exc}") from exc
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            raise SpoolError(f"cannot write {self.dir / name}: {exc}", disk_full=full) from exc
         self._size = self.size_bytes() + len(body)
         return SpooledBatch(self.dir / name, points, batch_id, kind)
 

@@ -124,9 +124,10 @@ class Transport:
         """``PATCH /runs/{id}``: status, name or summary."""
         return self.send_json("PATCH", f"/runs/{_quote(run_id)}", payload)
 
-    def heartbeat(self, run_id: str) -> Any:
-        """``POST /runs/{id}/heartbeat``: the run is alive."""
-        return self.request("POST", f"/runs/{_quote(run_id)}/heartbeat", b"{}")
+    def heartbeat(self, run_id: str, drops: dict[str, Any] | None = None) -> Any:
+        """Liveness; ``drops`` (process, points, steps, samples) reports what was dropped."""
+        payload = {} if drops is None else {"drops": drops}
+        return self.send_json("POST", f"/runs/{_quote(run_id)}/heartbeat", payload)
 
     def rewind(self, run_id: str, resume_from_step: int) -> Any:
         """``POST /runs/{id}/rewind``: supersede what was stored after ``resume_from_step``."""

@@ -48,4 +48,8 @@ class RejectedError(TransportError):
 
 
 class SpoolError(RLGuardError):
-    """The on-disk spool cannot be written."""
+    """The on-disk spool cannot be written; ``disk_full`` when its disk has no room left."""
+
+    def __init__(self, message: str, disk_full: bool = False) -> None:
+        super().__init__(message)
+        self.disk_full = disk_full

@@ -74,3 +74,21 @@ def hoist_body_definitions(document: dict[str, Any]) -> dict[str, Any]:
             for media in content.values():
                 schemas.update(media.get("schema", {}).pop("$defs", {}))
     return document
+
+
+BOUNDS = ("maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum")
+
+
+def exact_integer_bounds(node: Any) -> Any:
+    """Integral bounds as JSON integers: FastAPI's OpenAPI model holds them as floats, and the
+    float 2^62 prints as 4.611686018427388e+18, which read as a decimal is 96 above it."""
+    if isinstance(node, dict):
+        return {
+            key: int(value)
+            if key in BOUNDS and isinstance(value, float) and value.is_integer()
+            else exact_integer_bounds(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [exact_integer_bounds(item) for item in node]
+    return node

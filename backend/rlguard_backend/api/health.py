@@ -2,51 +2,86 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from rlguard_backend import __version__
 from rlguard_backend.api.deps import PUBLIC, READ, DatabaseDep
+from rlguard_backend.capacity import Database
 from rlguard_backend.metrics import ServiceMetrics
-from rlguard_backend.schemas import ERROR_RESPONSES, Health, SchemaState, WriteLoad
+from rlguard_backend.schemas import (
+    ERROR_RESPONSES,
+    Health,
+    HealthUnavailable,
+    SchemaState,
+    WriteLoad,
+)
 
+log = logging.getLogger("rlguard_backend")
 router = APIRouter(prefix="/v1", tags=["health"])
 # served at the root, where Prometheus looks for it
 metrics_router = APIRouter(tags=["health"], responses=ERROR_RESPONSES)
+UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    503: {"model": HealthUnavailable, "description": "the database did not answer"},
+}
 
 
-@router.get("/health", response_model=Health, dependencies=[PUBLIC])
-async def read_health(request: Request, db: DatabaseDep) -> Health:
-    """Database round trip, schema revision against the shipped head, clock and write gate."""
+@router.get("/health", response_model=Health, dependencies=[PUBLIC], responses=UNAVAILABLE)
+async def read_health(request: Request, db: DatabaseDep) -> Health | JSONResponse:
+    """200 with ``ok: true`` after a database round trip; 503 with ``ok: false`` without one."""
 
     def round_trip(session: Session) -> tuple[float, str, str | None]:
         started = time.perf_counter()
         revision = session.execute(text("SELECT version_num FROM alembic_version")).scalar()
         return (time.perf_counter() - started) * 1000, session.get_bind().dialect.name, revision
 
-    latency_ms, dialect, revision = await db.read(round_trip)
+    try:
+        latency_ms, dialect, revision = await db.read(round_trip)
+    except DBAPIError as exc:
+        return _unavailable(request, db, exc)
     head = request.app.state.schema_head
+    return Health(
+        status="ok",
+        database=dialect,
+        latency_ms=round(latency_ms, 3),
+        version=__version__,
+        writes=_write_load(db),
+        schema=SchemaState(revision=revision, head=head, current=revision == head),
+        time=time.time(),
+    )
+
+
+def _write_load(db: Database) -> WriteLoad:
     gate = db.gate
-    writes = WriteLoad(
+    return WriteLoad(
         in_flight=gate.in_flight,
         limit=gate.limit,
         saturated=gate.saturated,
         admitted_total=gate.admitted_total,
         refused_total=gate.refused_total,
     )
-    return Health(
-        status="ok",
-        database=dialect,
-        latency_ms=round(latency_ms, 3),
+
+
+def _unavailable(request: Request, db: Database, exc: DBAPIError) -> JSONResponse:
+    log.warning("health: the database did not answer: %s", exc)
+    request.app.state.metrics.database_errors.inc()
+    body = HealthUnavailable(
+        detail=f"database unavailable ({type(exc.orig).__name__}); retry shortly",
+        database=request.app.state.engine.dialect.name,
         version=__version__,
-        writes=writes,
-        schema=SchemaState(revision=revision, head=head, current=revision == head),
+        writes=_write_load(db),
         time=time.time(),
     )
+    retry = {"Retry-After": str(request.app.state.settings.retry_after_s)}
+    return JSONResponse(body.model_dump(), status_code=503, headers=retry)
 
 
 @metrics_router.get(

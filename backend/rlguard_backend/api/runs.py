@@ -29,6 +29,7 @@ from rlguard_backend.schemas import (
     DetectRequest,
     DetectResult,
     Heartbeat,
+    HeartbeatIn,
     RunCreate,
     RunList,
     RunPublic,
@@ -211,14 +212,20 @@ async def update_run(
 
 
 @router.post("/{run_id}/heartbeat", response_model=Heartbeat, dependencies=[WRITE])
-async def heartbeat(run_id: str, db: WriterDep) -> Heartbeat:
-    """Mark the run alive (a crashed run that beats again is running again)."""
+async def heartbeat(run_id: str, db: WriterDep, data: HeartbeatIn | None = None) -> Heartbeat:
+    """Liveness; ``drops`` records what a trainer process dropped without delivering."""
 
     def beat(session: Session) -> Heartbeat:
-        run = repository.heartbeat(session, repository.get_run(session, run_id))
+        drops = data.drops if data is not None else None
+        run = repository.heartbeat(session, repository.get_run(session, run_id), drops)
         session.commit()
         assert run.last_heartbeat_at is not None
-        return Heartbeat(id=run.id, status=run.status, last_heartbeat_at=run.last_heartbeat_at)  # type: ignore[arg-type]
+        return Heartbeat(
+            id=run.id,
+            status=run.status,  # type: ignore[arg-type]
+            last_heartbeat_at=run.last_heartbeat_at,
+            dropped=repository.dropped_total(run),
+        )
 
     return await db.write(beat)
 

@@ -1,0 +1,45 @@
+"""Drop reports (a trainer's heartbeat saying what it dropped undelivered) are idempotent: sent
+twice, late or by several processes of one run, the run's totals count each process once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from rlguard_backend.repository import EARLIER_REPORTERS, MAX_DROP_REPORTERS, merge_drops
+from rlguard_backend.schemas import ClientDrops
+from tests.conftest import RunningServer, new_run_id
+
+
+def _report(process: str, points: int, samples: int = 0) -> dict[str, Any]:
+    return {"drops": {"process": process, "points": points, "steps": 0, "samples": samples}}
+
+
+def test_drop_reports_twice_late_and_from_two_processes_count_each_process_once(
+    server: RunningServer,
+) -> None:
+    run_id = new_run_id("drops")
+    with httpx.Client(base_url=f"{server.url}/api/v1", timeout=30) as http:
+        assert http.post("/runs", json={"id": run_id, "project": "p"}).status_code == 201
+        beats = [_report("a", 10, 4), _report("a", 10, 4), _report("b", 7), _report("a", 3)]
+        for beat in beats:  # the last is an older report of "a" arriving late
+            assert http.post(f"/runs/{run_id}/heartbeat", json=beat).status_code == 200
+        assert http.post(f"/runs/{run_id}/heartbeat", json={}).status_code == 200
+        dropped = http.get(f"/runs/{run_id}").json()["dropped"]
+        assert dropped == {"points": 17, "steps": 0, "samples": 4}
+        refused = http.post(f"/runs/{run_id}/heartbeat", json=_report("../x", -1))
+        assert refused.status_code == 422
+        assert {tuple(e["loc"][-1:]) for e in refused.json()["detail"]} == {
+            ("process",),
+            ("points",),
+        }
+
+
+def test_drop_reports_past_the_reporter_limit_fold_the_oldest_into_earlier() -> None:
+    reports: dict[str, Any] = {}
+    for i in range(MAX_DROP_REPORTERS + 3):
+        reports = merge_drops(reports, ClientDrops(process=f"p{i}", points=1))
+    assert len(reports) == MAX_DROP_REPORTERS + 1
+    assert reports[EARLIER_REPORTERS] == {"points": 3, "steps": 0, "samples": 0}
+    assert sum(r["points"] for r in reports.values()) == MAX_DROP_REPORTERS + 3
