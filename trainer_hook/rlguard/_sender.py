@@ -14,8 +14,8 @@ import functools
 import logging
 import random
 import threading
-import uuid
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
