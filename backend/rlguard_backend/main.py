@@ -34,6 +34,7 @@ log = logging.getLogger("rlguard_backend")
 # (router, whether it sits under the API prefix)
 ROUTERS = (
     (runs.router, True),
+    (runs.fields_router, True),
     (runs.projects, True),
     (points.router, True),
     (samples.router, True),

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, literal, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import points, sql
+from rlguard_backend import points, run_fields, sql
 from rlguard_backend.errors import Conflict, run_not_found
 from rlguard_backend.models import MetricKey, PointChunk, Rollup, Run, RunTag, as_utc, utcnow
 from rlguard_backend.rollups import BUCKET_WIDTHS
-from rlguard_backend.schemas import MetricKeyPublic, RunCreate, RunPublic, RunUpdate
+from rlguard_backend.schemas import (
+    MetricKeyPublic,
+    RunCreate,
+    RunFieldPublic,
+    RunPublic,
+    RunRow,
+    RunUpdate,
+)
 from rlguard_backend.signals import canonical_signal
+
+FIELD_SCAN_RUNS = 2000  # runs whose config and summary keys the field list is made from
+MAX_LISTED_KEYS = 500
 
 
 def get_run(session: Session, run_id: str) -> Run:
@@ -46,6 +57,10 @@ def to_public(run: Run, tags: list[str]) -> RunPublic:
         updated_at=as_utc(run.updated_at),
         last_heartbeat_at=as_utc(run.last_heartbeat_at) if run.last_heartbeat_at else None,
     )
+
+
+def to_row(run: Run, tags: list[str], values: dict[str, Any]) -> RunRow:
+    return RunRow(**dict(to_public(run, tags)), values=values)
 
 
 def create_or_resume_run(session: Session, data: RunCreate) -> tuple[Run, bool]:
@@ -96,7 +111,16 @@ def list_runs(
     tag: str | None = None,
     limit: int = 50,
     offset: int = 0,
-) -> tuple[list[Run], int]:
+    sort: Sequence[run_fields.SortKey] = (),
+    filters: Sequence[run_fields.Filter] = (),
+    fields: Sequence[str] = (),
+) -> tuple[list[tuple[Run, dict[str, Any]]], int]:
+    """A page of runs, each with the ``fields`` asked for, and how many runs match in all.
+
+    ``sort`` and ``filters`` name fields of ``run_fields``; newest first after them.
+    ValueError names a filter that does not fit its field.
+    """
+    dialect = sql.dialect(session)
     query = select(Run)
     if project is not None:
         query = query.where(Run.project == project)
@@ -104,9 +128,88 @@ def list_runs(
         query = query.where(Run.status == status)
     if tag is not None:
         query = query.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag == tag)))
+    for rule in filters:
+        query = query.where(run_fields.where(run_fields.field_expr(rule.field, dialect), rule))
     count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    page = query.order_by(Run.created_at.desc(), Run.id).limit(limit).offset(offset)
-    return list(session.scalars(page)), count
+    ordering = [
+        term
+        for key in sort
+        for term in run_fields.order_by(run_fields.field_expr(key.field, dialect), key.descending)
+    ]
+    shown = [run_fields.field_expr(name, dialect) for name in fields]
+    columns = [e if e is not None else literal(None) for f in shown for e in (f.number, f.text)]
+    page = (
+        query.add_columns(*columns)
+        .order_by(*ordering, Run.created_at.desc(), Run.id)
+        .limit(limit)
+        .offset(offset)
+    )
+    rows = []
+    for run, *values in session.execute(page):
+        pairs = zip(values[::2], values[1::2], shown, strict=True)
+        rows.append((run, {f.name: run_fields.shown(n, t, f) for n, t, f in pairs}))
+    return rows, count
+
+
+def list_run_fields(
+    session: Session, project: str | None = None, max_runs: int = FIELD_SCAN_RUNS
+) -> list[RunFieldPublic]:
+    """The fields the newest ``max_runs`` runs (of a project) can be listed by, most common first.
+
+    Config and summary keys are flattened (nested dicts as dotted paths); ``last.<signal>`` for
+    every canonical signal some run logs.
+    """
+    query = select(Run.id, Run.config, Run.summary).order_by(Run.created_at.desc()).limit(max_runs)
+    if project is not None:
+        query = query.where(Run.project == project)
+    found = session.execute(query).all()
+    counts: dict[tuple[str, str], int] = {}
+    for _, config, summary in found:
+        for prefix, values in (("config", config), ("summary", summary)):
+            for name, kind in flat_keys(values or {}).items():
+                counts[(f"{prefix}.{name}", kind)] = counts.get((f"{prefix}.{name}", kind), 0) + 1
+    signals = (
+        select(MetricKey.signal, func.count(func.distinct(MetricKey.run_id)))
+        .where(MetricKey.signal.is_not(None), MetricKey.run_id.in_([r[0] for r in found]))
+        .group_by(MetricKey.signal)
+    )
+    total = len(found)
+    fixed = [(n, "text") for n in run_fields.TEXT_COLUMNS] + [("last_step", "number")]
+    fixed += [(n, "date") for n in run_fields.DATE_COLUMNS] + [("health", "text")]
+    fixed += [(f"alerts.{s}", "number") for s in ("open", *run_fields.SEVERITIES)]
+    fields = [RunFieldPublic(name=n, kind=k, runs=total) for n, k in fixed]  # type: ignore[arg-type]
+    fields += [
+        RunFieldPublic(name=f"hparam.{h}", kind="json", runs=total) for h in run_fields.HPARAMS
+    ]
+    fields += [
+        RunFieldPublic(name=f"last.{signal}", kind="number", runs=runs)
+        for signal, runs in session.execute(signals)
+        if signal in run_fields.SIGNAL_NAMES
+    ]
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0][0]))
+    fields += [
+        RunFieldPublic(name=name, kind=kind, runs=runs)  # type: ignore[arg-type]
+        for (name, kind), runs in ordered[:MAX_LISTED_KEYS]
+    ]
+    return fields
+
+
+def flat_keys(values: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested dicts as dotted keys → ``"number"`` or ``"json"`` (lists and text are leaves).
+
+    >>> flat_keys({"lr": 1e-6, "actor": {"clip": 0.2, "name": "ppo"}, "tags": [1]})
+    {'lr': 'number', 'actor.clip': 'number', 'actor.name': 'json', 'tags': 'json'}
+    """
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flat_keys(value, f"{name}."))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = "number"
+        else:
+            out[name] = "json"
+    return out
 
 
 def update_run(session: Session, run: Run, data: RunUpdate) -> Run:

@@ -110,8 +110,39 @@ class RunPublic(BaseModel):
     last_heartbeat_at: datetime | None
 
 
+class RunRow(RunPublic):
+    """A listed run with the computed fields asked for (``fields=hparam.lr,last.entropy``)."""
+
+    values: dict[str, Any] = Field(default_factory=dict)
+
+
 class RunList(BaseModel):
-    data: list[RunPublic]
+    """A page of runs; ``count`` is how many match the filters in all (every page)."""
+
+    data: list[RunRow]
+    count: int
+
+
+class RunFieldPublic(BaseModel):
+    """A field runs can be listed, sorted and filtered by, and how many runs have it."""
+
+    name: str
+    kind: Literal["text", "number", "json", "date"]
+    runs: int
+
+
+class ProjectPublic(BaseModel):
+    name: str
+    runs: int
+
+
+class ProjectList(BaseModel):
+    data: list[ProjectPublic]
+    count: int
+
+
+class RunFieldList(BaseModel):
+    data: list[RunFieldPublic]
     count: int
 
 

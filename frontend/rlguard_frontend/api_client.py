@@ -12,6 +12,8 @@ from rlguard_backend.schemas import (
     AlertList,
     AlertPublic,
     MetricKeyList,
+    ProjectList,
+    RunFieldList,
     RunList,
     RunPublic,
     SampleList,
@@ -75,9 +77,30 @@ class ApiClient:
         status: str | None = None,
         tag: str | None = None,
         limit: int = 500,
+        *,
+        offset: int = 0,
+        sort: Sequence[str] = (),
+        filters: Sequence[str] = (),
+        fields: Sequence[str] = (),
     ) -> RunList:
-        params = {"project": project, "status": status, "tag": tag, "limit": limit}
+        """A page of runs; ``sort``/``filters``/``fields`` name the API's run fields."""
+        params = {
+            "project": project,
+            "status": status,
+            "tag": tag,
+            "limit": limit,
+            "offset": offset or None,
+            "sort": ",".join(sort),
+            "filter": list(filters) or None,
+            "fields": ",".join(fields),
+        }
         return RunList.model_validate(self._get("/v1/runs", params))
+
+    def list_run_fields(self, project: str | None = None) -> RunFieldList:
+        return RunFieldList.model_validate(self._get("/v1/run-fields", {"project": project}))
+
+    def list_projects(self) -> ProjectList:
+        return ProjectList.model_validate(self._get("/v1/projects"))
 
     def get_run(self, run_id: str) -> RunPublic:
         return RunPublic.model_validate(self._get(f"/v1/runs/{run_id}"))

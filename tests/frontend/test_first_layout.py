@@ -56,11 +56,11 @@ def test_dashboard_links_and_history_switch_pages(dashboard: Any, page: Any) -> 
     page.goto(f"{dashboard.url}/runs/{run_id}")
     _entropy_drawn(page)
     page.click("nav >> text=Runs")
-    page.get_by_text("1 run(s)").wait_for(timeout=WAIT_MS)
+    page.get_by_text("1 run", exact=True).wait_for(timeout=WAIT_MS)
     page.click("nav >> text=Compare")
     page.get_by_text("Pick two or more runs.").wait_for(timeout=WAIT_MS)
     page.go_back()
-    page.get_by_text("1 run(s)").wait_for(timeout=WAIT_MS)
+    page.get_by_text("1 run", exact=True).wait_for(timeout=WAIT_MS)
     page.go_back()
     _entropy_drawn(page)
     assert page.locator(".run-title").inner_text() == "grpo-demo"

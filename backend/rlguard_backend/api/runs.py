@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response, status
-from sqlalchemy import select
+from fastapi import APIRouter, Query, Response, status
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import detection, repository
+from rlguard_backend import detection, repository, run_fields
 from rlguard_backend.api.deps import (
     ADMIN,
     READ,
@@ -27,7 +27,10 @@ from rlguard_backend.schemas import (
     DetectRequest,
     DetectResult,
     Heartbeat,
+    ProjectList,
+    ProjectPublic,
     RunCreate,
+    RunFieldList,
     RunList,
     RunPublic,
     RunRewind,
@@ -38,6 +41,7 @@ from rlguard_backend.schemas import (
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERROR_RESPONSES)
 projects = APIRouter(prefix="/v1/projects", tags=["runs"], responses=ERROR_RESPONSES)
+fields_router = APIRouter(prefix="/v1/run-fields", tags=["runs"], responses=ERROR_RESPONSES)
 
 
 def _public(session: Session, run_id: str) -> RunPublic:
@@ -91,6 +95,18 @@ async def delete_run(run_id: str, db: WriterDep) -> RunsDeleted:
     return await db.write(remove)
 
 
+@projects.get("", response_model=ProjectList, dependencies=[READ])
+async def list_projects(db: DatabaseDep) -> ProjectList:
+    """Every project with how many runs it holds, by name."""
+
+    def read(session: Session) -> ProjectList:
+        query = select(Run.project, func.count()).group_by(Run.project).order_by(Run.project)
+        found = [ProjectPublic(name=n, runs=c) for n, c in session.execute(query)]
+        return ProjectList(data=found, count=len(found))
+
+    return await db.read(read)
+
+
 @projects.delete("/{project}", response_model=RunsDeleted, dependencies=[ADMIN])
 async def delete_project(project: str, db: WriterDep) -> RunsDeleted:
     """Delete every run of a project with everything stored for them."""
@@ -106,6 +122,28 @@ async def delete_project(project: str, db: WriterDep) -> RunsDeleted:
     return await db.write(remove)
 
 
+MAX_FILTERS = 16
+SortParam = Annotated[
+    str | None,
+    Query(
+        max_length=2000,
+        description="comma-separated fields, '-' for descending: -last.reward_mean,name",
+    ),
+]
+FilterParam = Annotated[
+    list[str],
+    Query(
+        alias="filter",
+        description="repeatable <field>:<op>[:<value>], op one of "
+        f"{', '.join(run_fields.FILTER_OPS)}: config.lr:gt:0.0001",
+    ),
+]
+FieldsParam = Annotated[
+    str | None,
+    Query(max_length=4000, description="computed fields each run carries in values"),
+]
+
+
 @router.get("", response_model=RunList, dependencies=[READ])
 async def list_runs(
     db: DatabaseDep,
@@ -114,13 +152,65 @@ async def list_runs(
     tag: str | None = None,
     limit: Limit = 50,
     offset: Offset = 0,
+    sort: SortParam = None,
+    filters: FilterParam = [],  # noqa: B006 (FastAPI copies defaults)
+    fields: FieldsParam = None,
 ) -> RunList:
+    """Runs, newest first or by ``sort``, narrowed by ``filter``s; ``count`` is the total match.
+
+    Fields are those of ``rlguard_backend.run_fields``: the run's columns, ``config.<key>``,
+    ``summary.<key>``, ``hparam.<name>``, ``last.<signal>``, ``alerts.<severity>``, ``health``.
+    """
+    order, rules, shown = _parse_list_params(sort, filters, fields)
+
     def read(session: Session) -> RunList:
-        runs, count = repository.list_runs(
-            session, project=project, status=status, tag=tag, limit=limit, offset=offset
-        )
-        tags = repository.run_tags(session, [r.id for r in runs])
-        return RunList(data=[repository.to_public(r, tags[r.id]) for r in runs], count=count)
+        try:
+            runs, count = repository.list_runs(
+                session,
+                project=project,
+                status=status,
+                tag=tag,
+                limit=limit,
+                offset=offset,
+                sort=order,
+                filters=rules,
+                fields=shown,
+            )
+        except ValueError as exc:
+            raise InvalidField(["query", "filter"], str(exc)) from exc
+        tags = repository.run_tags(session, [r.id for r, _ in runs])
+        return RunList(data=[repository.to_row(r, tags[r.id], v) for r, v in runs], count=count)
+
+    return await db.read(read)
+
+
+def _parse_list_params(
+    sort: str | None, filters: list[str], fields: str | None
+) -> tuple[tuple[run_fields.SortKey, ...], list[run_fields.Filter], tuple[str, ...]]:
+    """The list's sort, filters and fields, or 422 naming the parameter and the fix."""
+    if len(filters) > MAX_FILTERS:
+        raise InvalidField(["query", "filter"], f"at most {MAX_FILTERS} filters")
+    parsers: list[tuple[str, Any]] = [
+        ("sort", lambda: run_fields.parse_sort(sort or "")),
+        ("filter", lambda: [run_fields.parse_filter(f) for f in filters]),
+        ("fields", lambda: run_fields.parse_fields(fields or "")),
+    ]
+    parsed = []
+    for name, parse in parsers:
+        try:
+            parsed.append(parse())
+        except ValueError as exc:
+            raise InvalidField(["query", name], str(exc)) from exc
+    return parsed[0], parsed[1], parsed[2]
+
+
+@fields_router.get("", response_model=RunFieldList, dependencies=[READ])
+async def list_run_fields(db: DatabaseDep, project: str | None = None) -> RunFieldList:
+    """The fields runs can be listed, sorted and filtered by (config keys, signals …)."""
+
+    def read(session: Session) -> RunFieldList:
+        found = repository.list_run_fields(session, project)
+        return RunFieldList(data=found, count=len(found))
 
     return await db.read(read)
 
