@@ -52,10 +52,10 @@ class Band:
     """A group's line: per bin centre, the mean and spread over its runs, and how many."""
 
     steps: list[float]
-    mean: list[float]
-    std: list[float]
-    min: list[float]
-    max: list[float]
+    mean: list[float | None]  # None only where a sum overflowed
+    std: list[float | None]
+    min: list[float | None]
+    max: list[float | None]
     n: list[int]
 
 
@@ -98,7 +98,8 @@ def band(runs: Sequence[Points], edges: np.ndarray) -> Band:
     kept = matrix[:, keep]
     count = n[keep]
     mean = np.nansum(kept, axis=0) / count
-    spread = np.nansum((kept - mean) ** 2, axis=0)
+    with np.errstate(over="ignore", invalid="ignore"):  # huge values: inf, sent as None
+        spread = np.nansum((kept - mean) ** 2, axis=0)
     std = np.sqrt(np.where(count > 1, spread / np.maximum(count - 1, 1), 0.0))
     return Band(
         steps=[round(float(c), 1) for c in centres[keep]],
@@ -110,5 +111,5 @@ def band(runs: Sequence[Points], edges: np.ndarray) -> Band:
     )
 
 
-def _wire(values: np.ndarray) -> list[float]:
-    return [float(f"{v:.{SIGNIFICANT_DIGITS}g}") for v in values.tolist()]
+def _wire(values: np.ndarray) -> list[float | None]:
+    return [float(f"{v:.{SIGNIFICANT_DIGITS}g}") if math.isfinite(v) else None for v in values]

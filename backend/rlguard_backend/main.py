@@ -16,7 +16,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlguard_backend import __version__, migrate
-from rlguard_backend.api import alerts, health, points, runs, samples, tokens
+from rlguard_backend.api import alerts, groups, health, points, runs, samples, tokens
 from rlguard_backend.api.bodies import hoist_body_definitions
 from rlguard_backend.api.deps import ACCESS
 from rlguard_backend.auth import TokenCache
@@ -35,6 +35,7 @@ log = logging.getLogger("rlguard_backend")
 ROUTERS = (
     (runs.router, True),
     (runs.fields_router, True),
+    (groups.router, True),
     (runs.projects, True),
     (points.router, True),
     (samples.router, True),

@@ -141,6 +141,33 @@ class ProjectList(BaseModel):
     count: int
 
 
+class BandPublic(BaseModel):
+    """One group's line of one signal: per bin centre, mean and spread over ``n`` runs."""
+
+    steps: list[float]
+    mean: list[float | None]
+    std: list[float | None]
+    min: list[float | None]
+    max: list[float | None]
+    n: list[int]
+
+
+class GroupPublic(BaseModel):
+    """Runs sharing the values of the grouping fields, with their bands per signal."""
+
+    key: dict[str, Any]
+    runs: list[str]
+    signals: dict[str, BandPublic]
+
+
+class GroupList(BaseModel):
+    by: list[str]
+    smoothing: float
+    bins: int
+    data: list[GroupPublic]
+    count: int
+
+
 class RunFieldList(BaseModel):
     data: list[RunFieldPublic]
     count: int

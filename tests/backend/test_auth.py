@@ -103,6 +103,10 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ("GET", "/api/v1/runs/{run_id}"): lambda: (run, None),
         ("GET", "/api/v1/run-fields"): lambda: (f"{API}/run-fields", None),
         ("GET", "/api/v1/projects"): lambda: (f"{API}/projects", None),
+        ("GET", "/api/v1/groups"): lambda: (
+            f"{API}/groups?runs={ids['run_id']}&signals=entropy",
+            None,
+        ),
         ("DELETE", "/api/v1/runs/{run_id}"): lambda: (f"{API}/runs/{new_run()}", None),
         ("DELETE", "/api/v1/projects/{project}"): new_project_path,
         ("PATCH", "/api/v1/runs/{run_id}"): lambda: (run, {"name": "renamed"}),
