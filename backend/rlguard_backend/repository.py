@@ -19,6 +19,7 @@ from rlguard_backend.schemas import (
     RunPublic,
     RunRow,
     RunUpdate,
+    flatten_config,
 )
 from rlguard_backend.signals import canonical_signal
 
@@ -166,8 +167,9 @@ def list_run_fields(
     counts: dict[tuple[str, str], int] = {}
     for _, config, summary in found:
         for prefix, values in (("config", config), ("summary", summary)):
-            for name, kind in flat_keys(values or {}).items():
-                counts[(f"{prefix}.{name}", kind)] = counts.get((f"{prefix}.{name}", kind), 0) + 1
+            for name, value in flatten_config(values or {}).items():
+                field = (f"{prefix}.{name}", field_kind(value))
+                counts[field] = counts.get(field, 0) + 1
     signals = (
         select(MetricKey.signal, func.count(func.distinct(MetricKey.run_id)))
         .where(MetricKey.signal.is_not(None), MetricKey.run_id.in_([r[0] for r in found]))
@@ -194,22 +196,9 @@ def list_run_fields(
     return fields
 
 
-def flat_keys(values: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested dicts as dotted keys → ``"number"`` or ``"json"`` (lists and text are leaves).
-
-    >>> flat_keys({"lr": 1e-6, "actor": {"clip": 0.2, "name": "ppo"}, "tags": [1]})
-    {'lr': 'number', 'actor.clip': 'number', 'actor.name': 'json', 'tags': 'json'}
-    """
-    out: dict[str, str] = {}
-    for key, value in values.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flat_keys(value, f"{name}."))
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            out[name] = "number"
-        else:
-            out[name] = "json"
-    return out
+def field_kind(value: Any) -> str:
+    """``"number"`` for a JSON number, ``"json"`` for anything else."""
+    return "number" if isinstance(value, int | float) and not isinstance(value, bool) else "json"
 
 
 def update_run(session: Session, run: Run, data: RunUpdate) -> Run:

@@ -110,6 +110,22 @@ class RunPublic(BaseModel):
     last_heartbeat_at: datetime | None
 
 
+def flatten_config(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys, the way run fields name them (``config.<key>``).
+
+    >>> flatten_config({"lr": 1e-6, "actor": {"clip": 0.2}, "tags": [1], "empty": {}})
+    {'lr': 1e-06, 'actor.clip': 0.2, 'tags': [1], 'empty': {}}
+    """
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten_config(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
 class RunRow(RunPublic):
     """A listed run with the computed fields asked for (``fields=hparam.lr,last.entropy``)."""
 

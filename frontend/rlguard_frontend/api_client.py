@@ -11,6 +11,7 @@ import httpx
 from rlguard_backend.schemas import (
     AlertList,
     AlertPublic,
+    GroupList,
     MetricKeyList,
     ProjectList,
     RunFieldList,
@@ -95,6 +96,29 @@ class ApiClient:
             "fields": ",".join(fields),
         }
         return RunList.model_validate(self._get("/v1/runs", params))
+
+    def read_groups(
+        self,
+        run_ids: Sequence[str],
+        signals: Sequence[str],
+        *,
+        by: Sequence[str] = (),
+        smoothing: float = 0.0,
+        bins: int = 500,
+        from_step: int | None = None,
+        to_step: int | None = None,
+    ) -> GroupList:
+        """The runs grouped by the ``by`` fields, each group's bands per signal."""
+        params = {
+            "runs": ",".join(run_ids),
+            "signals": ",".join(signals),
+            "by": ",".join(by),
+            "smoothing": smoothing or None,
+            "bins": bins,
+            "from_step": from_step,
+            "to_step": to_step,
+        }
+        return GroupList.model_validate(self._get("/v1/groups", params))
 
     def list_run_fields(self, project: str | None = None) -> RunFieldList:
         return RunFieldList.model_validate(self._get("/v1/run-fields", {"project": project}))

@@ -10,7 +10,7 @@ import logging
 from typing import Any
 from urllib.parse import unquote
 
-from dash import Dash, Input, Output, State, clientside_callback, dcc, html
+from dash import Dash, Input, Output, State, clientside_callback, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlguard_frontend import ids, routing, signin
@@ -88,7 +88,7 @@ def create_dash_app(
         page, opened, theme = first_page()
         return html.Div(
             [
-                dcc.Location(id=ids.URL),
+                dcc.Location(id=ids.URL, refresh="callback-nav"),
                 dcc.Interval(id=ids.TICK, interval=REFRESH_MS),
                 dcc.Store(id=ids.THEME, storage_type="local", data=theme),
                 dcc.Store(id=ids.PAGE_SHOWN, data=opened),
@@ -127,7 +127,7 @@ def create_dash_app(
         Output(ids.PAGE, "children"),
         Output(ids.PAGE_SHOWN, "data"),
         Input(ids.URL, "pathname"),
-        State(ids.URL, "search"),
+        Input(ids.URL, "search"),  # back/forward between two views of one page
         State(ids.THEME, "data"),
         State(ids.PAGE_SHOWN, "data"),
     )
@@ -144,11 +144,11 @@ def create_dash_app(
     @app.callback(
         Output(ids.THEME, "data"),
         Input(ids.THEME_TOGGLE, "n_clicks"),
+        Input(ids.URL, "search"),
         State(ids.THEME, "data"),
-        prevent_initial_call=True,
     )
-    def toggle_theme(_clicks: int | None, theme: str | None) -> str:
-        return "light" if theme == "dark" else "dark"
+    def choose_theme(_clicks: int | None, search: str | None, theme: str | None) -> str:
+        return routing.theme_for(ctx.triggered_id == ids.THEME_TOGGLE, search, theme)
 
     clientside_callback(
         f"""function(theme) {{
