@@ -13,7 +13,7 @@ from urllib.parse import unquote
 from dash import Dash, Input, Output, State, clientside_callback, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
-from rlguard_frontend import ids, routing, signin
+from rlguard_frontend import ids, plotly_bundle, routing, signin
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.page_prefetch import Key, PagePrefetch
 from rlguard_frontend.pages import compare, inbox, run_detail, runs, samples
@@ -53,13 +53,17 @@ def create_dash_app(
     """
     client = ApiClient(api_url, token)
     prefix = requests_pathname_prefix
+    plotly_js = plotly_bundle.script_url(prefix)
     app = Dashboard(
         __name__,
         title="rlguard",
         requests_pathname_prefix=prefix,
         suppress_callback_exceptions=True,
         update_title=None,  # type: ignore[arg-type]
+        external_scripts=[plotly_js] if plotly_js else [],
     )
+    if plotly_js:
+        plotly_bundle.install(app.server, plotly_js)
 
     def build(key: Key) -> html.Div:
         return routing.page_for(client, *key)

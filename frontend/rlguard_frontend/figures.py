@@ -2,8 +2,7 @@
 
 Every trace carries ``meta = {"key": ..., "role": "raw" | "smooth"}`` so the live callback can
 find the trace a new point belongs to; alert markers come last so those indices stay stable.
-The browser draws with plotly.js "basic" (``assets/plotly-basic.min.js``): scatter, bar and pie
-traces only.
+The browser draws with the plotly.js bundle the ``plotly`` package ships (``plotly_bundle``).
 """
 
 from __future__ import annotations
