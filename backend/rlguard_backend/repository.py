@@ -10,7 +10,16 @@ from sqlalchemy.orm import Session
 
 from rlguard_backend import points, run_fields, sql
 from rlguard_backend.errors import Conflict, run_not_found
-from rlguard_backend.models import MetricKey, PointChunk, Rollup, Run, RunTag, as_utc, utcnow
+from rlguard_backend.models import (
+    MetricKey,
+    PointChunk,
+    Rollup,
+    Run,
+    RunEvent,
+    RunTag,
+    as_utc,
+    utcnow,
+)
 from rlguard_backend.rollups import BUCKET_WIDTHS
 from rlguard_backend.schemas import (
     MetricKeyPublic,
@@ -75,6 +84,7 @@ def create_or_resume_run(session: Session, data: RunCreate) -> tuple[Run, bool]:
                 " resume it with its own project or choose another run id"
             )
         run.status, run.updated_at, run.last_heartbeat_at = "running", now, now
+        session.add(RunEvent(run_id=run.id, kind="restart", step=run.last_step, created_at=now))
         run.name = data.name or run.name
         run.config = {**(run.config or {}), **data.config}
         _add_tags(session, run.id, data.tags)
@@ -233,6 +243,7 @@ def rewind_run(session: Session, run: Run, step: int) -> Run:
                 tail.tail_count,
             )
     run.resume_from_step = step
+    session.add(RunEvent(run_id=run.id, kind="rewind", step=step, created_at=utcnow()))
     if run.last_step is not None and run.last_step > step:
         run.last_step = max((k.last_step for k in keys if k.last_step is not None), default=None)
     run.updated_at = utcnow()

@@ -184,6 +184,19 @@ class GroupList(BaseModel):
     count: int
 
 
+class Marker(BaseModel):
+    """A moment drawn across a run's charts: a restart, a rewind, a learning-rate change."""
+
+    step: int
+    kind: Literal["restart", "rewind", "lr_change"]
+    label: str
+
+
+class MarkerList(BaseModel):
+    data: list[Marker]
+    count: int
+
+
 class RunFieldList(BaseModel):
     data: list[RunFieldPublic]
     count: int

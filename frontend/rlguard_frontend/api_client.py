@@ -12,6 +12,7 @@ from rlguard_backend.schemas import (
     AlertList,
     AlertPublic,
     GroupList,
+    MarkerList,
     MetricKeyList,
     ProjectList,
     RunFieldList,
@@ -128,6 +129,15 @@ class ApiClient:
 
     def get_run(self, run_id: str) -> RunPublic:
         return RunPublic.model_validate(self._get(f"/v1/runs/{run_id}"))
+
+    def run_markers(self, run_id: str) -> MarkerList:
+        """Restarts, rewinds and learning-rate changes; an API without them yields none."""
+        try:
+            return MarkerList.model_validate(self._get(f"/v1/runs/{run_id}/markers"))
+        except ApiError as exc:
+            if exc.status_code in (404, 405):
+                return MarkerList(data=[], count=0)
+            raise
 
     def list_keys(self, run_id: str) -> MetricKeyList:
         return MetricKeyList.model_validate(self._get(f"/v1/runs/{run_id}/keys"))

@@ -14,11 +14,16 @@ from typing import Any
 
 from rlguard_backend.schemas import AlertPublic, BandPublic, SeriesData
 from rlguard_frontend import traces
+from rlguard_frontend.chart_markers import (
+    MERGE_BUCKETS,
+    SEVERITY_COLOURS,
+    flat_range,
+    marker_overlay,
+)
 
 # Okabe & Ito (2008), colour-blind safe; black is swapped for grey on dark backgrounds.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 DARK_PALETTE = (*PALETTE[:-1], "#BBBBBB")
-SEVERITY_COLOURS = {"critical": "#D55E00", "warn": "#E69F00", "info": "#56B4E9"}
 THEMES = {
     "light": {"paper": "#ffffff", "plot": "#ffffff", "font": "#1f2328", "grid": "#e6e8eb"},
     "dark": {"paper": "#161b22", "plot": "#161b22", "font": "#d0d7de", "grid": "#2d333b"},
@@ -26,7 +31,6 @@ THEMES = {
 RAW_OPACITY_SMOOTHED = 0.25
 ALERT_AXIS = "y3"
 GUIDE_COLOUR = "#7f8790"
-MERGE_BUCKETS = 500  # alert ranges closer than 1/500 of the drawn steps are shaded as one
 LEGEND_MAX_RUNS = 12
 BAND_OPACITY = 0.2
 
@@ -74,6 +78,8 @@ class PanelContent:
     height: int = 280
     show_legend: bool = True
     alert_slot: bool = False  # always end with the (maybe empty) alert trace: patchable in place
+    markers: Sequence[Mapping[str, Any]] = field(default_factory=tuple)  # restarts, rewinds, lr
+    run_alerts: Sequence[AlertPublic] = field(default_factory=tuple)  # lines on every chart
 
 
 def text(value: str) -> str:
@@ -96,11 +102,28 @@ def panel_figure(content: PanelContent, view: View) -> dict[str, Any]:
         data += _line_traces(line, colours[index % len(colours)], view)
     shapes: list[dict[str, Any]] = []
     annotations = [_guide(guide, shapes) for guide in content.guides]
+    if content.lines:
+        marks, notes = marker_overlay(
+            content.markers, content.run_alerts, content.lines[0].series, view
+        )
+        shapes += marks
+        annotations += notes
     if (content.alerts or content.alert_slot) and content.lines:
         data.append(_alert_markers(content.alerts, content.lines[0].series, view, shapes))
     layout = _layout(view, content, has_right=any(line.right for line in content.lines))
     if not any(line.series.steps for line in content.lines):
         annotations.append(_note("no points in this step range"))
+    elif not view.log:
+        flat = flat_range(
+            [
+                v
+                for line in content.lines
+                if not line.right
+                for v in traces.decode(line.series.values)
+            ]
+        )
+        if flat is not None:
+            layout["yaxis"]["range"] = flat
     layout["shapes"], layout["annotations"] = shapes, annotations
     return {"data": data, "layout": layout}
 
@@ -167,12 +190,19 @@ def _guide(guide: Guide, shapes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def alert_overlay(
-    guides: Sequence[Guide], alerts: Sequence[AlertPublic], anchor: SeriesData, view: View
+    guides: Sequence[Guide],
+    alerts: Sequence[AlertPublic],
+    anchor: SeriesData,
+    view: View,
+    markers: Sequence[Mapping[str, Any]] = (),
+    run_alerts: Sequence[AlertPublic] = (),
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The shapes (guides, then alert ranges) and the alert trace ``panel_figure`` would draw."""
+    """The shapes (guides, markers, then alert ranges) and the alert trace ``panel_figure``
+    would draw."""
     shapes: list[dict[str, Any]] = []
     for guide in guides:
         _guide(guide, shapes)
+    shapes += marker_overlay(markers, run_alerts, anchor, view)[0]
     return shapes, _alert_markers(alerts, anchor, view, shapes)
 
 
@@ -270,7 +300,7 @@ def _layout(view: View, content: PanelContent, *, has_right: bool) -> dict[str, 
         "plot_bgcolor": theme["plot"],
         "font": {"color": theme["font"], "size": 11, "family": "Inter, system-ui, sans-serif"},
         "xaxis": xaxis,
-        "yaxis": {**axis, **scale, "title": {"text": text(content.unit)}},
+        "yaxis": {**axis, **scale, "automargin": True, "title": {"text": text(content.unit)}},
         "yaxis3": {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
         "hovermode": "x unified",
         "showlegend": content.show_legend,
@@ -290,6 +320,7 @@ def _layout(view: View, content: PanelContent, *, has_right: bool) -> dict[str, 
             "overlaying": "y",
             "side": "right",
             "showgrid": False,
+            "automargin": True,
             "title": {"text": text(content.right_unit)},
         }
     return layout

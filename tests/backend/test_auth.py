@@ -101,6 +101,7 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ),
         ("GET", "/api/v1/runs"): lambda: (f"{API}/runs", None),
         ("GET", "/api/v1/runs/{run_id}"): lambda: (run, None),
+        ("GET", "/api/v1/runs/{run_id}/markers"): lambda: (f"{run}/markers", None),
         ("GET", "/api/v1/run-fields"): lambda: (f"{API}/run-fields", None),
         ("GET", "/api/v1/projects"): lambda: (f"{API}/projects", None),
         ("GET", "/api/v1/groups"): lambda: (

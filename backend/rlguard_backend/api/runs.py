@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Response, status
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import detection, repository, run_fields
+from rlguard_backend import detection, markers, repository, run_fields
 from rlguard_backend.api.deps import (
     ADMIN,
     READ,
@@ -27,6 +27,7 @@ from rlguard_backend.schemas import (
     DetectRequest,
     DetectResult,
     Heartbeat,
+    MarkerList,
     ProjectList,
     ProjectPublic,
     RunCreate,
@@ -218,6 +219,18 @@ async def list_run_fields(db: DatabaseDep, project: str | None = None) -> RunFie
 @router.get("/{run_id}", response_model=RunPublic, dependencies=[READ])
 async def read_run(run_id: str, db: DatabaseDep) -> RunPublic:
     return await db.read(lambda session: _public(session, run_id))
+
+
+@router.get("/{run_id}/markers", response_model=MarkerList, dependencies=[READ])
+async def read_markers(run_id: str, db: DatabaseDep) -> MarkerList:
+    """Restarts, rewinds and learning-rate changes (a jump of 5 % or more after a steady step)."""
+
+    def read(session: Session) -> MarkerList:
+        repository.get_run(session, run_id)
+        found = markers.run_markers(session, run_id)
+        return MarkerList(data=found, count=len(found))
+
+    return await db.read(read)
 
 
 @router.patch("/{run_id}", response_model=RunPublic, dependencies=[WRITE])
