@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlguard_backend.series import debiased_ema
+from rlguard_backend.series import debiased_ema_array
 
 SIGNIFICANT_DIGITS = 6
 
@@ -36,15 +36,12 @@ class Points:
     values: np.ndarray  # float64
 
     @classmethod
-    def of(cls, rows: Sequence[tuple[int, float | None]], smoothing: float = 0.0) -> Points:
-        """From ``(step, value)`` rows (``None`` for NaN), smoothed first when asked."""
-        values = [v for _, v in rows]
+    def of(cls, steps: np.ndarray, values: np.ndarray, smoothing: float = 0.0) -> Points:
+        """From a key's steps and values (NaN kept), smoothed first when asked."""
         if smoothing > 0:
-            values = debiased_ema(values, smoothing)
-        pairs = [(s, v) for (s, _), v in zip(rows, values, strict=True) if _finite(v)]
-        steps = np.fromiter((s for s, _ in pairs), dtype=np.int64, count=len(pairs))
-        numbers = np.fromiter((v for _, v in pairs), dtype=np.float64, count=len(pairs))
-        return cls(steps, numbers)
+            values = debiased_ema_array(values, smoothing)
+        finite = np.isfinite(values)
+        return cls(steps[finite], values[finite])
 
 
 @dataclass(frozen=True)
@@ -57,10 +54,6 @@ class Band:
     min: list[float | None]
     max: list[float | None]
     n: list[int]
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 def bin_edges(lo: int, hi: int, bins: int) -> np.ndarray:

@@ -48,7 +48,13 @@ from rlguard_backend.signals import SIGNALS
 # The config names each headline hyper-parameter goes by (TRL, verl, OpenRLHF, plain loops);
 # the first one a run's config holds is shown.
 HPARAMS: dict[str, tuple[str, ...]] = {
-    "lr": ("lr", "learning_rate", "actor_rollout_ref.actor.optim.lr", "actor_learning_rate"),
+    "lr": (
+        "lr",
+        "learning_rate",
+        "optim.lr",
+        "actor_rollout_ref.actor.optim.lr",
+        "actor_learning_rate",
+    ),
     "kl_coef": (
         "kl_coef",
         "beta",

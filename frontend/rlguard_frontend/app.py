@@ -1,7 +1,8 @@
 """The Dash application factory: navigation, one app-wide tick, and the pages' callbacks.
 
 The first layout comes with the page the browser opened (found from the layout request's
-``Referer``, built while the browser starts Dash); later navigation goes through ``show_page``.
+``Referer``, built while the browser starts Dash: a Flask hook on the page's HTML request starts
+it); later navigation goes through ``show_page``, a callback on ``dcc.Location``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 from typing import Any
 from urllib.parse import unquote
 
+import flask
 from dash import Dash, Input, Output, State, clientside_callback, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
@@ -25,18 +27,23 @@ LAYOUT_ROUTE = "_dash-layout"
 logger = logging.getLogger(__name__)
 
 
-class Dashboard(Dash):
-    """Dash that starts building the opened page as soon as its HTML is asked for."""
+def _prefetch_pages(server: flask.Flask, prefetch: PagePrefetch, prefix: str) -> None:
+    """Start building the page a browser opens as soon as it asks for the page's HTML.
 
-    prefetch: PagePrefetch | None = None  # set by create_dash_app, which knows how to build
+    A Flask hook on the Dash app's server: a navigation (GET, accepting HTML) of a dashboard
+    path; Dash's own requests (``_dash-…``), scripts and styles ask for other types.
+    """
 
-    def index(self, *args: Any, **kwargs: Any) -> Any:
-        if self.prefetch is not None:
-            request = self.backend.request_adapter()
-            query = request.full_path[len(request.path) + 1 :]
-            where = routing.location(request.path, query, self.config.requests_pathname_prefix)
-            self.prefetch.start((where, routing.theme_from(request.cookies)))
-        return super().index(*args, **kwargs)
+    @server.before_request
+    def start_page_build() -> None:
+        request = flask.request
+        if request.method != "GET" or "text/html" not in request.headers.get("Accept", ""):
+            return
+        if request.path.startswith(f"{prefix}_dash-"):
+            return
+        query = request.query_string.decode("utf-8", "replace")
+        where = routing.location(unquote(request.path), query, prefix)
+        prefetch.start((where, routing.theme_from(request.cookies)))
 
 
 def create_dash_app(
@@ -54,7 +61,7 @@ def create_dash_app(
     client = ApiClient(api_url, token)
     prefix = requests_pathname_prefix
     plotly_js = plotly_bundle.script_url(prefix)
-    app = Dashboard(
+    app = Dash(
         __name__,
         title="rlguard",
         requests_pathname_prefix=prefix,
@@ -68,15 +75,17 @@ def create_dash_app(
     def build(key: Key) -> html.Div:
         return routing.page_for(client, *key)
 
-    prefetch = app.prefetch = PagePrefetch(build)
+    prefetch = PagePrefetch(build)
 
     def first_page() -> tuple[Any, str | None, str]:
         """The page the browser opened, its location and the theme, when this is its layout."""
-        request = app.backend.request_adapter()
+        if not flask.has_request_context():  # Dash validating the layout at start-up
+            return None, None, routing.theme_from({})
+        request = flask.request
         theme = routing.theme_from(request.cookies)
-        if not request.path.endswith(LAYOUT_ROUTE):  # Dash validating the layout at start-up
+        if not request.path.endswith(LAYOUT_ROUTE):  # not the layout: no page was opened
             return None, None, theme
-        opened = routing.referring_location(request.headers, prefix)
+        opened = routing.referring_location({"Referer": request.headers.get("Referer", "")}, prefix)
         if opened is None:
             return None, None, theme
         try:
@@ -117,7 +126,7 @@ def create_dash_app(
 
     app.layout = shell
     sign_out: list[Any] = []
-    if sign_in:
+    if sign_in:  # before the prefetch: a page is built only for a signed-in viewer
         signin.install(app.server, client, prefix)
         sign_out.append(
             html.Form(
@@ -126,6 +135,8 @@ def create_dash_app(
                 method="post",
             )
         )
+
+    _prefetch_pages(app.server, prefetch, prefix)
 
     @app.callback(
         Output(ids.PAGE, "children"),

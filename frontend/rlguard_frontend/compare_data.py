@@ -18,11 +18,11 @@ from rlguard_frontend.panels import PANELS
 
 MAX_RUNS = 50
 READERS = 8  # runs read at once
-POINTS_BUDGET = 20_000  # points per panel across its runs: 50 runs × 400, 2 runs × 2,000
+POINTS_BUDGET = 10_000  # points per panel across its runs: 50 runs × 200, 2 runs × 2,000
 MAX_POINTS = 2000
 MIN_POINTS = 200
 # The signals whose last values the delta table compares, in this order.
-HEADLINE_SIGNALS = (
+HEADLINE_SIGNALS: tuple[str, ...] = (
     "reward_mean",
     "entropy",
     "ppo_kl",
@@ -57,15 +57,18 @@ def read_runs(
     *,
     times: bool = False,
     span: Mapping[str, int] | None = None,
+    signals: Sequence[str] = (),
 ) -> list[ComparedRun]:
-    """Each run with its canonical signals' series, read a few runs at a time."""
+    """Each run with its canonical signals' series (``signals`` only, when given), read a few
+    runs at a time."""
+    wanted = set(signals or SIGNAL_UNITS) | set(HEADLINE_SIGNALS)
     max_points = points_per_run(len(run_ids))
 
     def read(run_id: str) -> ComparedRun:
         run = client.get_run(run_id)
         chosen: dict[str, str] = {}
         for key in client.list_keys(run_id).data:
-            if key.signal in SIGNAL_UNITS and key.signal not in chosen:
+            if key.signal in wanted and key.signal not in chosen:
                 chosen[key.signal] = key.name
         if not chosen:
             return ComparedRun(run, {})

@@ -23,6 +23,7 @@ class CompareState:
     runs: tuple[str, ...] = ()
     baseline: str | None = None
     group_by: tuple[str, ...] = ()
+    signals: tuple[str, ...] = ()  # the panels shown (canonical signals); none: every one
     band: str = "std"
     smoothing: float = 0.0
     xmode: str = "step"
@@ -39,6 +40,7 @@ class CompareState:
             runs=_names(given.get("runs")),
             baseline=given.get("baseline") or None,
             group_by=_names(given.get("group")),
+            signals=_names(given.get("keys")),
             band=_choice(given.get("band"), BANDS, "std") or "std",
             smoothing=_smoothing(given.get("smooth")),
             xmode=_choice(given.get("x"), X_MODES, "step") or "step",
@@ -54,6 +56,7 @@ class CompareState:
             "runs": ",".join(self.runs),
             "baseline": "" if self.baseline in (None, *self.runs[:1]) else str(self.baseline),
             "group": ",".join(self.group_by),
+            "keys": ",".join(self.signals),
             "band": "" if self.band == "std" else self.band,
             "smooth": f"{self.smoothing:g}" if self.smoothing else "",
             "x": "" if self.xmode == "step" else self.xmode,

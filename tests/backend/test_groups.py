@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rlguard_backend.groups import Points, aligned, band, bin_edges
+from rlguard_backend.series import debiased_ema
 from tests.conftest import RunningServer, new_run_id
 
 
@@ -46,9 +47,31 @@ def test_groups_band_is_over_the_runs_present_in_each_bin() -> None:
 
 
 def test_groups_points_smooth_before_dropping_non_finite() -> None:
-    points = Points.of([(0, 1.0), (1, None), (2, 3.0)], smoothing=0.5)
+    steps, values = np.array([0, 1, 2]), np.array([1.0, math.nan, 3.0])
+    points = Points.of(steps, values, smoothing=0.5)
     assert points.steps.tolist() == [0, 2]
     assert points.values.tolist() == [1.0, pytest.approx((0.5 * 1 + 3) * 0.5 / 0.75)]
+
+
+@pytest.mark.parametrize("weight", [0.01, 0.5, 0.9, 0.99])
+def test_series_debiased_ema_closed_form_matches_the_step_by_step_recursion(weight: float) -> None:
+    rng = np.random.default_rng(7)
+    values: list[float | None] = [float(v) for v in rng.normal(3, 2, 5000)]
+    values[10] = None
+    values[11] = math.inf
+    values.append(1e200)  # past what the closed form holds: the step-by-step path
+    expected, accumulator, count = [], 0.0, 0
+    for value in values:
+        if value is None or not math.isfinite(value):
+            expected.append(value)
+            continue
+        accumulator = accumulator * weight + (1 - weight) * value
+        count += 1
+        expected.append(accumulator / (1 - weight**count))
+    got = debiased_ema(values, weight)
+    assert got[10] is None and got[11] == math.inf
+    finite = [i for i, v in enumerate(expected) if v is not None and math.isfinite(v)]
+    assert [got[i] for i in finite] == pytest.approx([expected[i] for i in finite], rel=1e-9)
 
 
 @pytest.fixture

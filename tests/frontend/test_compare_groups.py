@@ -103,8 +103,10 @@ def test_compare_groups_draw_one_band_per_config_value_with_the_right_mean(
 def test_compare_copied_url_restores_the_view_in_a_fresh_browser(
     dashboard: Any, page: Any, browser: Any, sweep: list[str]
 ) -> None:
-    page.goto(f"{dashboard.url}/compare?runs={','.join(sweep)}&group=config.optim.lr")
+    runs = ",".join(sweep)
+    page.goto(f"{dashboard.url}/compare?runs={runs}&group=config.optim.lr&keys=entropy")
     first = _group_means(page)
+    assert page.locator(".compare-grid .card h4").all_inner_texts() == ["entropy"]
     page.get_by_text("min–max").click()
     page.wait_for_url("**band=minmax**", timeout=WAIT_MS)
     page.locator("#compare-smoothing [role=slider]").press("End")  # smoothing 0.99
@@ -118,6 +120,7 @@ def test_compare_copied_url_restores_the_view_in_a_fresh_browser(
     fresh.goto(copied)
     assert _group_means(fresh) == shown
     assert fresh.locator("#compare-band input[value='minmax']").is_checked()
+    assert fresh.locator(".compare-grid .card h4").all_inner_texts() == ["entropy"]
     assert "optim.lr" in fresh.locator("#compare-group-by").inner_text()
     context.close()
     page.go_back()

@@ -143,8 +143,8 @@ def _read_points(
         chosen.setdefault((run_id, str(signal)), key_id)
     out: dict[str, dict[str, Points]] = {r: {} for r in run_ids}
     for (run_id, signal), key_id in chosen.items():
-        rows = points.read_points(session, key_id, lo or 0, hi if hi is not None else 2**62)
-        out[run_id][signal] = Points.of([(s, v) for s, v, _ in rows], smoothing)
+        steps, values = points.read_arrays(session, key_id, lo or 0, 2**62 if hi is None else hi)
+        out[run_id][signal] = Points.of(steps, values, smoothing)
     return out
 
 

@@ -59,6 +59,19 @@ def layout(query: str = "") -> html.Div:
             ),
             html.Label(
                 [
+                    html.Span("panels", className="control-label"),
+                    dcc.Dropdown(
+                        id=ids.COMPARE_SIGNALS,
+                        value=list(state.signals),
+                        options=[{"label": s, "value": s} for s in SIGNAL_UNITS],
+                        multi=True,
+                        placeholder="every signal the runs log",
+                        className="filter filter-wide",
+                    ),
+                ]
+            ),
+            html.Label(
+                [
                     html.Span("steps", className="control-label"),
                     _step_input(ids.COMPARE_FROM, state.from_step, "from"),
                     _step_input(ids.COMPARE_TO, state.to_step, "to"),
@@ -117,6 +130,7 @@ def state_from(
     runs: list[str] | None,
     baseline: str | None,
     group_by: list[str] | None,
+    signals: list[str] | None,
     band: str | None,
     smoothing: float | None,
     log: list[str] | None,
@@ -130,6 +144,7 @@ def state_from(
         runs=tuple((runs or [])[:MAX_RUNS]),
         baseline=baseline,
         group_by=tuple(group_by or ()),
+        signals=tuple(signals or ()),
         band=band or "std",
         smoothing=float(smoothing or 0),
         xmode=xmode or "step",
@@ -152,6 +167,7 @@ def compare_view(client: ApiClient, state: CompareState) -> tuple[Any, Any, Any,
             state.smoothing,
             times=state.xmode != "step",
             span=state.span,
+            signals=state.signals,
         )
         groups = _groups(client, state, runs) if state.group_by else None
     except ApiError as exc:
@@ -163,8 +179,13 @@ def compare_view(client: ApiClient, state: CompareState) -> tuple[Any, Any, Any,
     return cards, delta_table(signals, rows, labels), config_table([r.run for r in runs]), ""
 
 
+def _shown(state: CompareState) -> dict[str, str]:
+    """The panels' signals and units, in registry order: the chosen ones, or every one."""
+    return {s: u for s, u in SIGNAL_UNITS.items() if not state.signals or s in state.signals}
+
+
 def _groups(client: ApiClient, state: CompareState, runs: list[ComparedRun]) -> Any:
-    signals = [s for s in SIGNAL_UNITS if any(s in r.series for r in runs)]
+    signals = [s for s in _shown(state) if any(s in r.series for r in runs)]
     if not signals:
         return []
     return client.read_groups(
@@ -189,7 +210,7 @@ def _overlay_cards(state: CompareState, runs: list[ComparedRun]) -> list[Any]:
     labels = run_labels({r.run.id: r.run.name for r in runs})
     view = _view(state)
     cards = []
-    for signal, unit in SIGNAL_UNITS.items():
+    for signal, unit in _shown(state).items():
         lines = [(labels[r.run.id], r.series.get(signal), start_time(r.series)) for r in runs]
         if not any(series for _, series, _ in lines):
             continue
@@ -200,7 +221,7 @@ def _overlay_cards(state: CompareState, runs: list[ComparedRun]) -> list[Any]:
 def _band_cards(state: CompareState, groups: list[Any]) -> list[Any]:
     view = _view(state)
     cards = []
-    for signal, unit in SIGNAL_UNITS.items():
+    for signal, unit in _shown(state).items():
         bands = [(group_label(g.key, len(g.runs)), g.signals.get(signal)) for g in groups]
         bands = [(label, b) for label, b in bands if b is not None and b.steps]
         if bands:
@@ -300,6 +321,7 @@ def register(app: Dash, client: ApiClient) -> None:
         Input(ids.COMPARE_RUNS, "value"),
         Input(ids.COMPARE_BASELINE, "value"),
         Input(ids.COMPARE_GROUP_BY, "value"),
+        Input(ids.COMPARE_SIGNALS, "value"),
         Input(ids.COMPARE_BAND, "value"),
         Input(smoothing, "value"),
         Input(log, "value"),

@@ -1,0 +1,125 @@
+"""The pages' callbacks as plain functions over a real API (uvicorn, SQLite): no browser."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from dash.exceptions import PreventUpdate
+
+from rlguard_frontend.api_client import ApiClient
+from rlguard_frontend.compare_state import CompareState
+from rlguard_frontend.pages import compare, runs
+from tests.conftest import RunningServer, new_run_id
+
+
+@pytest.fixture
+def client(server: RunningServer) -> Iterator[ApiClient]:
+    yield ApiClient(f"{server.url}/api")
+
+
+@pytest.fixture
+def sweep(server: RunningServer) -> list[str]:
+    """Four runs: lr 1e-3 / 2e-3 × seed 0 / 1; entropy = 1000·lr + seed."""
+    project = new_run_id("cb")
+    run_ids = []
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        for lr in (1e-3, 2e-3):
+            for seed in (0, 1):
+                run_id = new_run_id("cb")
+                config = {"optim": {"lr": lr}, "seed": seed}
+                body = {"id": run_id, "project": project, "name": run_id, "config": config}
+                http.post("/api/v1/runs", json=body).raise_for_status()
+                rows = [
+                    {"step": s, "values": {"actor/entropy": 1000 * lr + seed}} for s in range(50)
+                ]
+                batch = {"batch_id": "b", "steps": rows}
+                http.post(f"/api/v1/runs/{run_id}/batches", json=batch).raise_for_status()
+                run_ids.append(run_id)
+    return run_ids
+
+
+def test_runs_grid_rows_answers_the_grids_request_from_the_api(
+    client: ApiClient, sweep: list[str]
+) -> None:
+    request = {
+        "startRow": 0,
+        "endRow": 50,
+        "sortModel": [{"colId": "hparam.lr", "sort": "desc"}],
+        "filterModel": {
+            "last.entropy": {"filterType": "number", "type": "greaterThan", "filter": 1.5}
+        },
+    }
+    response, count, error = runs.grid_rows(client, request, None, None, None, ["hparam.lr"])
+    assert error == ""
+    assert [r["id"] for r in response["rowData"]] == [sweep[3], sweep[2], sweep[1]]
+    assert response["rowCount"] == 3 and count == "3 of 4 runs match"
+    assert [r["hparam.lr"] for r in response["rowData"]] == [2e-3, 2e-3, 1e-3]
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        (
+            {"name": {"filterType": "text", "type": "contains", "filter": "a:b"}},
+            ["name:contains:a:b"],
+        ),
+        ({"x": {"filterType": "number", "type": "lessThan", "filter": 3}}, ["x:lt:3"]),
+        (
+            {"x": {"operator": "AND", "conditions": [{"type": "equals", "filter": 1}]}},
+            ["x:eq:1"],
+        ),
+        ({"x": {"filterType": "text", "type": "equals"}}, []),  # nothing typed yet
+        (None, []),
+    ],
+)
+def test_runs_api_filters_translate_the_grids_filter_model(
+    model: dict[str, Any] | None, expected: list[str]
+) -> None:
+    assert runs.api_filters(model) == expected
+
+
+def test_compare_view_groups_bands_and_diffs_configs(client: ApiClient, sweep: list[str]) -> None:
+    state = CompareState(runs=tuple(sweep), group_by=("config.optim.lr",))
+    cards, deltas, config, error = compare.compare_view(client, state)
+    assert error == "" and "(baseline)" in str(deltas)
+    (entropy,) = [c for c in cards if c.children[0].children == "entropy"]
+    figure = entropy.children[1].figure
+    means = [t for t in figure["data"] if t.get("meta", {}).get("role") == "mean"]
+    assert [t["name"] for t in means] == ["optim.lr=0.001 · 2 runs", "optim.lr=0.002 · 2 runs"]
+    assert [set(t["y"]) for t in means] == [{1.5}, {2.5}]
+    assert "optim.lr" in str(config) and "seed" in str(config)
+
+
+def test_compare_url_for_pushes_only_real_changes() -> None:
+    state = CompareState(runs=("a", "b"), band="minmax", theme="dark")
+    assert compare.url_for(state, "?runs=a,b") == {
+        "search": "?runs=a%2Cb&band=minmax&theme=dark",
+        "shown": "/compare?runs=a%2Cb&band=minmax&theme=dark",
+    }
+    with pytest.raises(PreventUpdate):
+        compare.url_for(state, "?runs=a,b&band=minmax")  # the theme alone is no new view
+
+
+def test_compare_grouping_choices_leave_seeds_out(client: ApiClient, sweep: list[str]) -> None:
+    options, baseline, keys = compare.grouping_choices(client, sweep, None, None)
+    assert [o["value"] for o in options] == sweep and baseline == sweep[0]
+    assert [k["value"] for k in keys] == ["config.optim.lr"]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("", CompareState()),
+        (
+            "runs=a,b,a&smooth=7&x=sideways&from=-3&to=9",
+            CompareState(runs=("a", "b"), smoothing=0.99, to_step=9),
+        ),
+        ("band=minmax&log=1&theme=blue", CompareState(band="minmax", log=True)),
+    ],
+)
+def test_compare_state_reads_any_query_into_a_sane_view(query: str, expected: CompareState) -> None:
+    assert CompareState.from_query(query) == expected
+    assert CompareState.from_query(expected.to_query()) == expected
