@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+# The keys of the stability panels, verl-style (the run page benchmark adds a policy loss).
 COMPARE_KEYS = (
     "actor/entropy",
     "actor/ppo_kl",

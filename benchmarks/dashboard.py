@@ -44,18 +44,7 @@ STEPS = int(os.environ.get("RLGUARD_BENCH_STEPS", "200000"))
 BATCH_STEPS = 500
 LATENCY_SAMPLES = 20
 RENDER_SAMPLES = 3
-CANONICAL_KEYS = (
-    "actor/entropy",
-    "actor/ppo_kl",
-    "actor/kl_loss",
-    "actor/pg_clipfrac",
-    "actor/pg_clipfrac_lower",
-    "critic/score/mean",
-    "response_length/mean",
-    "response_length/clip_ratio",
-    "actor/grad_norm",
-    "actor/pg_loss",
-)
+CANONICAL_KEYS = (*views.COMPARE_KEYS, "actor/pg_loss")
 KEYS = CANONICAL_KEYS + tuple(f"custom/metric_{i:02d}" for i in range(40 - len(CANONICAL_KEYS)))
 # The page is complete when every panel and the mini charts it draws up front have drawn
 # (run_data.MINIS_FIRST; the rest wait for a search or "draw all", timed separately).

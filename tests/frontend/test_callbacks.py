@@ -9,10 +9,12 @@ import httpx
 import pytest
 from dash.exceptions import PreventUpdate
 
+from rlguard_frontend import run_callbacks, run_data
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.compare_state import CompareState
 from rlguard_frontend.pages import compare, runs
 from tests.conftest import RunningServer, new_run_id
+from tests.frontend.helpers import seed_run
 
 
 @pytest.fixture
@@ -123,3 +125,45 @@ def test_compare_grouping_choices_leave_seeds_out(client: ApiClient, sweep: list
 def test_compare_state_reads_any_query_into_a_sane_view(query: str, expected: CompareState) -> None:
     assert CompareState.from_query(query) == expected
     assert CompareState.from_query(expected.to_query()) == expected
+
+
+def test_run_draw_panels_and_extend_panels_without_a_browser(
+    server: RunningServer, client: ApiClient
+) -> None:
+    run_id = new_run_id("cbrun")
+    seed_run(server.url, run_id, steps=100)
+    plan = run_data.make_plan(client, client.get_run(run_id), None)
+    (entropy,), cursor = run_callbacks.draw_panels(
+        client, run_id, ["entropy"], plan, {"smoothing": 0.5, "xmode": "step"}
+    )
+    roles = [t["meta"]["role"] for t in entropy["data"]]
+    assert roles == ["raw", "smooth", "alerts"] and len(entropy["data"][0]["x"]) == 100
+    assert cursor["cursor"] == {"actor/entropy": 99}
+    with pytest.raises(PreventUpdate):  # nothing new past the cursor
+        run_callbacks.extend_panels(client, run_id, cursor, [{"panel": "entropy"}], {"live": True})
+    more = [{"step": 100, "values": {"actor/entropy": 0.1}}]
+    httpx.post(f"{server.url}/api/v1/runs/{run_id}/batches", json={"batch_id": "m", "steps": more})
+    live, state, redraw = run_callbacks.extend_panels(
+        client, run_id, cursor, [{"panel": "entropy"}], {"live": True, "smoothing": 0.5}
+    )
+    ((update, indices),) = live["payloads"]
+    assert update["x"][0] == [100] and indices == [0, 1]
+    assert state["cursor"]["actor/entropy"] == 100 and redraw is False
+
+
+@pytest.mark.parametrize(
+    ("event", "reset", "expected"),
+    [
+        (
+            {"xaxis.range[0]": 10.4, "xaxis.range[1]": 50.2},
+            False,
+            ({"from": 10, "to": 51}, "steps 10–51"),
+        ),
+        ({"xaxis.autorange": True}, False, (None, "all steps")),
+        ({}, True, (None, "all steps")),
+    ],
+)
+def test_run_shared_zoom_follows_a_relayout_or_a_reset(
+    event: dict[str, Any], reset: bool, expected: tuple[Any, Any]
+) -> None:
+    assert run_callbacks.shared_zoom(event, reset, "step", {"from": 0, "to": 5}) == expected
