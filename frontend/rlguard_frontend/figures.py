@@ -343,6 +343,7 @@ def compare_figure(
     unit: str,
     runs: Sequence[tuple[str, SeriesData | None, float | None]],
     view: View,
+    markers: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """One signal of several runs (label, series, start time) overlaid; the legend names runs.
 
@@ -354,14 +355,19 @@ def compare_figure(
         if s is not None
     ]
     few = len(lines) <= LEGEND_MAX_RUNS
-    figure = panel_figure(PanelContent(lines=lines, unit=unit, height=300, show_legend=few), view)
+    content = PanelContent(lines=lines, unit=unit, height=300, show_legend=few, markers=markers)
+    figure = panel_figure(content, view)
     if not few:
         figure["layout"]["hovermode"] = "closest"
     return figure
 
 
 def band_figure(
-    unit: str, groups: Sequence[tuple[str, BandPublic]], spread: str, view: View
+    unit: str,
+    groups: Sequence[tuple[str, BandPublic]],
+    spread: str,
+    view: View,
+    markers: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Each group's mean line over its ``spread`` band (``"std"``: ±1 std, ``"minmax"``).
 
@@ -399,8 +405,10 @@ def band_figure(
         )
     stepped = View(**{**view.__dict__, "xmode": "step", "x_range": view.x_range})
     layout = _layout(stepped, PanelContent(lines=(), unit=unit, height=300), has_right=False)
+    empty = SeriesData.model_construct(steps=[], values=[], times=[], last_step=None)
+    layout["shapes"], layout["annotations"] = marker_overlay(markers, (), empty, stepped)
     if not groups:
-        layout["annotations"] = [_note("no points in this step range")]
+        layout["annotations"].append(_note("no points in this step range"))
     return {"data": data, "layout": layout}
 
 

@@ -167,3 +167,18 @@ def test_run_shared_zoom_follows_a_relayout_or_a_reset(
     event: dict[str, Any], reset: bool, expected: tuple[Any, Any]
 ) -> None:
     assert run_callbacks.shared_zoom(event, reset, "step", {"from": 0, "to": 5}) == expected
+
+
+def test_compare_view_draws_the_baselines_markers_on_every_panel(
+    server: RunningServer, client: ApiClient, sweep: list[str]
+) -> None:
+    rewind = {"resume_from_step": 30}
+    httpx.post(f"{server.url}/api/v1/runs/{sweep[1]}/rewind", json=rewind).raise_for_status()
+    for group_by in ((), ("config.optim.lr",)):
+        state = CompareState(runs=tuple(sweep), baseline=sweep[1], group_by=group_by)
+        cards, _, _, error = compare.compare_view(client, state)
+        assert error == "" and cards
+        for card in cards:
+            layout = card.children[1].figure["layout"]
+            assert [s["x0"] for s in layout["shapes"]] == [30], group_by
+            assert [a.get("hovertext") for a in layout["annotations"]] == ["rewind (step 30)"]

@@ -33,6 +33,8 @@ def _seed_sweep(base_url: str, steps: int = 193) -> list[str]:
             for seed in SEEDS:
                 run_id = new_run_id("seed")
                 config = {"optim": {"lr": lr}, "seed": seed, "note": HOSTILE if seed else "plain"}
+                if seed == 1:
+                    config[HOSTILE] = "a hostile key"
                 name = HOSTILE if seed == 2 and lr == LRS[1] else f"lr{lr:g}-s{seed}"
                 body = {"id": run_id, "project": project, "name": name, "config": config}
                 http.post("/api/v1/runs", json=body).raise_for_status()
@@ -90,7 +92,8 @@ def test_compare_groups_draw_one_band_per_config_value_with_the_right_mean(
     assert fills == 2  # one band per group
     config = page.locator(".config-table")
     assert config.get_by_text("optim.lr", exact=True).count() == 1
-    assert config.get_by_text(HOSTILE, exact=True).count() >= 1  # a hostile value, as text
+    assert config.get_by_text(HOSTILE, exact=True).count() >= 2  # hostile keys, values: text
+    assert config.get_by_text("a hostile key", exact=True).count() == 2
     assert page.locator(".config-table").get_by_text("seed", exact=True).count() == 1
     assert page.locator(".delta-table").get_by_text("(baseline)").count() == 1
     page.screenshot(path=str(artifacts_dir / "compare-groups.png"), full_page=True)

@@ -170,10 +170,14 @@ def compare_view(client: ApiClient, state: CompareState) -> tuple[Any, Any, Any,
             signals=state.signals,
         )
         groups = _groups(client, state, runs) if state.group_by else None
+        baseline = state.baseline if state.baseline in state.runs else state.runs[0]
+        markers = [m.model_dump() for m in client.run_markers(baseline).data]
     except ApiError as exc:
         return [], [], [], str(exc)
-    baseline = state.baseline if state.baseline in state.runs else state.runs[0]
-    cards = _band_cards(state, groups) if groups is not None else _overlay_cards(state, runs)
+    if groups is not None:
+        cards = _band_cards(state, groups, markers)
+    else:
+        cards = _overlay_cards(state, runs, markers)
     signals, rows = compare_data.deltas(runs, baseline, smoothed=state.smoothing > 0)
     labels = run_labels({r.run.id: r.run.name for r in runs})
     return cards, delta_table(signals, rows, labels), config_table([r.run for r in runs]), ""
@@ -206,7 +210,10 @@ def _view(state: CompareState, t0: float | None = None) -> figures.View:
     return view_from(state.smoothing, log, state.xmode, state.theme, zoom, t0)
 
 
-def _overlay_cards(state: CompareState, runs: list[ComparedRun]) -> list[Any]:
+def _overlay_cards(
+    state: CompareState, runs: list[ComparedRun], markers: list[dict[str, Any]]
+) -> list[Any]:
+    """One card per signal, every run a line; the baseline's markers across each."""
     labels = run_labels({r.run.id: r.run.name for r in runs})
     view = _view(state)
     cards = []
@@ -214,18 +221,21 @@ def _overlay_cards(state: CompareState, runs: list[ComparedRun]) -> list[Any]:
         lines = [(labels[r.run.id], r.series.get(signal), start_time(r.series)) for r in runs]
         if not any(series for _, series, _ in lines):
             continue
-        cards.append(_card(signal, figures.compare_figure(signal, unit, lines, view)))
+        figure = figures.compare_figure(signal, unit, lines, view, markers)
+        cards.append(_card(signal, figure))
     return cards or [html.P("These runs share no canonical signal.", className="empty")]
 
 
-def _band_cards(state: CompareState, groups: list[Any]) -> list[Any]:
+def _band_cards(state: CompareState, groups: list[Any], markers: list[dict[str, Any]]) -> list[Any]:
+    """One card per signal, every group a band; the baseline's markers across each."""
     view = _view(state)
     cards = []
     for signal, unit in _shown(state).items():
         bands = [(group_label(g.key, len(g.runs)), g.signals.get(signal)) for g in groups]
         bands = [(label, b) for label, b in bands if b is not None and b.steps]
         if bands:
-            cards.append(_card(signal, figures.band_figure(unit, bands, state.band, view)))
+            figure = figures.band_figure(unit, bands, state.band, view, markers)
+            cards.append(_card(signal, figure))
     return cards or [html.P("These runs share no canonical signal.", className="empty")]
 
 
