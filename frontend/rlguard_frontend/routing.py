@@ -39,7 +39,7 @@ def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
     if path.rstrip("/") == "/alerts":
         return inbox.layout()
     if path.rstrip("/") == "/compare":
-        return compare.layout(query)
+        return compare.layout(query, client, theme)
     return not_found_404.layout(path)
 
 
@@ -66,9 +66,9 @@ def theme_for(toggled: bool, search: str | None, theme: str | None) -> str:
     if toggled:
         return "light" if theme == "dark" else "dark"
     wanted = parse_qs((search or "").lstrip("?")).get("theme", [""])[-1]
-    if wanted in THEMES:
+    if wanted in THEMES and wanted != theme:
         return wanted
-    raise PreventUpdate
+    raise PreventUpdate  # no change: nothing drawn in the theme is drawn again
 
 
 def theme_from(cookies: Mapping[str, str]) -> str:

@@ -17,7 +17,13 @@ DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 HOSTILE = "<img src=x onerror=alert(1)>"
 LRS = (1e-3, 3e-3)
 SEEDS = (0, 1, 2)
-MEANS_JS = """el => el.data.filter(t => t.meta && t.meta.role === 'mean')
+ENTROPY_MEANS_DRAWN_JS = """() => {
+    const card = [...document.querySelectorAll('.compare-grid .card')]
+        .find(c => c.querySelector('h4')?.innerText === 'entropy');
+    const plot = card?.querySelector('.js-plotly-plot');
+    return Boolean(plot && (plot.data || []).some(t => t.meta && t.meta.role === 'mean'));
+}"""
+MEANS_JS = """el => (el.data || []).filter(t => t.meta && t.meta.role === 'mean')
     .map(t => ({name: t.name, y: t.y, n: t.customdata}))"""
 
 
@@ -61,14 +67,20 @@ def _entropy(page: Any) -> Any:
 
 
 def _group_means(page: Any) -> list[dict[str, Any]]:
-    plot = _entropy(page)
-    plot.wait_for(timeout=WAIT_MS)
-    page.wait_for_function(
-        "document.querySelector('.compare-grid .js-plotly-plot')?.data?.some("
-        "t => t.meta && t.meta.role === 'mean')",
+    """The entropy panel's group means, once it has drawn them."""
+    page.wait_for_function(ENTROPY_MEANS_DRAWN_JS, timeout=WAIT_MS)
+    return _entropy(page).evaluate(MEANS_JS)
+
+
+def _redrawn(page: Any) -> Any:
+    """Waits, as a context, for the compare page's charts to come back from a change."""
+    return page.expect_response(
+        lambda r: (
+            "_dash-update-component" in r.url
+            and "compare-grid.children" in (r.request.post_data or "")
+        ),
         timeout=WAIT_MS,
     )
-    return plot.evaluate(MEANS_JS)
 
 
 @pytest.fixture
@@ -110,9 +122,11 @@ def test_compare_copied_url_restores_the_view_in_a_fresh_browser(
     page.goto(f"{dashboard.url}/compare?runs={runs}&group=config.optim.lr&keys=entropy")
     first = _group_means(page)
     assert page.locator(".compare-grid .card h4").all_inner_texts() == ["entropy"]
-    page.get_by_text("min–max").click()
+    with _redrawn(page):
+        page.get_by_text("min–max").click()
     page.wait_for_url("**band=minmax**", timeout=WAIT_MS)
-    page.locator("#compare-smoothing [role=slider]").press("End")  # smoothing 0.99
+    with _redrawn(page):
+        page.locator("#compare-smoothing [role=slider]").press("End")  # smoothing 0.99
     page.wait_for_url("**smooth=0.99**", timeout=WAIT_MS)
     copied = page.url
     shown = _group_means(page)
@@ -160,4 +174,22 @@ def test_compare_overlay_shows_deltas_against_the_baseline_and_names_as_text(
     ]
     page.screenshot(path=str(artifacts_dir / "compare-overlay.png"), full_page=True)
     assert page.locator("img[src='x']").count() == 0
+    assert page.console_errors == []
+
+
+def test_compare_page_comes_drawn_with_the_first_layout(
+    dashboard: Any, page: Any, sweep: list[str]
+) -> None:
+    asked: list[str] = []
+    page.on(
+        "request",
+        lambda r: asked.append(r.post_data or "") if "_dash-update-component" in r.url else None,
+    )
+    url = f"{dashboard.url}/compare?runs={','.join(sweep)}&group=config.optim.lr"
+    with page.expect_response(lambda r: "_dash-layout" in r.url) as layout:
+        page.goto(url)
+    assert '"role":"mean"' in layout.value.text().replace(" ", "")
+    assert len(_group_means(page)) == 2
+    redraws = [body for body in asked if "compare-grid.children" in body]
+    assert redraws == [], "the compare callback redrew what the layout brought"
     assert page.console_errors == []

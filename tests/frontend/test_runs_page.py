@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -84,9 +85,16 @@ def _add_runs(dashboard: Any, count: int) -> str:
     return project
 
 
+NAMES_JS = (
+    "[...document.querySelectorAll(\".ag-center-cols-container .ag-row [col-id='name']\")]"
+    ".sort((a, b) => a.closest('.ag-row').getAttribute('row-index')"
+    " - b.closest('.ag-row').getAttribute('row-index')).map(c => c.innerText)"
+)
+FIRST_NAME_JS = f"{NAMES_JS}[0]"
+
+
 def _grid_names(page: Any) -> list[str]:
-    cells = page.locator(".ag-center-cols-container .ag-row [col-id='name']")
-    return [cells.nth(i).inner_text() for i in range(cells.count())]
+    return list(page.evaluate(NAMES_JS))
 
 
 def test_runs_grid_pages_sorts_and_filters_two_thousand_runs_on_the_server(
@@ -100,15 +108,21 @@ def test_runs_grid_pages_sorts_and_filters_two_thousand_runs_on_the_server(
     page.get_by_text("run-0000", exact=True).wait_for(timeout=WAIT_MS)
     assert len(_grid_names(page)) == 50  # one page of rows came, not 2,000
     page.get_by_text(HOSTILE, exact=True).wait_for(timeout=WAIT_MS)  # a config value, as text
-    page.locator(".ag-header-cell[col-id='hparam.lr'] .ag-header-cell-label").click()
-    page.locator(".ag-header-cell[col-id='hparam.lr'] .ag-header-cell-label").click()
-    page.get_by_text("run-1999", exact=True).wait_for(timeout=WAIT_MS)
-    assert _grid_names(page)[0] == "run-1999"
+    header = page.locator(".ag-header-cell[col-id='hparam.lr'] .ag-header-cell-label")
+    header.click()
+    page.wait_for_function(f"{FIRST_NAME_JS} === 'run-0000'", timeout=WAIT_MS)  # ascending
+    header.click()
+    page.wait_for_function(f"{FIRST_NAME_JS} === 'run-1999'", timeout=WAIT_MS)  # descending
     page.screenshot(path=str(artifacts_dir / "runs-grid-2000.png"), full_page=True)
     name_filter = page.locator(".ag-floating-filter[aria-colindex='3'] input")
     name_filter.fill("run-004")
     page.get_by_text("10 of 2,000 runs match", exact=True).wait_for(timeout=WAIT_MS)
-    assert _grid_names(page) == [f"run-{i:04d}" for i in range(49, 39, -1)]
+    expected = [f"run-{i:04d}" for i in range(49, 39, -1)]
+    page.wait_for_function(
+        f"JSON.stringify({NAMES_JS}) === '{json.dumps(expected, separators=(',', ':'))}'",
+        timeout=WAIT_MS,
+    )
+    assert _grid_names(page) == expected
     assert dialogs == []
     assert page.locator("img[src='x']").count() == 0
     assert page.console_errors == []

@@ -26,9 +26,13 @@ BAND_OPTIONS = [{"label": " ±1 std", "value": "std"}, {"label": " min–max", "
 GROUP_BINS = 500
 
 
-def layout(query: str = "") -> html.Div:
-    """The page as the URL's ``query`` describes it."""
+def layout(query: str = "", client: ApiClient | None = None, theme: str | None = None) -> html.Div:
+    """The page as the URL's ``query`` describes it, drawn when a ``client`` is given (the
+    first layout then brings the charts: no round trip after the page starts)."""
     state = CompareState.from_query(query)
+    drawn: tuple[Any, Any, Any, str] = ([], [], [], "")
+    if client is not None:
+        drawn = compare_view(client, state.with_changes(theme=state.theme or theme))
     runs = list(state.runs[:MAX_RUNS])
     picker = dcc.Dropdown(
         id=ids.COMPARE_RUNS,
@@ -89,11 +93,11 @@ def layout(query: str = "") -> html.Div:
             controls_bar(
                 PREFIX, live=False, smoothing=state.smoothing, log=state.log, xmode=state.xmode
             ),
-            html.Div(id=ids.COMPARE_ERROR, className="error"),
-            html.Div(id=ids.COMPARE_DELTAS, className="compare-deltas"),
-            html.Div(id=ids.COMPARE_GRID, className="compare-grid"),
+            html.Div(drawn[3], id=ids.COMPARE_ERROR, className="error"),
+            html.Div(drawn[1], id=ids.COMPARE_DELTAS, className="compare-deltas"),
+            html.Div(drawn[0], id=ids.COMPARE_GRID, className="compare-grid"),
             html.Details(
-                [html.Summary("config diff"), html.Div(id=ids.COMPARE_CONFIG)],
+                [html.Summary("config diff"), html.Div(drawn[2], id=ids.COMPARE_CONFIG)],
                 open=True,
                 className="compare-config",
             ),
@@ -362,6 +366,7 @@ def register(app: Dash, client: ApiClient) -> None:
         Output(ids.COMPARE_ERROR, "children"),
         *controls,
         Input(ids.THEME, "data"),
+        prevent_initial_call=True,  # the layout came drawn
     )
     def draw_compare(*values: Any) -> tuple:
         return compare_view(client, state_from(*values))

@@ -34,6 +34,7 @@ DEFAULT_COLUMNS = (
     "alerts.open",
 )
 NUMERIC_HPARAMS = ("hparam.lr", "hparam.kl_coef", "hparam.clip_ratio")
+NUMERIC_PREFIXES = ("last.", "alerts.")  # always numbers: their filter is known up front
 HEADERS = {
     "hparam.lr": "learning rate",
     "hparam.kl_coef": "β (KL coef)",
@@ -123,6 +124,7 @@ GRID_OPTIONS: dict[str, Any] = {
     "suppressFieldDotNotation": True,  # "config.lr" is one field, not a path into the row
     "rowSelection": {"mode": "multiRow", "checkboxes": True, "headerCheckbox": False},
     "domLayout": "autoHeight",
+    "suppressColumnVirtualisation": True,  # a few dozen columns: all rendered, all findable
     "suppressCellFocus": True,
 }
 
@@ -203,7 +205,11 @@ def column_defs(
         pin = "left" if column["colId"] in pinned or column.get("pinned") else None
         defs.append({**column, "pinned": pin})
     for field in columns:
-        numeric = kinds.get(field) == "number" or field in NUMERIC_HPARAMS
+        numeric = (
+            kinds.get(field) == "number"
+            or field in NUMERIC_HPARAMS
+            or field.startswith(NUMERIC_PREFIXES)
+        )
         defs.append(
             {
                 "headerName": HEADERS.get(field, field),
@@ -402,10 +408,14 @@ def register(app: Dash, client: ApiClient) -> None:
         Input(ids.RUNS_COLUMNS, "value"),
         Input(ids.RUNS_PINNED, "value"),
         Input(ids.RUNS_KINDS, "data"),
+        State(ids.RUNS_TABLE, "columnDefs"),
         prevent_initial_call=True,
     )
-    def choose_columns(columns, pinned, kinds) -> tuple:
-        return column_defs(columns or [], pinned or [], kinds or {}), pin_options(columns)
+    def choose_columns(columns, pinned, kinds, shown) -> tuple:
+        defs = column_defs(columns or [], pinned or [], kinds or {})
+        if defs == shown:
+            raise PreventUpdate  # new column definitions would reset the viewer's sort
+        return defs, pin_options(columns)
 
     # Any change of what the rows are made from refetches them (the grid keeps its page).
     app.clientside_callback(
