@@ -39,7 +39,14 @@ import httpx
 from benchmarks import _dashboard_views as views
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 STEPS = int(os.environ.get("RLGUARD_BENCH_STEPS", "200000"))
 BATCH_STEPS = 500
 LATENCY_SAMPLES = 20

@@ -1,3 +1,6 @@
 """rlguard service: storage, ingest, series queries, detectors and alerts behind a REST API."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+# The distribution's version, whose one source is ``rlguard.__version__`` (the hook's).
+__version__ = version("rlguard")

@@ -24,6 +24,7 @@ SEVERITY_ICON = {
 
 
 def to_public(alert: Alert) -> AlertPublic:
+    """An alert row as the API answers it (times in UTC)."""
     return AlertPublic(
         id=alert.id,
         run_id=alert.run_id,
@@ -48,6 +49,25 @@ _UPDATE_OPEN = (
     "last_step = ?, updated_at = ? WHERE run_id = ? AND detector = ? AND key = ? "
     "AND status = 'open'"
 )
+
+
+def latest_updates(events: Iterable[AlertEvent]) -> list[AlertEvent]:
+    """The events without the "update"s that a later update or escalation of the same alert
+    among them overwrites (every field of the stored alert): stored, both lists end the same.
+    """
+    later: set[tuple[str, str]] = set()  # alerts whose every field a later event rewrites
+    kept: list[AlertEvent] = []
+    for event in reversed(list(events)):
+        slot = (event.detector, event.key)
+        if event.action == "update" and slot in later:
+            continue
+        kept.append(event)
+        if event.action in ("update", "escalate"):
+            later.add(slot)
+        else:
+            later.discard(slot)
+    kept.reverse()
+    return kept
 
 
 def update_open(session: Session, run_id: str, events: Iterable[AlertEvent]) -> list[AlertEvent]:
@@ -164,6 +184,7 @@ def _enqueue(
 
 
 def webhook_payload(run: Run, alert: Alert, change: str, fmt: str) -> dict[str, Any]:
+    """The message a webhook receives for one alert change: plain JSON, or Slack blocks."""
     body = {
         "event": f"alert.{change}",
         "run": {"id": run.id, "project": run.project, "name": run.name},
@@ -194,10 +215,16 @@ def list_alerts(
     status: str | None = None,
     severity: str | None = None,
     detector: str | None = None,
+    archived: bool | None = False,
     limit: int = 100,
     offset: int = 0,
 ) -> tuple[list[Alert], int]:
+    """Alerts by filter; ``archived``: False leaves archived runs' out, True only theirs, None
+    every run's."""
     query = select(Alert)
+    if archived is not None:
+        archive = Run.archived_at.is_not(None) if archived else Run.archived_at.is_(None)
+        query = query.where(Alert.run_id.in_(select(Run.id).where(archive)))
     filters = {
         Alert.run_id: run_id,
         Alert.status: status,
@@ -215,6 +242,7 @@ def list_alerts(
 
 
 def get_alert(session: Session, alert_id: int) -> Alert:
+    """The alert, or 404 naming where the alerts are listed."""
     alert = session.get(Alert, alert_id)
     if alert is None:
         raise NotFound(f"alert {alert_id} not found; GET /api/v1/alerts lists them")

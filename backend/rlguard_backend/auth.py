@@ -93,6 +93,7 @@ def revoke(session: Session, token_id: int) -> ApiToken | None:
 
 
 def active_tokens(session: Session) -> int:
+    """How many tokens are not revoked (the service will not start off loopback with 0)."""
     return len(session.scalars(select(ApiToken.id).where(ApiToken.revoked_at.is_(None))).all())
 
 
@@ -123,6 +124,7 @@ class TokenCache:
         return hashlib.sha256(presented.encode()).hexdigest()
 
     def get(self, presented: str) -> Identity | None:
+        """The cached identity of a presented token, None when unknown or expired."""
         with self._lock:
             entry = self._entries.get(self._key(presented))
         if entry is None or entry[0] < time.monotonic():
@@ -130,11 +132,13 @@ class TokenCache:
         return entry[1]
 
     def put(self, presented: str, identity: Identity) -> None:
+        """Remember a checked token for ``ttl_s`` (the cache empties past 10,000 entries)."""
         with self._lock:
             if len(self._entries) > 10_000:
                 self._entries.clear()
             self._entries[self._key(presented)] = (time.monotonic() + self.ttl_s, identity)
 
     def forget(self, token_id: int) -> None:
+        """Drop a revoked token at once, so this process refuses it from now on."""
         with self._lock:
             self._entries = {k: v for k, v in self._entries.items() if v[1].token_id != token_id}

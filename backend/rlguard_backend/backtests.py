@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from rlguard_backend import alerts, points, repository
+from rlguard_backend import alerts, repository, storage
 from rlguard_backend.checkpoints import make_suite, write_checkpoint
 from rlguard_backend.config import Settings
 from rlguard_backend.models import Alert, Run
@@ -63,7 +63,7 @@ def stored_chunks(
         hi = min(lo + step_span - 1, last)
         chunk: dict[int, Values] = {}
         for key in keys:
-            for step, value, _ in points.read_points(session, key.id, lo, hi):
+            for step, value, _ in storage.STORE.read_points(session, key.id, lo, hi):
                 chunk.setdefault(step, {})[key.name] = float("nan") if value is None else value
         if chunk:
             yield sorted(chunk.items())

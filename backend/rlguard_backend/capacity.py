@@ -48,6 +48,7 @@ class WriteGate:
 
     @property
     def saturated(self) -> bool:
+        """True when the next write would be refused."""
         return self.in_flight >= self.limit
 
     def enter(self) -> None:
@@ -63,6 +64,7 @@ class WriteGate:
         self.admitted_total += 1
 
     def leave(self) -> None:
+        """Release the place of a write that finished."""
         self.in_flight -= 1
 
 

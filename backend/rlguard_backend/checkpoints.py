@@ -41,6 +41,7 @@ def make_suite(
 
 
 def load_checkpoint(session: Session, run_id: str) -> DetectorState | None:
+    """The run's detector checkpoint row, None when it has none yet."""
     return session.get(DetectorState, (run_id, SUITE_ROW))
 
 
@@ -62,6 +63,7 @@ def write_checkpoint(
 
 
 def encode_pending(pending: Pending) -> dict[str, Any] | None:
+    """The step still being filled, as JSON (non-finite values as wire strings)."""
     if pending is None:
         return None
     step, values = pending
@@ -69,6 +71,7 @@ def encode_pending(pending: Pending) -> dict[str, Any] | None:
 
 
 def decode_pending(raw: Mapping[str, Any] | None) -> Pending:
+    """The pending step back from its JSON."""
     if not raw:
         return None
     return int(raw["step"]), {k: float(v) for k, v in raw["values"].items()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from typing import Any, Literal
 
@@ -79,6 +80,17 @@ class Settings(BaseSettings):
         description="API tokens: auto is off on a loopback address and on anywhere else; "
         "off is refused off loopback",
     )
+    identity_header: str = Field(
+        default="",
+        description="dashboard behind an SSO proxy: the header it sets to the signed-in user "
+        "(e.g. X-Forwarded-User), trusted only from trusted_proxies; empty: viewers sign in "
+        "with a token",
+    )
+    trusted_proxies: str = Field(
+        default="",
+        description="comma-separated addresses or networks of that proxy, e.g. 10.0.0.5,"
+        "10.1.0.0/16",
+    )
     detectors_enabled: bool = Field(default=True, description="run the stability detectors")
     detector_thresholds: dict[str, Any] = Field(
         default_factory=dict,
@@ -113,6 +125,28 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _proxy_trust_is_whole(self) -> Settings:
+        if bool(self.identity_header.strip()) != bool(self.trusted_proxies.strip()):
+            raise ValueError(
+                "RLGUARD_IDENTITY_HEADER and RLGUARD_TRUSTED_PROXIES go together: the header is "
+                "trusted only from the proxy's addresses; set both, or neither"
+            )
+        self.proxy_networks  # noqa: B018 (a bad address fails at start, not per request)
+        return self
+
+    @property
+    def proxy_networks(self) -> tuple[IPv4Network | IPv6Network, ...]:
+        """The networks ``trusted_proxies`` names."""
+        try:
+            return tuple(
+                ip_network(part.strip(), strict=False)
+                for part in self.trusted_proxies.split(",")
+                if part.strip()
+            )
+        except ValueError as exc:
+            raise ValueError(f"RLGUARD_TRUSTED_PROXIES: {exc}") from exc
+
     @field_validator("database_url")
     @classmethod
     def _default_sqlite(cls, value: str) -> str:
@@ -127,4 +161,5 @@ class Settings(BaseSettings):
 
     @property
     def is_sqlite(self) -> bool:
+        """True when the database is a SQLite file (WAL, write lock, checkpointer)."""
         return self.database_url.startswith("sqlite")

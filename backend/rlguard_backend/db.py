@@ -67,6 +67,7 @@ def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    """Sessions that keep their objects after commit and flush only when asked."""
     return sessionmaker(engine, expire_on_commit=False, autoflush=False)
 
 
@@ -139,6 +140,7 @@ class Checkpointer:
         self._thread = threading.Thread(target=self._loop, name="rlguard-checkpoint", daemon=True)
 
     def start(self) -> Checkpointer:
+        """Start checkpointing the WAL (SQLite files only; a no-op elsewhere)."""
         if self.engine.dialect.name == "sqlite" and self.engine.url.database not in (
             None,
             "",
@@ -148,6 +150,7 @@ class Checkpointer:
         return self
 
     def stop(self) -> None:
+        """Stop the checkpoint thread (bounded wait)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)

@@ -34,7 +34,7 @@ from rlguard_backend.checkpoints import (
 from rlguard_backend.config import Settings
 from rlguard_backend.models import Alert, Run
 from rlguard_backend.schemas import StepIn
-from rlguard_backend.stability import DetectorSuite, latest_updates
+from rlguard_backend.stability import DetectorSuite
 from rlguard_backend.suite_cache import SUITES, Live, Pending, SuiteCache, Values, keep_on_commit
 
 log = logging.getLogger("rlguard_backend.detection")
@@ -145,7 +145,7 @@ def detect_steps(
     keep_on_commit(session, live)
     if not events:
         return []
-    events = latest_updates(events)
+    events = alerts.latest_updates(events)
     if all(event.action == "update" for event in events):  # open alerts still firing
         events = alerts.update_open(session, live.run_id, events)
         if not events:

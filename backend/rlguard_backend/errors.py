@@ -64,4 +64,5 @@ class InvalidField(ServiceError):
 
 
 def run_not_found(run_id: str) -> NotFound:
+    """404 for an unknown run, naming how to create it."""
     return NotFound(f"run {run_id!r} not found; create it first with POST /api/v1/runs")

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, TypeVar
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
-from rlguard_backend import points, repository, sql
+from rlguard_backend import points, repository, sql, storage
 from rlguard_backend.errors import MalformedRequest, PayloadTooLarge, run_not_found
 from rlguard_backend.models import utcnow
 from rlguard_backend.points import Columns
@@ -67,14 +67,18 @@ def parse_body(model: type[Body], raw: bytes, fields: str) -> Body:
 
 
 def parse_batch(raw: bytes, max_points: int) -> BatchIn:
+    """Decode and validate a points batch; 413 past ``max_points``, 422 naming the field."""
     batch = parse_body(BatchIn, raw, "batch_id and steps")
-    count = sum(len(step.values) for step in batch.steps)
+    check_point_count(sum(len(step.values) for step in batch.steps), max_points)
+    return batch
+
+
+def check_point_count(count: int, max_points: int) -> None:
     if count > max_points:
         raise PayloadTooLarge(
             f"batch holds {count} points, more than the limit of {max_points}; "
             "split it (or raise RLGUARD_MAX_BATCH_POINTS)"
         )
-    return batch
 
 
 def _by_key(batch: BatchIn) -> tuple[dict[str, Columns], bool]:
@@ -198,6 +202,7 @@ def _aliases(config: dict[str, Any]) -> dict[str, str] | None:
 
 
 def batch_seen(session: Session, run_id: str, batch_id: str) -> bool:
+    """True when this batch id was stored for the run before (a replay)."""
     found = sql.fetchall(
         session,
         "SELECT 1 FROM ingested_batches WHERE run_id = ? AND batch_id = ?",
@@ -213,8 +218,10 @@ def _store(
     keys = repository.ensure_key_ids(session, run_id, grouped, aliases)
     by_id = {keys[name][0]: columns for name, columns in grouped.items()}
     before = {keys[name][0]: keys[name][1] for name in grouped}
-    after = points.store_points(session, by_id, before)
-    points.update_rollups(session, by_id, {key_id: t.last_step for key_id, t in before.items()})
+    after = storage.STORE.store_points(session, by_id, before)
+    storage.STORE.update_rollups(
+        session, by_id, {key_id: t.last_step for key_id, t in before.items()}
+    )
     _store_tails(session, after)
     return max(columns.steps[-1] for columns in grouped.values())
 

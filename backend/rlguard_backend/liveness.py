@@ -38,10 +38,12 @@ class LivenessWatch:
         self._thread = threading.Thread(target=self._loop, name="rlguard-liveness", daemon=True)
 
     def start(self) -> LivenessWatch:
+        """Start watching for runs whose trainer went silent."""
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop the watch thread (bounded wait)."""
         self._stop.set()
         self._thread.join(timeout=10)
 

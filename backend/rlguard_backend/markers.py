@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import points
+from rlguard_backend import storage
 from rlguard_backend.models import MetricKey, RunEvent
 from rlguard_backend.schemas import Marker
 
@@ -60,7 +60,8 @@ def run_markers(session: Session, run_id: str) -> list[Marker]:
         .limit(1)
     )
     if key is not None and key.last_step is not None:
-        rows = [(s, v) for s, v, _ in points.read_points(session, key.id, 0, key.last_step)]
+        points = storage.STORE.read_points(session, key.id, 0, key.last_step)
+        rows = [(s, v) for s, v, _ in points]
         found += [
             Marker(step=step, kind="lr_change", label=f"lr {before:.3g} → {after:.3g}")
             for step, before, after in lr_changes(rows)

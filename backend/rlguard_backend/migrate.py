@@ -21,6 +21,7 @@ def migrations_dir() -> Path:
 
 
 def alembic_config(engine: Engine | None = None, url: str | None = None) -> Config:
+    """An Alembic config on the shipped migrations, for ``engine`` or ``url``."""
     config = Config()
     config.set_main_option("script_location", str(migrations_dir()))
     if url is not None:
@@ -53,6 +54,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:
+    """Downgrade the schema to ``revision`` (``base``: drop everything)."""
     with engine.begin() as connection:
         config = alembic_config()
         config.attributes["connection"] = connection

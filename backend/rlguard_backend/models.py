@@ -33,6 +33,7 @@ NAMING_CONVENTION = {
 
 
 def utcnow() -> datetime:
+    """The current time, timezone-aware UTC (every stored time is UTC)."""
     return datetime.now(timezone.utc)
 
 
@@ -60,6 +61,7 @@ class Run(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class RunTag(Base):

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import math
 import struct
-import sys
-from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from rlguard_backend import sql
+from rlguard_backend.packed_arrays import pack, unpack
 from rlguard_backend.rollups import (
     BUCKET_WIDTHS,
     Summary,
@@ -53,7 +52,6 @@ _CHUNKS_IN_RANGE = (
     "WHERE key_id = ? AND first_step <= ? AND first_step >= coalesce("
     "(SELECT max(first_step) FROM point_chunks WHERE key_id = ? AND first_step <= ?), ?)"
 )
-_SWAP = sys.byteorder != "little"  # chunks are little-endian on every machine
 _TIME = struct.Struct("<d")
 SUMMARY_COLUMNS = (
     ("count", "int4"),
@@ -121,21 +119,6 @@ class KeyTail:
     tail_count: int = 0
 
 
-def _pack(code: str, numbers: Iterable[float] | Iterable[int]) -> bytes:
-    packed = array(code, numbers)
-    if _SWAP:
-        packed.byteswap()
-    return packed.tobytes()
-
-
-def _unpack(code: str, blob: bytes) -> array:
-    unpacked = array(code)
-    unpacked.frombytes(blob)
-    if _SWAP:
-        unpacked.byteswap()
-    return unpacked
-
-
 def _nan_for_none(values: Iterable[float | None]) -> list[float]:
     return [math.nan if v is None else v for v in values]
 
@@ -148,16 +131,16 @@ def _none_for_nan(values: Iterable[float]) -> list[float | None]:
 def encode(rows: Sequence[Row]) -> tuple[bytes, bytes, bytes]:
     """``(step_data, value_data, time_data)`` of step-sorted rows."""
     return (
-        _pack("q", [r[0] for r in rows]),
-        _pack("d", _nan_for_none([r[1] for r in rows])),
-        _pack("d", _nan_for_none([r[2] for r in rows])),
+        pack("q", [r[0] for r in rows]),
+        pack("d", _nan_for_none([r[1] for r in rows])),
+        pack("d", _nan_for_none([r[2] for r in rows])),
     )
 
 
 def decode(step_data: bytes, value_data: bytes, time_data: bytes) -> list[Row]:
-    steps = _unpack("q", step_data).tolist()
-    values = _none_for_nan(_unpack("d", value_data))
-    times = _none_for_nan(_unpack("d", time_data))
+    steps = unpack("q", step_data).tolist()
+    values = _none_for_nan(unpack("d", value_data))
+    times = _none_for_nan(unpack("d", time_data))
     return list(zip(steps, values, times, strict=True))
 
 
@@ -204,7 +187,7 @@ def store_points(
 
 
 def _pack_columns(new: Columns) -> tuple[bytes, bytes, bytes]:
-    return _pack("q", new.steps), _pack("d", new.values), _pack("d", new.times)
+    return pack("q", new.steps), pack("d", new.values), pack("d", new.times)
 
 
 def _append_to_tails(session: Session, rows: Sequence[tuple[object, ...]]) -> None:
@@ -408,7 +391,7 @@ def read_times(session: Session, key_id: int, steps: Sequence[int]) -> list[floa
         inside = wanted[bisect_left(wanted, first) : bisect_right(wanted, last)]
         if not inside:
             continue
-        chunk_steps = _unpack("q", step_data)
+        chunk_steps = unpack("q", step_data)
         for step in inside:
             index = bisect_left(chunk_steps, step)
             if index < len(chunk_steps) and chunk_steps[index] == step:

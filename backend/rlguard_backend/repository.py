@@ -8,9 +8,10 @@ from typing import Any
 from sqlalchemy import delete, func, literal, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import points, run_fields, sql
+from rlguard_backend import points, run_fields, sql, storage
 from rlguard_backend.errors import Conflict, run_not_found
 from rlguard_backend.models import (
+    Alert,
     MetricKey,
     PointChunk,
     Rollup,
@@ -37,13 +38,26 @@ MAX_LISTED_KEYS = 500
 
 
 def get_run(session: Session, run_id: str) -> Run:
+    """The run, or 404 naming how to create it."""
     run = session.get(Run, run_id)
     if run is None:
         raise run_not_found(run_id)
     return run
 
 
+def run_project(session: Session, run_id: str) -> str | None:
+    """The project of a run, None when there is no such run."""
+    return session.scalar(select(Run.project).where(Run.id == run_id))
+
+
+def alert_project(session: Session, alert_id: int) -> str | None:
+    """The project of an alert's run, None when there is no such alert."""
+    query = select(Run.project).join(Alert, Alert.run_id == Run.id).where(Alert.id == alert_id)
+    return session.scalar(query)
+
+
 def run_tags(session: Session, run_ids: Sequence[str]) -> dict[str, list[str]]:
+    """Each run's tags, sorted, in one query."""
     tags: dict[str, list[str]] = {run_id: [] for run_id in run_ids}
     if run_ids:
         query = select(RunTag.run_id, RunTag.tag).where(RunTag.run_id.in_(run_ids))
@@ -53,6 +67,7 @@ def run_tags(session: Session, run_ids: Sequence[str]) -> dict[str, list[str]]:
 
 
 def to_public(run: Run, tags: list[str]) -> RunPublic:
+    """A run row with its tags as the API answers it (times in UTC)."""
     return RunPublic(
         id=run.id,
         project=run.project,
@@ -66,6 +81,7 @@ def to_public(run: Run, tags: list[str]) -> RunPublic:
         created_at=as_utc(run.created_at),
         updated_at=as_utc(run.updated_at),
         last_heartbeat_at=as_utc(run.last_heartbeat_at) if run.last_heartbeat_at else None,
+        archived_at=as_utc(run.archived_at) if run.archived_at else None,
     )
 
 
@@ -85,6 +101,7 @@ def create_or_resume_run(session: Session, data: RunCreate) -> tuple[Run, bool]:
             )
         run.status, run.updated_at, run.last_heartbeat_at = "running", now, now
         session.add(RunEvent(run_id=run.id, kind="restart", step=run.last_step, created_at=now))
+        run.archived_at = None  # a run trained again is in use again
         run.name = data.name or run.name
         run.config = {**(run.config or {}), **data.config}
         _add_tags(session, run.id, data.tags)
@@ -120,6 +137,7 @@ def list_runs(
     project: str | None = None,
     status: str | None = None,
     tag: str | None = None,
+    archived: bool = False,
     limit: int = 50,
     offset: int = 0,
     sort: Sequence[run_fields.SortKey] = (),
@@ -128,11 +146,13 @@ def list_runs(
 ) -> tuple[list[tuple[Run, dict[str, Any]]], int]:
     """A page of runs, each with the ``fields`` asked for, and how many runs match in all.
 
-    ``sort`` and ``filters`` name fields of ``run_fields``; newest first after them.
-    ValueError names a filter that does not fit its field.
+    Archived runs only when ``archived``. ``sort`` and ``filters`` name fields of
+    ``run_fields``; newest first after them. ValueError names a filter that does not fit.
     """
     dialect = sql.dialect(session)
-    query = select(Run)
+    query = select(Run).where(
+        Run.archived_at.is_not(None) if archived else Run.archived_at.is_(None)
+    )
     if project is not None:
         query = query.where(Run.project == project)
     if status is not None:
@@ -211,7 +231,16 @@ def field_kind(value: Any) -> str:
     return "number" if isinstance(value, int | float) and not isinstance(value, bool) else "json"
 
 
+def set_archived(session: Session, run_ids: Sequence[str], archived: bool) -> None:
+    """Archive the runs (kept whole, left out of the lists), or bring them back."""
+    when = utcnow() if archived else None
+    for run in session.scalars(select(Run).where(Run.id.in_(run_ids))):
+        if archived != (run.archived_at is not None):
+            run.archived_at, run.updated_at = when, utcnow()
+
+
 def update_run(session: Session, run: Run, data: RunUpdate) -> Run:
+    """Apply a run update (status, name, merged summary); the caller commits."""
     if data.status is not None:
         run.status = data.status
     if data.name is not None:
@@ -223,6 +252,7 @@ def update_run(session: Session, run: Run, data: RunUpdate) -> Run:
 
 
 def heartbeat(session: Session, run: Run) -> Run:
+    """Record a heartbeat; a run marked crashed that beats again is running again."""
     run.last_heartbeat_at = run.updated_at = utcnow()
     if run.status == "crashed":
         run.status = "running"
@@ -232,11 +262,11 @@ def heartbeat(session: Session, run: Run) -> Run:
 def rewind_run(session: Session, run: Run, step: int) -> Run:
     """Supersede every point and sample after ``step``: a restarted trainer rewrites them."""
     keys = list(session.scalars(select(MetricKey).where(MetricKey.run_id == run.id)))
-    points.delete_after(session, [k.id for k in keys], step)
+    storage.STORE.delete_after(session, [k.id for k in keys], step)
     sql.execute(session, "DELETE FROM samples WHERE run_id = ? AND step > ?", (run.id, step))
     for key in keys:
         if key.last_step is not None and key.last_step > step:
-            tail = points.key_tail(session, key.id)
+            tail = storage.STORE.key_tail(session, key.id)
             key.last_step, key.tail_step, key.tail_count = (
                 tail.last_step,
                 tail.tail_step,
@@ -282,6 +312,7 @@ def _key_ids(session: Session, run_id: str) -> dict[str, tuple[int, points.KeyTa
 
 
 def run_keys(session: Session, run_id: str) -> list[MetricKey]:
+    """The run's metric keys by name."""
     query = select(MetricKey).where(MetricKey.run_id == run_id).order_by(MetricKey.name)
     return list(session.scalars(query))
 

@@ -30,6 +30,7 @@ class RequestIds:
         self.log_requests = log_requests
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Give the request an id (the client's own if valid), answer it in a header, log it."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -70,6 +71,7 @@ class JsonFormatter(logging.Formatter):
     FIELDS = ("method", "path", "status", "duration_ms")
 
     def format(self, record: logging.LogRecord) -> str:
+        """One log record as one JSON line, with the request id."""
         entry: dict[str, Any] = {
             "time": round(record.created, 3),
             "level": record.levelname.lower(),

@@ -45,6 +45,7 @@ class Summary:
 
     @classmethod
     def of_point(cls, step: int, value: float | None) -> Summary:
+        """The summary of a single point."""
         return cls(1, step, value, step, value, step, value, step, value)
 
     def merge(self, other: Summary) -> None:
@@ -62,6 +63,7 @@ class Summary:
     def as_row(
         self,
     ) -> tuple[int, int, float | None, int, float | None, int, float | None, int, float | None]:
+        """The summary's columns in the ``rollups`` table's order."""
         return (
             self.count,
             self.first_step,
@@ -76,6 +78,7 @@ class Summary:
 
 
 def summarize(points: Iterable[tuple[int, float | None]]) -> Summary | None:
+    """The summary of ``(step, value)`` points, None when there are none."""
     summary: Summary | None = None
     for step, value in points:
         if summary is None:

@@ -37,6 +37,7 @@ from rlguard_backend.schemas import (
 # wire field -> column
 COLUMNS = {name: ("group_id" if name == "group" else name) for name in SAMPLE_NUMBER_FIELDS}
 SORT_FIELDS = ("step", *SAMPLE_NUMBER_FIELDS)
+FILTER_COLUMNS = {**COLUMNS, "index": "sample_index"}  # min_<field> / max_<field>
 DEFAULT_THINNED_PER_STEP = 2
 DEFAULT_ALERT_MARGIN_STEPS = 2
 _STORED = [
@@ -217,7 +218,7 @@ def _where(run_id: str, query: SampleQuery) -> tuple[str, list[Any]]:
     for name, (low, high) in query.ranges.items():
         for bound, operator in ((low, ">="), (high, "<=")):
             if bound is not None:
-                clauses.append(f"{COLUMNS[name]} {operator} ?")
+                clauses.append(f"{FILTER_COLUMNS[name]} {operator} ?")
                 params.append(bound)
     return " AND ".join(clauses), params
 

@@ -89,6 +89,11 @@ class RunsDeleted(BaseModel):
     run_ids: list[str]
 
 
+class RunsArchived(BaseModel):
+    archived: bool = Field(description="true: archived now; false: back in the lists")
+    run_ids: list[str]
+
+
 class RunRewind(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -108,6 +113,9 @@ class RunPublic(BaseModel):
     created_at: datetime
     updated_at: datetime
     last_heartbeat_at: datetime | None
+    archived_at: datetime | None = Field(
+        default=None, description="set while archived: left out of the run and alert lists"
+    )
 
 
 def flatten_config(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -368,7 +376,12 @@ TokenScope = Literal["read", "write", "admin"]
 class TokenCreate(BaseModel):
     name: str = Field(min_length=1, max_length=128, description="who or what holds it")
     scope: TokenScope
-    project: str | None = Field(default=None, max_length=128)
+    project: str | None = Field(
+        default=None,
+        max_length=128,
+        description="limit the token to this project's runs, alerts and samples; "
+        "none: every project",
+    )
 
 
 class TokenPublic(BaseModel):

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from sqlalchemy.orm import Session
 
-from rlguard_backend import points
+from rlguard_backend import storage
 from rlguard_backend.models import MetricKey
 from rlguard_backend.rollups import BUCKET_WIDTHS, Summary, bucket_points, group_by_bucket
 from rlguard_backend.schemas import SeriesData, float_to_wire
@@ -51,15 +51,15 @@ def read_series(
         return _raw([], last)
     if smoothing > 0:
         return _smoothed(
-            points.read_points(session, key.id, lo, hi), smoothing, max_points, lo, last
+            storage.STORE.read_points(session, key.id, lo, hi), smoothing, max_points, lo, last
         )
     span = hi - lo + 1
     if span <= max_points:
-        return _raw(points.read_points(session, key.id, lo, hi), last)
+        return _raw(storage.STORE.read_points(session, key.id, lo, hi), last)
     width, level = bucket_width(span, max_points)
     if level < 0:
         # Narrower than one stored bucket per output bucket: one pass over the raw points.
-        rows = points.read_points(session, key.id, lo, hi)
+        rows = storage.STORE.read_points(session, key.id, lo, hi)
         if len(rows) <= max_points:
             return _raw(rows, last)
         buckets = bucket_points([(s, v) for s, v, _ in rows], width)
@@ -68,14 +68,14 @@ def read_series(
             times = {r[0]: r[2] for r in rows}
             data.times = [times[step] for step in data.steps]
         return data
-    parts = points.cover(session, key.id, lo, hi, level)
+    parts = storage.STORE.cover(session, key.id, lo, hi, level)
     total = sum(p.count for p in parts)
     if total <= max_points:
-        return _raw(points.read_points(session, key.id, lo, hi), last)
+        return _raw(storage.STORE.read_points(session, key.id, lo, hi), last)
     buckets = group_by_bucket(((p.first_step, p) for p in parts), width)
     data = _downsampled(buckets, width, lo, total, last)
     if include_times:
-        data.times = points.read_times(session, key.id, data.steps)
+        data.times = storage.STORE.read_times(session, key.id, data.steps)
     return data
 
 

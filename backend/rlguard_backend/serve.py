@@ -32,6 +32,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def base_url(sock: socket.socket) -> str:
+    """The URL a listening socket answers on (IPv6 hosts bracketed)."""
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}"
@@ -51,7 +52,11 @@ class ServerThread:
         self.sock = sock or bind_socket(host, port)
         self.url = base_url(self.sock)
         config = uvicorn.Config(
-            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
+            app,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+            proxy_headers=False,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._serve, name="rlguard-uvicorn", daemon=True)
@@ -60,6 +65,7 @@ class ServerThread:
         self.server.run(sockets=[self.sock])
 
     def start(self) -> ServerThread:
+        """Start uvicorn and wait until it accepts connections (RuntimeError if it cannot)."""
         self.thread.start()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self.server.started:
@@ -69,6 +75,7 @@ class ServerThread:
         return self
 
     def stop(self) -> None:
+        """Ask uvicorn to exit and wait for it (bounded)."""
         self.server.should_exit = True
         self.thread.join(timeout=30)
         self.sock.close()
@@ -81,6 +88,7 @@ class ServerThread:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``rlguard server`` and ``rlguard db``."""
     command = parser.prog.split()[-1]
     if command == "db":
         parser.add_argument("action", choices=["upgrade", "downgrade", "current", "backup"])
@@ -139,8 +147,13 @@ def serve_socket(app: Any, sock: socket.socket, shutdown_timeout_s: float) -> in
     still inside the database (a lock held from outside this process) is left behind: its
     transaction was never committed, so nothing acknowledged is lost.
     """
+    # proxy_headers off: the client address stays the TCP peer, which is what an SSO proxy's
+    # identity header is trusted by (X-Forwarded-For would let any client name another peer).
     config = uvicorn.Config(
-        app, log_level="warning", timeout_graceful_shutdown=max(1, round(shutdown_timeout_s))
+        app,
+        log_level="warning",
+        timeout_graceful_shutdown=max(1, round(shutdown_timeout_s)),
+        proxy_headers=False,
     )
     try:
         uvicorn.Server(config).run(sockets=[sock])
@@ -163,6 +176,7 @@ def _exit_past_busy_threads(deadline: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``rlguard server`` or ``rlguard db``; the exit status."""
     from rlguard_backend import requestlog
 
     settings = _settings(args)

@@ -12,7 +12,7 @@ signals. A run can extend or override the table with its config key ``signal_ali
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -60,6 +60,8 @@ _SIGNAL_ROWS = (
     ),
     ("rollout_probs_corr", "Pearson correlation of engine and trainer token probs", "corr"),
     ("rollout_is_ess", "effective sample size of the rollout IS weights, over N", "fraction"),
+    ("sample_degenerate", "share of responses empty or malformed (from samples)", "fraction"),
+    ("sample_repetition", "mean share of repeated word 4-grams in a response", "fraction"),
 )
 SIGNALS: tuple[Signal, ...] = tuple(Signal(*row) for row in _SIGNAL_ROWS)
 
@@ -134,6 +136,7 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "completions/clipped_ratio",
         "truncated",
         "rollout/truncated_rate",
+        "samples/truncated_fraction",  # the hook, from the samples: when none of the above
     ),
     "pg_loss": ("actor/pg_loss", "loss", "policy_loss", "train/pg_loss", "ppo/loss/policy"),
     "grad_norm": ("actor/grad_norm", "grad_norm", "actor_grad_norm", "train/grad_norm"),
@@ -148,6 +151,9 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
     ),
     "rollout_probs_corr": ("training/rollout_actor_probs_pearson_corr",),
     "rollout_is_ess": ("rollout_corr/rollout_is_eff_sample_size",),
+    # What the hook reads from each step's samples (docs/detectors-samples.md)
+    "sample_degenerate": ("samples/degenerate_fraction",),
+    "sample_repetition": ("samples/repetition_rate",),
 }
 
 ALIASES: dict[str, str] = {
@@ -167,6 +173,22 @@ def canonical_signal(key: str, aliases: Mapping[str, str | None] | None = None) 
     if key in ALIASES:
         return ALIASES[key]
     return key if key in SIGNAL_NAMES else None
+
+
+def keys_by_signal(
+    keys: Iterable[str], aliases: Mapping[str, str | None] | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Canonical signal -> the raw keys among `keys` that map to it, best first: user aliases,
+    then the alias table's order."""
+    ranked: dict[str, list[tuple[int, str]]] = {}
+    for key in keys:
+        name = canonical_signal(key, aliases)
+        if name is not None:
+            rank = (
+                -1 if aliases and key in aliases else ALIAS_PRIORITY.get(key, len(ALIAS_PRIORITY))
+            )
+            ranked.setdefault(name, []).append((rank, key))
+    return {name: tuple(key for _, key in sorted(found)) for name, found in ranked.items()}
 
 
 def validate_aliases(aliases: Mapping[str, object] | None) -> dict[str, str | None]:

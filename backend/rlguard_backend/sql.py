@@ -37,12 +37,14 @@ def executemany(session: Session, sql: str, rows: Sequence[Sequence[Any]]) -> No
 
 
 def fetchall(session: Session, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """Every row of ``sql`` (``?`` placeholders) as tuples, on the session's connection."""
     with _cursor(session) as (cursor, paramstyle):
         cursor.execute(_adapt(sql, paramstyle), tuple(params))
         return [tuple(row) for row in cursor.fetchall()]
 
 
 def execute(session: Session, sql: str, params: Sequence[Any] = ()) -> int:
+    """Run ``sql`` (``?`` placeholders) on the session's connection; the rows affected."""
     with _cursor(session) as (cursor, paramstyle):
         cursor.execute(_adapt(sql, paramstyle), tuple(params))
         return int(cursor.rowcount)
@@ -91,4 +93,5 @@ def dialect(session: Session) -> str:
 
 
 def placeholders(count: int) -> str:
+    """``?, ?, …`` for ``count`` parameters."""
     return ", ".join("?" * count)

@@ -48,6 +48,7 @@ class SuiteCache:
         self._lock = threading.Lock()
 
     def take(self, run_id: str, generation: str | None) -> Live | None:
+        """Take out the run's suite if it continues ``generation``, else None (it is dropped)."""
         with self._lock:
             live = self._entries.pop(run_id, None)
         if live is None or generation is None or live.generation != generation:
@@ -55,10 +56,12 @@ class SuiteCache:
         return live
 
     def peek(self, run_id: str) -> Live | None:
+        """The run's cached suite without taking it out."""
         with self._lock:
             return self._entries.get(run_id)
 
     def put(self, live: Live) -> None:
+        """Put a suite back (after its unit of work committed), evicting the least recent."""
         with self._lock:
             self._entries[live.run_id] = live
             self._entries.move_to_end(live.run_id)

@@ -18,11 +18,14 @@ from rlguard_backend.models import ApiToken
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The actions and options of ``rlguard token``."""
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser("create", help="issue a token and print it (shown once)")
     create.add_argument("--name", required=True, help="who or what holds it, e.g. 'ci-trainers'")
     create.add_argument("--scope", required=True, choices=[s.name for s in auth.Scope])
-    create.add_argument("--project", default=None, help="recorded with the token")
+    create.add_argument(
+        "--project", default=None, help="limit the token to this project's runs and alerts"
+    )
     actions.add_parser("list", help="the tokens, without their secrets")
     revoke = actions.add_parser("revoke", help="revoke a token by its id")
     revoke.add_argument("token_id", type=int)
@@ -31,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``rlguard token create | list | revoke`` on the database; the exit status."""
     settings = Settings(**({"database_url": args.database_url} if args.database_url else {}))
     engine = make_engine(settings.database_url)
     try:

@@ -35,10 +35,12 @@ class WebhookWorker:
         self._thread = threading.Thread(target=self._loop, name="rlguard-webhooks", daemon=True)
 
     def start(self) -> WebhookWorker:
+        """Start delivering the outbox."""
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop the delivery thread, waiting at most one request's timeout."""
         self._stop.set()
         self._thread.join(timeout=self.settings.webhook_timeout_s + 5)
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from fastapi.responses import JSONResponse
 
 from rlguard_backend.api.deps import PUBLIC
 from rlguard_frontend.app import create_dash_app
-from rlguard_frontend.serve import dashboard_asgi
+from rlguard_frontend.serve import dashboard_asgi, proxy_trust
 
 API_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
@@ -31,7 +32,10 @@ def combined_app(settings: Any, public_url: str) -> Any:
         return JSONResponse({"detail": f"no API endpoint {settings.api_prefix}/{path}"}, 404)
 
     dash_app = create_dash_app(
-        f"{public_url}{settings.api_prefix}", sign_in=app.state.auth_required
+        f"{public_url}{settings.api_prefix}",
+        sign_in=app.state.auth_required,
+        token=os.environ.get("RLGUARD_TOKEN"),
+        trust=proxy_trust(settings),
     )
     app.mount("/", dashboard_asgi(dash_app))
     return app

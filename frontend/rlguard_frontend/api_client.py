@@ -189,9 +189,11 @@ class ApiClient:
         order: str = "desc",
         limit: int = 200,
         tokens: bool = True,
+        index: int | None = None,
     ) -> SampleList:
-        """Samples of a step range, sorted; with their per-token arrays unless ``tokens`` is off."""
-        params = {
+        """Samples of a step range (one ``index`` of it, if given), sorted; with their
+        per-token arrays unless ``tokens`` is off."""
+        params: dict[str, Any] = {
             "from_step": from_step,
             "to_step": to_step,
             "sort": sort,
@@ -199,6 +201,8 @@ class ApiClient:
             "limit": limit,
             "tokens": "true" if tokens else "false",
         }
+        if index is not None:
+            params["min_index"] = params["max_index"] = index
         return SampleList.model_validate(self._get(f"/v1/runs/{run_id}/samples", params))
 
     def update_alert(self, alert_id: int, change: dict[str, Any]) -> AlertPublic:

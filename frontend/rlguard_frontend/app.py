@@ -52,11 +52,13 @@ def create_dash_app(
     requests_pathname_prefix: str = "/",
     sign_in: bool = False,
     token: str | None = None,
+    trust: signin.ProxyTrust | None = None,
 ) -> Dash:
     """A dashboard reading the REST API at ``api_url`` (e.g. ``http://host:8000/api``).
 
     ``sign_in``: viewers sign in with their own API token (see ``signin``); otherwise every
-    API call sends ``token`` (or none).
+    API call sends ``token`` (or none). ``trust``: viewers an SSO proxy identifies need no
+    sign-in, and their calls send ``token``.
     """
     client = ApiClient(api_url, token)
     prefix = requests_pathname_prefix
@@ -127,7 +129,7 @@ def create_dash_app(
     app.layout = shell
     sign_out: list[Any] = []
     if sign_in:  # before the prefetch: a page is built only for a signed-in viewer
-        signin.install(app.server, client, prefix)
+        signin.install(app.server, client, prefix, trust)
         sign_out.append(
             html.Form(
                 html.Button("sign out", id=ids.SIGN_OUT, className="button-small"),

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from dash import html
+from dash.dash_table.DataTable import DataTable
 
 from rlguard_backend.schemas import SamplePublic
 from rlguard_frontend import ids
@@ -26,25 +27,51 @@ def _number(value: float | None) -> str:
     return f"{value:.4g}"
 
 
-def table(
-    samples: list[SamplePublic], selected: int | None, row_type: str = ids.SAMPLE_ROW
-) -> html.Table:
-    """One row per sample: its index, numbers and the start of its response; rows are buttons."""
-    head = html.Tr([html.Th("#"), *(html.Th(n) for n in NUMBERS), html.Th("response")])
-    rows = [
-        html.Tr(
-            [
-                html.Td(str(sample.index)),
-                *(html.Td(_number(getattr(sample, n))) for n in NUMBERS),
-                html.Td(_preview(sample.response), className="sample-preview"),
-            ],
-            id={"type": row_type, "index": position},
-            n_clicks=0,
-            className="sample-row selected" if position == selected else "sample-row",
-        )
-        for position, sample in enumerate(samples)
+COLUMNS: list[Any] = [
+    {"name": "#", "id": "index"},
+    *({"name": name, "id": name} for name in NUMBERS),
+    {"name": "response", "id": "response"},
+]
+ROWS_PER_PAGE = 250  # the page lists at most 200
+
+
+def rows(samples: list[SamplePublic]) -> list[Any]:
+    """The table's rows: index, numbers and the start of the response as text, and which
+    sample each is (run, step, index, split: the detail reads it again, with its tokens)."""
+    return [
+        {
+            "index": str(sample.index),
+            **{name: _number(getattr(sample, name)) for name in NUMBERS},
+            "response": _preview(sample.response),
+            "run_id": sample.run_id,
+            "step": sample.step,
+            "sample_index": sample.index,
+            "split": sample.split,
+        }
+        for sample in samples
     ]
-    return html.Table([html.Thead(head), html.Tbody(rows)], className="samples-table")
+
+
+def table(samples: list[SamplePublic], table_id: str) -> DataTable:
+    """One row per sample, as one DataTable: 200 rows of html cells cost the browser seconds
+    to draw (a Dash component each), a DataTable draws them at once. Cells hold text only."""
+    return DataTable(
+        id=table_id,
+        columns=COLUMNS,
+        data=rows(samples),
+        page_size=ROWS_PER_PAGE,
+        style_as_list_view=True,
+        style_cell={"textAlign": "left", "padding": "3px 6px", "fontSize": "13px"},
+        style_header={"fontWeight": "bold"},
+        css=[{"selector": "td", "rule": "cursor: pointer"}],
+    )
+
+
+def selected_style(position: int | None) -> list[dict[str, Any]]:
+    """The table's style for the selected row."""
+    if position is None:
+        return []
+    return [{"if": {"row_index": position}, "backgroundColor": "var(--chip)"}]
 
 
 def _preview(text: str | None) -> str:

@@ -12,6 +12,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from werkzeug.wsgi import FileWrapper
 
 from rlguard_frontend.app import create_dash_app
+from rlguard_frontend.signin import ProxyTrust
 
 # a2wsgi hands each body chunk to the event loop and waits for it; Flask sends files in 8 KiB
 # blocks, so the 1.2 MB plotly.js asset took ~150 round trips (~4× slower to serve).
@@ -36,6 +37,13 @@ def dashboard_asgi(dash_app: Any) -> Any:
     return GZipMiddleware(asgi, minimum_size=GZIP_MIN_BYTES, compresslevel=GZIP_LEVEL)
 
 
+def proxy_trust(settings: Any) -> ProxyTrust | None:
+    """The SSO proxy the settings trust, or None (viewers sign in with a token)."""
+    if not settings.identity_header:
+        return None
+    return ProxyTrust(settings.identity_header, settings.proxy_networks)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
@@ -54,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
     sock = bind_socket(args.host, args.port)
     # Off loopback, viewers sign in; on it, the dashboard may use a token of its own.
     dash_app = create_dash_app(
-        args.api, sign_in=not is_loopback(args.host), token=os.environ.get("RLGUARD_TOKEN")
+        args.api,
+        sign_in=not is_loopback(args.host),
+        token=os.environ.get("RLGUARD_TOKEN"),
+        trust=proxy_trust(settings),
     )
     print(f"rlguard dashboard on {base_url(sock)}/ reading {args.api}", flush=True)
     return serve_socket(dashboard_asgi(dash_app), sock, settings.shutdown_timeout_s)

@@ -9,13 +9,18 @@ request's API calls (``api_client.REQUEST_TOKEN``).
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network, ip_address
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import flask
 from markupsafe import escape
 
 from rlguard_frontend.api_client import REQUEST_TOKEN, ApiClient, ApiError
+
+logger = logging.getLogger(__name__)
 
 COOKIE = "rlguard_session"
 OPEN_PREFIXES = ("/assets/", "/_dash-component-suites/", "/_favicon.ico", "/_rlguard/")
@@ -48,8 +53,38 @@ def safe_next(target: str | None, prefix: str) -> str:
     return target
 
 
-def install(server: flask.Flask, client: ApiClient, prefix: str = "/") -> None:
-    """Guard every route of the dashboard's Flask ``server`` behind the sign-in cookie."""
+@dataclass(frozen=True)
+class ProxyTrust:
+    """An SSO proxy in front: the identity ``header`` it sets, trusted from ``networks`` only."""
+
+    header: str
+    networks: tuple[IPv4Network | IPv6Network, ...]
+
+    def viewer(self, remote_addr: str | None, headers: Any) -> str | None:
+        """The user the proxy signed in, or None (no header, or not sent by the proxy)."""
+        user = (headers.get(self.header) or "").strip()
+        if not user:
+            return None
+        try:
+            peer = ip_address(remote_addr or "")
+        except ValueError:
+            return None
+        if any(peer in network for network in self.networks):
+            return user
+        logger.warning("ignored %s from %s: not a trusted proxy address", self.header, peer)
+        return None
+
+
+def install(
+    server: flask.Flask, client: ApiClient, prefix: str = "/", trust: ProxyTrust | None = None
+) -> None:
+    """Guard every route of the dashboard's Flask ``server`` behind the sign-in cookie (or the
+    SSO proxy's identity header, when ``trust`` names one)."""
+    if trust is not None and not client.token:
+        raise ValueError(
+            "a dashboard behind an SSO proxy calls the API with a token of its own: set "
+            "RLGUARD_TOKEN (a write token lets its viewers acknowledge and resolve alerts)"
+        )
     login, logout = f"{prefix}login", f"{prefix}logout"
     open_paths = tuple(prefix + p.lstrip("/") for p in OPEN_PREFIXES)
 
@@ -60,8 +95,12 @@ def install(server: flask.Flask, client: ApiClient, prefix: str = "/") -> None:
     def require_sign_in() -> Any:
         REQUEST_TOKEN.set(None)  # a worker thread serves many viewers: never reuse a token
         request = flask.request
+        if request.method == "POST" and not same_origin(request):
+            return flask.jsonify(detail="cross-site request refused"), 403
         if request.path in (login, logout) or request.path.startswith(open_paths):
             return None
+        if trust is not None and trust.viewer(request.remote_addr, request.headers):
+            return None  # the API calls carry the dashboard's own token
         token = request.cookies.get(COOKIE)
         if not token:
             if request.method == "GET":
@@ -97,6 +136,18 @@ def install(server: flask.Flask, client: ApiClient, prefix: str = "/") -> None:
         response = flask.redirect(login)
         response.delete_cookie(COOKIE, path=prefix)
         return response
+
+
+def same_origin(request: flask.Request) -> bool:
+    """False for a request another site's page made the browser send (its Origin says so).
+
+    The cookie is SameSite=Strict, but an SSO proxy's own session may not be: this keeps the
+    state-changing callbacks (acknowledge, resolve) safe behind one too.
+    """
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True  # no browser sends a cross-origin POST without one
+    return urlsplit(origin).netloc == request.host
 
 
 def check_token(client: ApiClient, token: str) -> str:

@@ -204,3 +204,35 @@ def test_list_offsets_past_the_database_integers_are_refused(client: TestClient)
             ["query", "offset"],
         )
         assert client.get(path, params={"offset": 2**62}).json()["data"] == []
+
+
+def test_runs_archive_leaves_the_lists_and_comes_back(client: TestClient) -> None:
+    project = new_run_id("archive")
+    kept, archived = new_run_id(), new_run_id()
+    for run_id in (kept, archived):
+        _create(client, run_id, project)
+    steps = [{"step": s, "values": {"actor/entropy": "NaN"}} for s in range(5)]
+    batch = {"batch_id": "nan", "steps": steps}
+    assert client.post(f"/api/v1/runs/{archived}/batches", json=batch).json()["alerts"]
+
+    def listed(path: str, **params: object) -> set[str]:
+        data = client.get(f"/api/v1/{path}", params={"project": project, **params}).json()
+        return {item.get("run_id", item["id"]) for item in data["data"]}
+
+    answer = client.post(f"/api/v1/runs/{archived}/archive")
+    assert answer.status_code == 200 and answer.json()["archived_at"] is not None
+    assert (listed("runs"), listed("runs", archived=True)) == ({kept}, {archived})
+    assert (listed("alerts"), listed("alerts", archived=True)) == (set(), {archived})
+    assert client.get(f"/api/v1/runs/{archived}/alerts").json()["count"] > 0  # kept whole
+    assert client.delete(f"/api/v1/runs/{archived}/archive").json()["archived_at"] is None
+    assert listed("runs") == {kept, archived}
+    whole = client.post(f"/api/v1/projects/{project}/archive").json()
+    assert whole == {"archived": True, "run_ids": sorted([kept, archived])}
+    assert listed("runs") == set()
+    _create(client, kept, project)  # trained again: in use again
+    assert listed("runs") == {kept}
+    assert client.delete(f"/api/v1/projects/{project}/archive").json()["archived"] is False
+    assert listed("runs") == {kept, archived}
+    missing = client.post("/api/v1/projects/no-such-project/archive")
+    assert missing.status_code == 404 and "has no runs" in missing.json()["detail"]
+    assert client.post("/api/v1/runs/no-such-run/archive").status_code == 404

@@ -77,6 +77,9 @@ def test_samples_round_trip_sorted_filtered_searched_paged(client: TestClient, r
     assert found["count"] == 9  # indices 0, 4, 8 at each of three steps
     assert [(s["step"], s["index"]) for s in found["data"]] == [(2, 8), (3, 8)]
     assert _get(client, run_id, from_step=3)["count"] == 10
+    one = _get(client, run_id, step=1, min_index=0, max_index=0, tokens="true")
+    assert one["count"] == 1 and one["data"][0]["tokens"]["text"] == ["a", "<eos>"]
+    assert _get(client, run_id, min_index=8)["count"] == 6  # indices 8 and 9 of three steps
 
 
 def test_samples_text_search_over_too_many_rows_asks_for_a_narrower_query(

@@ -32,9 +32,9 @@ class Service:
     tokens: dict[str, str]  # scope -> token
     revoked: str
 
-    def issue(self, scope: str) -> tuple[int, str]:
+    def issue(self, scope: str, project: str | None = None) -> tuple[int, str]:
         with write_session(self.app.state.session_factory) as session:
-            row, token = auth.issue(session, f"test-{scope}", auth.Scope[scope])
+            row, token = auth.issue(session, f"test-{scope}", auth.Scope[scope], project)
             session.commit()
             return row.id, token
 
@@ -110,6 +110,16 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ),
         ("DELETE", "/api/v1/runs/{run_id}"): lambda: (f"{API}/runs/{new_run()}", None),
         ("DELETE", "/api/v1/projects/{project}"): new_project_path,
+        ("POST", "/api/v1/runs/{run_id}/archive"): lambda: (f"{run}/archive", None),
+        ("DELETE", "/api/v1/runs/{run_id}/archive"): lambda: (f"{run}/archive", None),
+        ("POST", "/api/v1/projects/{project}/archive"): lambda: (
+            f"{API}/projects/auth/archive",
+            None,
+        ),
+        ("DELETE", "/api/v1/projects/{project}/archive"): lambda: (
+            f"{API}/projects/auth/archive",
+            None,
+        ),
         ("PATCH", "/api/v1/runs/{run_id}"): lambda: (run, {"name": "renamed"}),
         ("POST", "/api/v1/runs/{run_id}/heartbeat"): lambda: (f"{run}/heartbeat", {}),
         ("POST", "/api/v1/runs/{run_id}/detect"): lambda: (f"{run}/detect", {"apply": False}),
@@ -165,6 +175,47 @@ def test_auth_every_endpoint_refuses_wrong_tokens_and_answers_its_scope(service:
             assert call(service, method, *make(), token=service.tokens[LOWER[scope]]) == 403
         status = call(service, method, *make(), token=service.tokens[scope])
         assert 200 <= status < 300, (method, template, scope, status)
+
+
+LISTS = {("GET", "/api/v1/runs"), ("GET", "/api/v1/alerts")}
+LISTS |= {("GET", "/api/v1/projects"), ("GET", "/api/v1/run-fields")}
+SERVICE_WIDE = {("POST", "/api/v1/tokens"), ("GET", "/api/v1/tokens"), ("GET", "/metrics")}
+SERVICE_WIDE |= {("DELETE", "/api/v1/tokens/{token_id}")}
+
+
+def test_auth_project_tokens_reach_only_their_project(service: Service) -> None:
+    """An admin token of another project is refused everywhere but the lists, which it sees
+    empty; one of the run's own project answers 2xx except on the service-wide routes."""
+    ids = fixtures(service)
+    table = requests(service, ids)
+    routes = access_table("/api")
+    own, other = service.issue("admin", "auth")[1], service.issue("admin", "elsewhere")[1]
+    for (method, template), make in sorted(table.items()):
+        if routes[(method, template)] == "public":
+            continue
+        status = call(service, method, *make(), token=other)
+        assert status == (200 if (method, template) in LISTS else 403), (template, status)
+        status = call(service, method, *make(), token=own)
+        foreign = template == "/api/v1/projects/{project}"  # makes a project of its own
+        if (method, template) in SERVICE_WIDE or foreign:
+            assert status == 403, (template, status)
+        else:
+            assert 200 <= status < 300, (method, template, status)
+    projects = httpx.get(
+        f"{service.url}{API}/projects", headers={"Authorization": f"Bearer {other}"}
+    )
+    assert projects.json()["count"] == 0  # its own project holds no runs
+    for path in ("/runs", "/alerts"):
+        seen = httpx.get(f"{service.url}{API}{path}", headers={"Authorization": f"Bearer {other}"})
+        assert seen.json()["count"] == 0, path
+        asked = httpx.get(
+            f"{service.url}{API}{path}",
+            params={"project": "auth"},
+            headers={"Authorization": f"Bearer {other}"},
+        )
+        assert asked.status_code == 403 and "limited to project 'elsewhere'" in asked.text
+    created = call(service, "POST", f"{API}/runs", {"id": "x-1", "project": "auth"}, token=other)
+    assert created == 403
 
 
 def test_auth_hook_streams_with_a_write_token(service: Service, tmp_path: Any) -> None:

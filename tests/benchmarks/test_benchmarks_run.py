@@ -78,12 +78,26 @@ def test_load_benchmark_short_run_loses_nothing_past_fifty_simultaneous_starts()
 
 
 def test_benchmark_samples_prints_hook_costs_and_ingest_rates() -> None:
-    result = _run("benchmarks.samples", "--steps", "20", "--batches", "2")
+    result = _run("benchmarks.samples", "--steps", "20", "--batches", "2", "--render-rounds", "1")
+    view = result["view"]
+    assert (view["samples_512"]["rows_drawn"], view["samples_8"]["rows_drawn"]) == (200, 8)
+    assert view["samples_512"]["median_ms"] > 0 and view["samples_512_over_samples_8"] > 0
     hook = result["hook"]
     assert hook["samples_delivered"] == 20 * 64
     assert {"median_us", "p99_us"} <= hook["log"].keys() <= hook["log_samples"].keys()
     for database in ("sqlite", "postgres"):
         assert result[database]["batches"] == 2 and result[database]["samples_per_s"] > 0
+
+
+def test_benchmark_hook_overhead_prints_log_costs_and_cpu_per_step() -> None:
+    result = _run(
+        "benchmarks.hook_overhead", "--steps", "300", "--cpu-steps", "2000", "--rounds", "1"
+    )
+    assert result["log"]["rlguard_floats"]["delivered_points"] == 300 * 20
+    for loop in ("tight", "paced"):
+        figures = result["cpu"][loop]
+        assert {"unlogged_us_per_step", "hook_cpu_us_per_step", "floor_us_per_step"} <= set(figures)
+        assert figures["hook_cpu_us_per_step"] > 0
 
 
 def test_benchmark_dashboard_quick_prints_every_view_beside_its_baseline() -> None:

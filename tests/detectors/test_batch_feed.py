@@ -493,6 +493,7 @@ def test_cases_exercise_every_detector() -> None:
     runs.append(
         (base_config(300), [(t, {**healthy(t, rng), **drifting(t, rng)}) for t in range(300)])
     )
+    runs.append((QUIET_CONFIG, changed_run("degenerate_responses")))
     detectors = set()
     for config, run in runs:
         suite = DetectorSuite(config)
@@ -529,6 +530,8 @@ def quiet_step(t: int) -> dict[str, float]:
         "frac_reward_zero_std": 0.2 + 0.01 * wobble,
         "response_length/mean": 300 + 3 * wobble,
         "response_length/clip_ratio": 0.01 + 0.001 * wobble,
+        "samples/degenerate_fraction": 0.01 + 0.002 * wobble,
+        "samples/repetition_rate": 0.03 + 0.002 * wobble,
         "system/gpu0/util": 90 + wobble,
     }
 
@@ -550,6 +553,20 @@ def _ramp(t: int) -> float:
 
 CHANGES: dict[str, tuple[str, Any]] = {
     # rule -> (the alert it raises, how a step changes while it holds)
+    "degenerate_responses": (
+        "degenerate_responses",
+        lambda t, v, r: v.update({"samples/degenerate_fraction": 0.01 + 0.6 * r}),
+    ),
+    "repetition_loops": (
+        "repetition_loops",
+        lambda t, v, r: v.update({"samples/repetition_rate": 0.03 + 0.6 * r}),
+    ),
+    "entropy_gibberish": (
+        "entropy_gibberish",
+        lambda t, v, r: v.update(
+            {"actor/entropy": 0.6 * (1 + 0.8 * r), "samples/degenerate_fraction": 0.01 + 0.3 * r}
+        ),
+    ),
     "kl_binding": (
         "kl_binding",
         lambda t, v, r: v.update(

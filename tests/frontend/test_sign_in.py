@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from rlguard_backend import auth
+from rlguard_backend import auth, migrate
 from rlguard_backend.config import Settings
-from rlguard_backend.db import write_session
+from rlguard_backend.db import make_engine, make_session_factory, write_session
 from rlguard_compose import start_background
 from rlguard_frontend.signin import safe_next
 from tests.conftest import new_run_id
@@ -83,3 +83,82 @@ def test_sign_in_callbacks_without_the_cookie_are_refused(
 )
 def test_sign_in_next_stays_on_this_dashboard(target: str | None, expected: str) -> None:
     assert safe_next(target, "/") == expected
+
+
+def sso_dashboard(sqlite_url: str, proxies: str) -> Any:
+    """``rlguard up`` behind an SSO proxy at ``proxies`` that sets X-Forwarded-User."""
+    settings = Settings(
+        database_url=sqlite_url,
+        auth="on",
+        identity_header="X-Forwarded-User",
+        trusted_proxies=proxies,
+    )
+    return start_background("127.0.0.1", 0, settings)
+
+
+def test_sign_in_sso_header_from_the_proxy_opens_the_dashboard(
+    sqlite_url: str, browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the trusted proxy the header signs the viewer in (the dashboard's own token reads
+    the API); from any other address the same header is ignored."""
+    engine = make_engine(sqlite_url)
+    migrate.upgrade(engine)
+    with write_session(make_session_factory(engine)) as session:
+        token = auth.issue(session, "dashboard", auth.Scope.write)[1]
+        session.commit()
+    engine.dispose()
+    monkeypatch.setenv("RLGUARD_TOKEN", token)
+    run_id = new_run_id("sso")
+    server = sso_dashboard(sqlite_url, "127.0.0.1")
+    try:
+        header = {"Authorization": f"Bearer {token}"}
+        created = httpx.post(
+            f"{server.url}/api/v1/runs", json={"id": run_id, "project": "p"}, headers=header
+        )
+        assert created.status_code == 201
+        context = browser.new_context(extra_http_headers={"X-Forwarded-User": "ada@example.com"})
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(server.url + "/")
+        page.get_by_text(run_id).wait_for(timeout=WAIT_MS)
+        assert not page.url.startswith(server.url + "/login") and errors == []
+        context.close()
+        unsigned = httpx.get(f"{server.url}/", timeout=10)
+        assert unsigned.status_code == 302 and "/login" in unsigned.headers["location"]
+    finally:
+        server.stop()
+        server.app.state.engine.dispose()
+    server = sso_dashboard(sqlite_url, "10.0.0.0/8")  # the proxy is elsewhere
+    try:
+        spoofed = httpx.get(
+            f"{server.url}/", headers={"X-Forwarded-User": "ada@example.com"}, timeout=10
+        )
+        assert spoofed.status_code == 302 and "/login" in spoofed.headers["location"]
+    finally:
+        server.stop()
+        server.app.state.engine.dispose()
+
+
+def test_sign_in_sso_needs_a_dashboard_token_and_both_settings(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RLGUARD_TOKEN", raising=False)
+    with pytest.raises(ValueError, match="set RLGUARD_TOKEN"):
+        sso_dashboard(sqlite_url, "127.0.0.1")
+    with pytest.raises(ValueError, match="go together"):
+        Settings(identity_header="X-Forwarded-User")
+
+
+def test_sign_in_cross_site_posts_are_refused(guarded: tuple[Any, dict[str, str]]) -> None:
+    """Another site's page cannot make a signed-in browser change state (acknowledge, resolve):
+    its Origin names the other site."""
+    server, tokens = guarded
+    cookies = {"rlguard_session": tokens["write"]}
+    update = f"{server.url}/_dash-update-component"
+    evil = httpx.post(update, json={}, cookies=cookies, headers={"Origin": "https://evil.example"})
+    assert evil.status_code == 403 and "cross-site" in evil.json()["detail"]
+    own = httpx.post(update, json={}, cookies=cookies, headers={"Origin": server.url})
+    assert own.status_code != 403
+    login = httpx.post(f"{server.url}/login", data={"token": "x"}, headers={"Origin": "null"})
+    assert login.status_code == 403

@@ -139,7 +139,9 @@ class FaultProxy:
     """A real HTTP proxy in front of the service that can answer with injected faults.
 
     ``mode`` is ``"pass"``, ``"status:<code>"`` (answer that status without forwarding),
-    ``"close"`` (close the connection without answering) or ``"slow:<seconds>"``. ``requests``
+    ``"close"`` (close the connection without answering), ``"slow:<seconds>"`` or
+    ``"json-only"`` (forward every body as JSON, as a service older than the packed points
+    body reads it). ``requests``
     records (method, path, answered status) of every request it saw.
     """
 
@@ -195,6 +197,9 @@ class FaultProxy:
             for k, v in headers.items()
             if k.lower() in ("content-type", "content-encoding", "authorization")
         }
+        if mode == "json-only" and body is not None:
+            keep = {k: v for k, v in keep.items() if k.lower() != "content-type"}
+            keep["Content-Type"] = "application/json"
         conn = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=30)
         try:
             conn.request(method, path, body=body, headers=keep)

@@ -42,6 +42,8 @@ def expected(steps: int) -> dict[str, dict[int, object]]:
     for step in range(steps):
         for key, value in values_at(step).items():
             out.setdefault(key, {})[step] = "NaN" if value != value else value
+    # what the hook reads from each step's samples: none of them is empty or malformed
+    out["samples/degenerate_fraction"] = dict.fromkeys(range(steps), 0.0)
     return out
 
 

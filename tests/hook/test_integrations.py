@@ -414,7 +414,11 @@ def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_pa
     extra = ("--rollouts", str(rollouts), "--validation", str(validation))
     done = follow_until_idle(service, run_id, "verl", path, *extra)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert stored_series(service.url, run_id) == {"a": {s: float(s) for s in range(20)}}
+    assert stored_series(service.url, run_id) == {
+        "a": {s: float(s) for s in range(20)},
+        # what the hook read from the rollouts' responses (the train split's only)
+        "samples/degenerate_fraction": {0: 0.0, 1: 0.0, 2: 0.0},
+    }
     assert api(service.url, "GET", f"/runs/{run_id}/samples")["count"] == 3 * 4
     val = api(service.url, "GET", f"/runs/{run_id}/samples?split=validation")
     assert val["count"] == 2 * 4 and {s["step"] for s in val["data"]} == {0, 2}

@@ -54,6 +54,7 @@ def test_read_api_runs_run_keys_and_alerts(service: ServiceProcess, logged: str)
         assert any(a["detector"] == "nonfinite" for a in alerts)
         with pytest.raises(RejectedError, match="404"):
             client.run("no-such-run")
+        assert logged not in {r["id"] for r in client.runs(project="notebook", archived=True)}
 
 
 def test_read_api_export_parquet(service: ServiceProcess, logged: str, tmp_path: Path) -> None:

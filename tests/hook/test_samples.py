@@ -169,6 +169,28 @@ def test_snapshot_copies_the_records_and_sizes_text_and_arrays() -> None:
     logged = _records(1, 10)
     records, small = _samples.snapshot(logged)
     assert records == logged and records[0] is not logged[0]
+    logged[0]["response"] = "changed"
+    assert records[0]["response"] == "r" * 10
     large = _samples.snapshot(_records(1, 10_000))[1]
     arrays = _samples.snapshot([{"token_kl": np.zeros(1000)}])[1]
     assert large - small == 10_000 - 10 and arrays == _samples.RECORD_BYTES + 32 + 80 + 8000
+
+
+def test_snapshot_charges_of_many_calls_add_up_to_what_they_hold() -> None:
+    # one large record among 64, at a position the first call's spread misses
+    logged = _records(64, 100)
+    logged[5]["response"] = "r" * 100_000
+    exact = sum(map(_samples.record_bytes, logged))
+    first = _samples.snapshot(logged, call=0)[1]
+    assert first < exact / 2  # one call alone can miss it...
+    charged = sum(_samples.snapshot(logged, call=call)[1] for call in range(800))
+    assert abs(charged / 800 - exact) / exact < 0.01  # ...the calls together do not
+
+
+def test_snapshot_copies_other_mappings_and_keeps_the_rest_for_the_sender() -> None:
+    import types
+
+    logged = [types.MappingProxyType({"response": "x"}), "not a record", {"reward": 1.0}]
+    records, size = _samples.snapshot(logged)
+    assert records == [{"response": "x"}, "not a record", {"reward": 1.0}]
+    assert type(records[0]) is dict and size > 0

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import rlguard
+from rlguard import _packed
 from tests.hook.hookutil import FaultProxy, ServiceProcess, api, free_port, stored_series
 
 FAST = {"gpu": False, "flush_interval_s": 0.05, "backoff_base_s": 0.05, "backoff_cap_s": 0.2}
@@ -127,12 +128,16 @@ def test_samples_spool_while_the_service_is_down_and_replay_exactly_once(
         run.log_samples(rollouts(10, step), step=step)
     assert run.flush(10)
     status = run.status()
-    assert (status.spool_samples, status.spool_points, status.samples_sent) == (40, 4, 0)
+    # a point per step for the loss, and one for what its samples say (none is degenerate)
+    assert (status.spool_samples, status.spool_points, status.samples_sent) == (40, 8, 0)
     proxy.mode = "pass"
     status = run.finish()
     assert (status.samples_replayed, status.spool_samples, status.samples_dropped) == (40, 0, 0)
     assert samples_of(proxy.url, run_id)["count"] == 40
-    assert stored_series(proxy.url, run_id) == {"loss": {0: 0.0, 1: 1.0, 2: 2.0, 3: 3.0}}
+    assert stored_series(proxy.url, run_id) == {
+        "loss": {0: 0.0, 1: 1.0, 2: 2.0, 3: 3.0},
+        "samples/degenerate_fraction": dict.fromkeys(range(4), 0.0),
+    }
 
 
 def test_sample_flood_with_the_service_down_loses_no_metric_point(
@@ -156,7 +161,16 @@ def test_sample_flood_with_the_service_down_loses_no_metric_point(
         assert run.status().queued_bytes <= max_queue_mb * 1024 * 1024
     assert run.flush(60)
     status = run.finish(timeout_s=0)
-    assert (status.dropped_steps, status.dropped, status.spool_points) == (0, 0, steps * keys)
+    assert (status.dropped_steps, status.dropped) == (0, 0)
+    spooled: dict[str, int] = {}
+    for path in (spool_dir / run_id).glob("*-p*.batch"):
+        for block in _packed.decode(path.read_bytes())[1]:
+            for key in block.keys:
+                spooled[key] = spooled.get(key, 0) + len(block.steps)
+    assert {key: n for key, n in spooled.items() if key.startswith("k")} == dict.fromkeys(
+        (f"k{i}" for i in range(keys)), steps
+    )
+    assert status.spool_points == sum(spooled.values())
     assert status.samples_dropped > 0  # the queue gave samples up, never a metric step
     accounted = status.samples_logged + status.samples_filtered + status.samples_dropped
     assert accounted == steps * 10 * budget

@@ -1,4 +1,4 @@
-"""The batch encoding: numbers, non-finite values, numpy scalars, tensors, step merging."""
+"""Logged values as wire numbers (non-finite values, numpy scalars, tensors); the JSON batch."""
 
 from __future__ import annotations
 
@@ -91,21 +91,14 @@ def test_wire_to_step(raw: object, step: int | None) -> None:
     assert _wire.to_step(raw) == step
 
 
-def test_wire_merge_steps_joins_consecutive_entries_of_one_step() -> None:
-    steps = _wire.merge_steps([(1, 10.0, {"a": 1.0}), (1, 11.0, {"b": 2.0}), (2, 12.0, {"a": 3.0})])
-    assert steps == [
-        {"step": 1, "time": 11.0, "values": {"a": 1.0, "b": 2.0}},
-        {"step": 2, "time": 12.0, "values": {"a": 3.0}},
-    ]
-
-
-def test_wire_split_by_points_bounds_each_batch() -> None:
-    steps = [{"step": i, "time": 0.0, "values": {"a": 1.0, "b": 2.0}} for i in range(10)]
-    chunks = list(_wire.split_by_points(steps, 5))
-    assert [len(c) for c in chunks] == [2, 2, 2, 2, 2]
-    assert [s["step"] for c in chunks for s in c] == list(range(10))
-
-
 def test_wire_encode_batch_round_trips_non_finite_values() -> None:
     steps = [{"step": 1, "time": 1.0, "values": {"x": "NaN", "y": "Infinity", "z": 0.5}}]
     assert _wire.decode_batch(_wire.encode_batch("b1", steps)) == {"batch_id": "b1", "steps": steps}
+
+
+def test_wire_steps_up_to_keeps_an_old_spooled_json_batch_up_to_a_step() -> None:
+    steps = [{"step": s, "time": 1.0, "values": {"a": 1.0, "b": 2.0}} for s in range(5)]
+    body, points = _wire.steps_up_to(_wire.encode_batch("old", steps), 2)
+    assert body is not None and points == 6
+    assert _wire.decode_batch(body) == {"batch_id": "old", "steps": steps[:3]}
+    assert _wire.steps_up_to(_wire.encode_batch("old", steps), -1) == (None, 0)

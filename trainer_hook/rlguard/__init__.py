@@ -29,7 +29,7 @@ from rlguard.errors import (
     TransportError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: pyproject.toml and the service read it from here
 __all__ = [
     "Api",
     "ConfigError",

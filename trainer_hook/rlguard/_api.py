@@ -39,6 +39,7 @@ class Api:
         return f"Api({self.url!r})"
 
     def close(self) -> None:
+        """Close the HTTP connection (the client reconnects if used again)."""
         self._transport.close()
 
     def __enter__(self) -> Api:
@@ -61,12 +62,18 @@ class Api:
                 return
 
     def runs(
-        self, project: str | None = None, status: str | None = None, tag: str | None = None
+        self,
+        project: str | None = None,
+        status: str | None = None,
+        tag: str | None = None,
+        archived: bool = False,
     ) -> list[dict[str, Any]]:
-        """Every run matching the filters (all pages), newest first."""
-        return list(self._pages("/runs", project=project, status=status, tag=tag))
+        """Every run matching the filters (all pages), newest first; ``archived``: those instead."""
+        flag = "true" if archived else None
+        return list(self._pages("/runs", project=project, status=status, tag=tag, archived=flag))
 
     def run(self, run_id: str) -> dict[str, Any]:
+        """One run by id: project, name, status, config, summary, tags, last step."""
         run: dict[str, Any] = self._get(f"/runs/{_quote(run_id)}")
         return run
 

@@ -24,6 +24,7 @@ IMPORT_FLUSH_EVERY_STEPS = 2000  # keeps the in-memory queue small on big files
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``rlguard sync | follow | import | export | detect``."""
     command = parser.prog.split()[-1]
     parser.add_argument("--url", default=None, help=f"service address (default {DEFAULT_URL})")
     parser.add_argument("--token", default=None, help="API token (default RLGUARD_TOKEN)")
@@ -75,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the chosen hook subcommand; the exit status."""
     commands = {
         "sync": sync,
         "follow": follow,
@@ -198,7 +200,8 @@ def import_run(args: argparse.Namespace) -> int:
     status = run.finish()
     progress.done(steps)
     _say(
-        f"imported {steps} step(s), {status.logged} point(s) and {status.samples_logged} "
+        f"imported {steps} step(s), {status.logged - status.sample_signal_points} point(s) "
+        f"and {status.samples_logged} "
         f"sample(s) as {fmt} into run {run.id}"
     )
     complete = _says_what_was_left(args.path, fmt, steps)

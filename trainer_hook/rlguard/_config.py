@@ -81,14 +81,17 @@ class HookConfig:
 
     @property
     def spool_budget_bytes(self) -> int:
+        """``spool_budget_mb`` in bytes."""
         return int(self.spool_budget_mb * 1024 * 1024)
 
     @property
     def max_queue_bytes(self) -> int:
+        """``max_queue_mb`` in bytes."""
         return int(self.max_queue_mb * 1024 * 1024)
 
     @property
     def max_sample_bytes(self) -> int:
+        """``max_sample_kb`` in bytes."""
         return int(self.max_sample_kb * 1024)
 
 

@@ -29,12 +29,14 @@ Check = tuple[str, str]  # (level, message)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``rlguard doctor``."""
     parser.add_argument("--url", default=None, help=f"service address (default {DEFAULT_URL})")
     parser.add_argument("--token", default=None, help="API token (default RLGUARD_TOKEN)")
     parser.add_argument("--spool-dir", default=None, help="default RLGUARD_SPOOL_DIR")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print one line per check with what to do; exit 1 when any check fails."""
     url = (args.url or os.environ.get("RLGUARD_URL") or DEFAULT_URL).rstrip("/")
     token = args.token or os.environ.get("RLGUARD_TOKEN") or None
     spool = Path(args.spool_dir or os.environ.get("RLGUARD_SPOOL_DIR") or default_spool_dir())
@@ -64,6 +66,7 @@ def _get(url: str, path: str, token: str | None, method: str = "GET") -> tuple[i
 
 
 def service_checks(url: str, token: str | None) -> list[Check]:
+    """Service and database reachable, schema current, clocks agreeing, token allowed to write."""
     try:
         status, health, now = _get(url, "/api/v1/health", None)
     except OSError as exc:
@@ -119,6 +122,7 @@ def _token(url: str, token: str | None) -> Check:
 
 
 def spool_checks(spool: Path) -> list[Check]:
+    """Room on the spool's disk, whether it can be written, and batches left waiting there."""
     existing = spool
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

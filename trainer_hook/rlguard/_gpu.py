@@ -26,6 +26,7 @@ class NvmlReader:
 
     @classmethod
     def open(cls) -> NvmlReader | None:
+        """A reader of every visible GPU, or None without nvidia-ml-py, a driver or a GPU."""
         try:
             import pynvml  # nvidia-ml-py
 
@@ -41,6 +42,7 @@ class NvmlReader:
         return cls(pynvml, handles)
 
     def read(self) -> dict[str, float]:
+        """``system/gpu<i>/<metric>`` for each GPU, skipping what a GPU does not report."""
         values: dict[str, float] = {}
         for i, handle in enumerate(self._handles):
             for name, read in self._readers(handle).items():
@@ -64,6 +66,7 @@ class NvmlReader:
         }
 
     def close(self) -> None:
+        """Shut NVML down."""
         with contextlib.suppress(self._nvml.NVMLError):
             self._nvml.nvmlShutdown()
 
@@ -82,6 +85,7 @@ class HostReader:
             psutil.cpu_percent(None)  # starts the measuring interval
 
     def read(self) -> dict[str, float]:
+        """``system/cpu_percent`` and ``system/memory_*`` from psutil, else /proc."""
         if self._psutil is not None:
             memory = self._psutil.virtual_memory()
             return {
@@ -123,9 +127,11 @@ class SystemSampler:
         self._thread = threading.Thread(target=self._loop, name="rlguard-system", daemon=True)
 
     def start(self) -> None:
+        """Start sampling on a daemon thread."""
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop sampling (bounded wait; safe from the sampler's own thread)."""
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5.0)

@@ -15,6 +15,16 @@ from typing import Any
 
 METRIC_VALUE_BYTES = 64  # a float object and its slot in the logged dict, roughly
 ENTRY_BYTES = 120  # the entry tuple, its step and time
+STOP = object()  # the stop sentinel: the sender finishes what was queued before it
+
+
+class FlushMarker:
+    """Queued by ``flush()``; set once everything queued before it is sent or spooled."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
 
 
 class LogQueue:

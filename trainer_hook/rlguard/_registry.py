@@ -30,6 +30,7 @@ def remember(run: Run) -> None:
 
 
 def forget(run: Run) -> None:
+    """Stop tracking a run that finished (atexit no longer needs to finish it)."""
     with _lock:
         _live.pop(id(run), None)
 

@@ -23,7 +23,8 @@ _now = time.time
 class RunStatus:
     """Counters of a run's points and samples; once the queue is drained ``logged == sent +
     replayed + dead_lettered + dropped + spool_points``, and the same for the ``samples_*``
-    counters with ``spool_samples`` (``samples_filtered``: left out by the per-step budget)."""
+    counters with ``spool_samples`` (``samples_filtered``: left out by the per-step budget;
+    ``sample_signal_points``: the points of ``logged`` the hook read from the samples)."""
 
     logged: int
     skipped: int
@@ -45,6 +46,7 @@ class RunStatus:
     samples_dead_lettered: int = 0
     spool_samples: int = 0
     queued_bytes: int = 0
+    sample_signal_points: int = 0
 
 
 def _coerce_step(step: object) -> object:
@@ -91,6 +93,7 @@ class Run:
         self._sender: Sender | None = None
         self._queue: Any = None
         self._samples_warned = False
+        self._sample_calls = 0
         self._stop_alert: dict[str, Any] | None = None
         self._checkpoint_alert: dict[str, Any] | None = None
         if active:
@@ -170,6 +173,11 @@ class Run:
         ``truncated``, ``group``, ``logprob``, ``entropy``, ``kl``) and per-token arrays
         (``tokens``, ``token_logprobs``, ``token_entropy``, ``token_kl``, ``token_ratio``).
         No I/O, never raises; budgets and the sampling policy apply in the sender thread.
+
+        Each record (the dict) is copied here, so the caller may reuse or change it; the
+        values in it are read later by the sender thread: strings and numbers are safe, but
+        do not change a list, array or tensor in place after the call (a fresh one per step,
+        as trainers produce them, is fine; else pass a copy).
         """
         queue = self._queue
         if queue is None:
@@ -178,8 +186,9 @@ class Run:
             step = max(self._next_step - 1, 0)
         elif type(step) is not int:
             step = _coerce_step(step)
+        self._sample_calls += 1
         try:
-            records, size = _samples.snapshot(samples)
+            records, size = _samples.snapshot(samples, self._sample_calls)
         except Exception as exc:  # a user object that cannot be iterated or read: warn, go on
             self._warn_samples_once(exc)
             return
@@ -265,6 +274,7 @@ class Run:
             samples_dead_lettered=counters.samples_dead_lettered,
             spool_samples=spool_samples,
             queued_bytes=queue.bytes,
+            sample_signal_points=counters.sample_signal_points,
         )
 
     @property

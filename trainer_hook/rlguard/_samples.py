@@ -33,29 +33,42 @@ MAX_SCORES = 32  # extra numbers (reward components) kept per sample
 TRUNCATION_MARKER = "\n…[rlguard: {n} characters cut]…\n"
 TOKEN_ITEM_BYTES = 12  # a JSON number with its comma, roughly
 RECORD_BYTES = 232  # a small dict plus the queue entry around it
+SIZED_RECORDS = 8  # records of a log_samples() call sized on the training thread
 SAMPLES_PER_BATCH = 512
 TRAIN = "train"
 SPLIT_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # backend schemas.SampleSplit
 _SCALARS = (float, int, bool)
 
 
-def snapshot(samples: Iterable[Any]) -> tuple[list[Any], int]:
-    """Shallow copies of the logged records and roughly the bytes they hold; cheap enough for
-    the training thread (no ABC checks, plain numbers cost no look-up)."""
-    records, total = [], 0
-    for sample in samples:
-        record = sample.copy() if type(sample) is dict else sample
-        records.append(record)
-        total += RECORD_BYTES
-        values = record.values() if type(record) is dict or isinstance(record, Mapping) else ()
-        for value in values:
-            if type(value) is str:
-                total += 49 + len(value)
-            elif type(value) not in _SCALARS:
-                total += 32 + _value_bytes(value)
-            else:
-                total += 32
-    return records, total
+def snapshot(samples: Iterable[Any], call: int = 0) -> tuple[list[Any], int]:
+    """Shallow copies of the logged records and about the bytes they hold, for the queue's
+    budget. Copying is the training thread's whole per-record work: up to ``SIZED_RECORDS``
+    records, spread over the call (where the spread starts turns with ``call``), are sized and
+    every record is charged their mean, so the charges of many calls add up to what they hold.
+    """
+    records = list(samples)
+    try:
+        records = list(map(dict.copy, records))
+    except TypeError:  # not all plain dicts: other mappings are copied too, the rest kept
+        records = [dict(r) if isinstance(r, Mapping) else r for r in records]
+    if not records:
+        return records, 0
+    stride = max(len(records) // SIZED_RECORDS, 1)
+    sized = records[call % stride :: stride][:SIZED_RECORDS]
+    return records, sum(map(record_bytes, sized)) * len(records) // len(sized)
+
+
+def record_bytes(record: Any) -> int:
+    """About the bytes one logged record holds: its text, its arrays, a few per number."""
+    total = RECORD_BYTES
+    for value in record.values() if type(record) is dict else ():
+        if type(value) is str:
+            total += 49 + len(value)
+        elif type(value) not in _SCALARS:
+            total += 32 + _value_bytes(value)
+        else:
+            total += 32
+    return total
 
 
 def _value_bytes(value: Any) -> int:
@@ -296,3 +309,8 @@ def encode_samples(batch_id: str, samples: list[dict]) -> bytes:
 def decode_samples(body: bytes) -> dict:
     """Inverse of ``encode_samples``."""
     return json.loads(gzip.decompress(body))
+
+
+def samples_up_to(body: bytes, last_step: int) -> tuple[bytes | None, int]:
+    """A samples body without its samples after ``last_step``, and their count (None: none)."""
+    return _wire.items_up_to(body, last_step, "samples", decode_samples, encode_samples)

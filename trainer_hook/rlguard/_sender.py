@@ -2,70 +2,36 @@
 
 Three layers, as in TensorBoard's event writer: ``Run.log`` (the public face) appends raw
 entries to ``Sender.queue``; ``Sender`` owns the queue and the thread (start, flush, close);
-``Sender._loop`` is the thread: every ``flush_interval_s`` it converts what was logged, posts
-batches, spools them on failure, replays the spool oldest first and backs off
-(``min(base·2^n, cap)`` with jitter) while the service is away.
+``Sender._loop`` is the thread: every ``flush_interval_s`` it converts what was logged into
+batches (``_points``, ``_sample_batches``), posts them, spools them on failure, replays the spool
+oldest first and backs off (``min(base·2^n, cap)`` with jitter) while the service is away.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
+import functools
 import logging
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from rlguard import _samples, _wire
+from rlguard import _packed, _samples, _wire
 from rlguard._config import HookConfig
-from rlguard._queue import LogQueue
+from rlguard._points import PointBatcher
+from rlguard._queue import STOP, FlushMarker, LogQueue
+from rlguard._report import Counters, Warnings
+from rlguard._sample_batches import SampleBatcher
+from rlguard._sample_signals import SampleSignals
 from rlguard._spool import POINTS, SAMPLES, Spool, SpooledBatch
 from rlguard._transport import Transport
 from rlguard.errors import RejectedError, RetryableError, SpoolError, TransportError
 
 logger = logging.getLogger("rlguard")
 
-STOP = object()  # the queue's stop sentinel
 _NOUNS = {POINTS: "point(s)", SAMPLES: "sample(s)"}
-
-
-class FlushMarker:
-    """Queued by ``flush()``; set once everything queued before it is sent or spooled."""
-
-    __slots__ = ("done",)
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-
-
-@dataclasses.dataclass
-class Counters:
-    """What happened to the logged points: the numbers behind ``run.status()``."""
-
-    logged: int = 0
-    skipped: int = 0
-    sent: int = 0
-    spooled: int = 0
-    replayed: int = 0
-    dropped: int = 0
-    dropped_steps: int = 0
-    dead_lettered: int = 0
-    last_error: str | None = None
-    samples_logged: int = 0  # kept by the per-step budget and put in batches
-    samples_filtered: int = 0  # over the per-step budget, left out by the sampling policy
-    samples_sent: int = 0
-    samples_spooled: int = 0
-    samples_replayed: int = 0
-    samples_dropped: int = 0
-    samples_dead_lettered: int = 0
-
-    def add(self, kind: str, name: str, n: int) -> None:
-        """Count ``n`` points (kind ``"p"``) or samples (``"s"``) as ``name``."""
-        field = name if kind == POINTS else f"samples_{name}"
-        setattr(self, field, getattr(self, field) + n)
 
 
 class Sender:
@@ -79,8 +45,21 @@ class Sender:
     ) -> None:
         self.cfg = cfg
         self.queue = LogQueue(cfg.max_queue_bytes)
-        self._shaper = _samples.SampleShaper(cfg.max_samples_per_step, cfg.max_sample_bytes)
         self.counters = Counters()
+        self._warnings = Warnings()
+        self._point_batcher = PointBatcher(
+            cfg.max_batch_points,
+            self.counters,
+            self._warnings,
+            functools.partial(self._deliver, POINTS),
+        )
+        self._sample_batcher = SampleBatcher(
+            _samples.SampleShaper(cfg.max_samples_per_step, cfg.max_sample_bytes),
+            self.counters,
+            self._warnings,
+            functools.partial(self._deliver, SAMPLES),
+        )
+        self._sample_signals = SampleSignals()
         self.error: BaseException | None = None  # a bug in the thread, surfaced by status()
         self.spool = Spool(cfg.spool_dir, cfg.run_id, cfg.spool_budget_bytes)
         self._transport = Transport(cfg.url, cfg.token, cfg.request_timeout_s)
@@ -97,7 +76,7 @@ class Sender:
         self._next_heartbeat = 0.0
         self._close_deadline = float("inf")
         self._final: dict[str, Any] | None = None
-        self._warned: set[str] = set()
+        self._packed_refused = False  # a service older than the packed body: send JSON
         self._thread = threading.Thread(
             target=self._loop, name=f"rlguard-sender-{cfg.run_id}", daemon=True
         )
@@ -105,6 +84,7 @@ class Sender:
     # ---- the caller's side -------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the sender thread."""
         self._thread.start()
 
     def flush(self, timeout_s: float) -> bool:
@@ -172,131 +152,39 @@ class Sender:
 
     def _drain(self, markers: list[FlushMarker]) -> bool:
         """Convert and ship everything queued; True when the stop sentinel was reached."""
-        entries: list[tuple[int, float, dict[str, float | str]]] = []
-        points = 0
         stopped = False
         queued, sample_entries = self.queue.take()
         self._warn_queue_drops()
+        # What the samples say about their steps goes with those steps' metrics, in one batch
+        signals = self._sample_signals.read(sample_entries)
+        self.counters.sample_signal_points += sum(map(len, signals.values()))
+        add_point = self._point_batcher.add
         for item in queued:
-            if item is STOP:
+            if type(item) is tuple:
+                add_point(item)
+                if signals and item[0] in signals:
+                    add_point((item[0], item[1], signals.pop(item[0])))
+            elif item is STOP:
                 stopped = True
                 break
-            if isinstance(item, FlushMarker):
+            else:
                 markers.append(item)
-                continue
-            entry = self._convert(item)
-            if entry is not None and entry[2]:
-                entries.append(entry)
-                points += len(entry[2])
-            if points >= self.cfg.max_batch_points:
-                self._ship(entries)
-                entries, points = [], 0
-        if entries:
-            self._ship(entries)
-        self._ship_samples(sample_entries)
+        for step, values in signals.items():  # samples of steps whose metrics came earlier
+            add_point((step, time.time(), values))
+        self._point_batcher.ship()
+        self._sample_batcher.ship(sample_entries)
         return stopped
-
-    def _convert(self, item: tuple) -> tuple[int, float, dict[str, float | str]] | None:
-        raw_step, when, metrics = item
-        step = _wire.to_step(raw_step)
-        if step is None:
-            self._warn_once(
-                "step",
-                f"rlguard: log() step must be an int >= 0, got {raw_step!r}; "
-                "that call was dropped (shown once)",
-            )
-            self.counters.dropped_steps += 1
-            return None
-        try:
-            values, skipped = _wire.convert_values(metrics)
-        except Exception as exc:  # a user object whose conversion raised: report, keep going
-            self._warn_once(
-                f"convert:{type(exc).__name__}",
-                f"rlguard: cannot read the values "
-                f"logged at step {step} ({exc!r}); that call was dropped (shown once)",
-            )
-            self.counters.dropped_steps += 1
-            return None
-        self.counters.skipped += len(skipped)
-        for key in skipped:
-            self._warn_once(
-                f"key:{key}",
-                f"rlguard: {key!r} is not a number (logged "
-                f"{type(metrics.get(key)).__name__}); skipped (shown once per key)",
-            )
-        return step, when, values
 
     def _warn_queue_drops(self) -> None:
         steps, samples = self.queue.dropped_steps, self.queue.dropped_samples
         if steps or samples:
-            self._warn_once(
+            self._warnings.warn_once(
                 "queue-full",
                 f"rlguard: the log queue reached its budget (max_queue_mb="
                 f"{self.cfg.max_queue_mb}); samples are dropped first, then new steps; "
                 f"{steps} step(s) and {samples} sample(s) dropped so far (shown once; "
                 "run.status() keeps counting)",
             )
-
-    def _ship(self, entries: list[tuple[int, float, dict[str, float | str]]]) -> None:
-        steps = _wire.merge_steps(entries)
-        self.counters.logged += _wire.count_points(steps)
-        for chunk in _wire.split_by_points(steps, self.cfg.max_batch_points):
-            batch_id = uuid.uuid4().hex
-            self._deliver(
-                POINTS, batch_id, _wire.count_points(chunk), _wire.encode_batch(batch_id, chunk)
-            )
-
-    def _ship_samples(self, entries: list[tuple[Any, float, list[Any], Any]]) -> None:
-        """Shape what log_samples() queued into wire samples and deliver them in batches."""
-        samples = [sample for entry in entries for sample in self._shape(*entry)]
-        self.counters.samples_logged += len(samples)
-        for chunk in _samples.split_samples(samples):
-            batch_id = uuid.uuid4().hex
-            self._deliver(SAMPLES, batch_id, len(chunk), _samples.encode_samples(batch_id, chunk))
-
-    def _shape(self, raw_step: Any, when: float, records: list[Any], split: Any) -> list[dict]:
-        """One log_samples() call as wire samples; what it leaves out is counted (and warned
-        about once per cause)."""
-        step = _wire.to_step(raw_step)
-        if step is None:
-            return self._drop_call(records, f"step must be an int >= 0, got {raw_step!r}")
-        if not isinstance(split, str) or not _samples.SPLIT_PATTERN.match(split):
-            return self._drop_call(
-                records, f"split must be a short lower-case name like 'validation', got {split!r}"
-            )
-        try:
-            shaped = self._shaper.shape(step, when, records, split)
-        except Exception as exc:  # a user object whose conversion raised: report, keep going
-            self.counters.samples_dropped += len(records)
-            self._warn_once(
-                f"sample-convert:{type(exc).__name__}",
-                f"rlguard: cannot read the samples logged at step {step} ({exc!r}); that call "
-                "was dropped (shown once)",
-            )
-            return []
-        self.counters.samples_filtered += shaped.filtered
-        self.counters.samples_dropped += shaped.invalid
-        if shaped.invalid:
-            self._warn_once(
-                "sample-record",
-                "rlguard: log_samples() takes a list of dicts; other items were dropped "
-                "(shown once)",
-            )
-        for key in shaped.skipped_fields:
-            self._warn_once(
-                f"sample-key:{key}",
-                f"rlguard: sample field {key!r} is neither a number nor text; skipped "
-                "(shown once per field)",
-            )
-        return shaped.samples
-
-    def _drop_call(self, records: list[Any], problem: str) -> list[dict]:
-        self.counters.samples_dropped += len(records)
-        self._warn_once(
-            f"sample-call:{problem.split()[0]}",
-            f"rlguard: log_samples() {problem}; that call was dropped (shown once)",
-        )
-        return []
 
     def _deliver(self, kind: str, batch_id: str, count: int, body: bytes) -> None:
         """Post one batch, or spool it while the service is away or older batches wait."""
@@ -319,16 +207,34 @@ class Sender:
             raise self._run_rejected
         self._ensure_run()
         try:
-            ack = self._transport.post_kind(kind, self.cfg.run_id, body)
+            ack = self._send(body, kind)
         except RejectedError as exc:
             if exc.status != 404:
                 raise
             self._run_created = False  # the service lost the run (a fresh database): create again
             self._ensure_run()
-            ack = self._transport.post_kind(kind, self.cfg.run_id, body)
+            ack = self._send(body, kind)
         self._note_success()
         for alert in (ack or {}).get("alerts", []):
             self._on_alert(alert)
+
+    def _send(self, body: bytes, kind: str) -> Any:
+        """Post one body; a packed one goes as JSON to a service that does not read it."""
+        packed = kind == POINTS and _packed.is_packed(body)
+        if packed and self._packed_refused:
+            body = _packed.to_json_body(body)
+        try:
+            return self._transport.post_kind(kind, self.cfg.run_id, body)
+        except RejectedError as exc:
+            if not packed or self._packed_refused or exc.status not in (400, 415):
+                raise
+            self._packed_refused = True
+            self._warnings.warn_once(
+                "packed-refused",
+                f"rlguard: the service at {self.cfg.url} does not read packed batches ({exc}); "
+                "sending JSON instead, which costs more CPU a step: upgrade the service",
+            )
+            return self._transport.post_kind(kind, self.cfg.run_id, _packed.to_json_body(body))
 
     def _ensure_run(self) -> None:
         if self._run_created:
@@ -337,7 +243,7 @@ class Sender:
             self._transport.create_run(self._run_payload)
         except RejectedError as exc:
             self._run_rejected = exc
-            self._warn_once(
+            self._warnings.warn_once(
                 "run-rejected",
                 f"rlguard: the service refused run "
                 f"{self.cfg.run_id!r}: {exc}; its batches go to the dead letters",
@@ -378,7 +284,7 @@ class Sender:
     def _drop(self, kind: str, points: int, cause: str, message: str) -> None:
         self.counters.add(kind, "dropped", points)
         self.counters.last_error = message
-        self._warn_once(cause, message)
+        self._warnings.warn_once(cause, message)
 
     def _replay(self, until: float) -> None:
         """Post spooled batches oldest first while the service answers and time remains."""
@@ -411,25 +317,12 @@ class Sender:
         if resume is None:
             return body, points
         if kind == SAMPLES:
-            return self._samples_superseded_removed(body, points, resume)
-        batch = _wire.decode_batch(body)
-        steps = [s for s in batch["steps"] if s["step"] <= resume]
-        if len(steps) == len(batch["steps"]):
-            return body, points
-        if not steps:
-            return None, 0
-        return _wire.encode_batch(batch["batch_id"], steps), _wire.count_points(steps)
-
-    def _samples_superseded_removed(
-        self, body: bytes, count: int, resume: int
-    ) -> tuple[bytes | None, int]:
-        batch = _samples.decode_samples(body)
-        kept = [s for s in batch["samples"] if s["step"] <= resume]
-        if len(kept) == count:
-            return body, count
-        if not kept:
-            return None, 0
-        return _samples.encode_samples(batch["batch_id"], kept), len(kept)
+            kept_body, kept = _samples.samples_up_to(body, resume)
+        elif _packed.is_packed(body):
+            kept_body, kept = _packed.steps_up_to(body, resume)
+        else:  # spooled by an earlier version of the hook
+            kept_body, kept = _wire.steps_up_to(body, resume)
+        return (body, points) if kept == points else (kept_body, kept)
 
     def _dead_letter(
         self, body: bytes, points: int, exc: RejectedError, kind: str = POINTS
@@ -439,13 +332,13 @@ class Sender:
         try:
             path = self.spool.dead_letter(body, str(exc))
         except (SpoolError, OSError) as write_error:
-            self._warn_once(
+            self._warnings.warn_once(
                 "dead-letter-failed",
                 f"rlguard: the service rejected a batch ({exc}) "
                 f"and the dead-letter file cannot be written ({write_error})",
             )
             return
-        self._warn_once(
+        self._warnings.warn_once(
             f"rejected:{exc.status}",
             f"rlguard: the service rejected a batch of "
             f"{points} {_NOUNS[kind]} ({exc}); kept in {path} (shown once per status)",
@@ -460,7 +353,7 @@ class Sender:
         self._retry_at = time.monotonic() + delay
         self.counters.last_error = str(exc)
         state = "unreachable" if exc.retry_after_s is None else "busy"
-        self._warn_once(
+        self._warnings.warn_once(
             f"retry:{exc.status}",
             f"rlguard: the service is {state} ({exc}); "
             f"spooling to {self.spool.dir} and retrying with backoff",
@@ -503,8 +396,3 @@ class Sender:
             self.spool.write_json(
                 "run.json", {**self._run_payload, "resume_from_step": None, "url": self.cfg.url}
             )
-
-    def _warn_once(self, cause: str, message: str) -> None:
-        if cause not in self._warned:
-            self._warned.add(cause)
-            logger.warning(message)

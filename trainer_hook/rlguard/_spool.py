@@ -3,7 +3,7 @@
 Layout of ``<spool_dir>/<run_id>/``::
 
     run.json                         the run's create request, so `rlguard sync` can replay alone
-    000001732870000123456789-p40-<batch_id>.batch   gzip JSON body, exactly as it will be POSTed
+    000001732870000123456789-p40-<batch_id>.batch   the body exactly as it will be POSTed (packed)
     000001732870000123456790-s64-<batch_id>.batch   a batch of 64 rollout samples
     final.json                       the status update finish() could not deliver
     dead-letter.jsonl                batches the service rejected (4xx), with the reason
@@ -41,6 +41,7 @@ class SpooledBatch:
 
     @property
     def size(self) -> int:
+        """The batch file's size in bytes, 0 once it is gone."""
         try:
             return self.path.stat().st_size
         except FileNotFoundError:
@@ -88,6 +89,7 @@ class Spool:
             raise SpoolError(f"cannot create spool directory {self.dir}: {exc}") from exc
 
     def size_bytes(self) -> int:
+        """Bytes the run's spooled batches take, counted once then kept up to date."""
         if self._size is None:
             self._size = sum(batch.size for batch in self.pending())
         return self._size
@@ -123,12 +125,14 @@ class Spool:
         return batches
 
     def read(self, batch: SpooledBatch) -> bytes | None:
+        """A spooled batch's body, None when another process replayed it meanwhile."""
         try:
             return batch.path.read_bytes()
         except FileNotFoundError:  # another process (rlguard sync) replayed it meanwhile
             return None
 
     def remove(self, batch: SpooledBatch, size: int) -> None:
+        """Delete a delivered batch and take its ``size`` off the budget."""
         try:
             batch.path.unlink()
         except FileNotFoundError:
@@ -137,16 +141,19 @@ class Spool:
             self._size = max(0, self._size - size)
 
     def write_json(self, name: str, payload: dict[str, Any]) -> None:
+        """Store a small JSON state file beside the batches, atomically."""
         self._ensure_dir()
         write_atomic(self.dir / name, json.dumps(payload).encode())
 
     def read_json(self, name: str) -> dict[str, Any] | None:
+        """A JSON state file written by ``write_json``, None when there is none."""
         try:
             return json.loads((self.dir / name).read_text())
         except FileNotFoundError:
             return None
 
     def remove_json(self, name: str) -> None:
+        """Delete a JSON state file, if present."""
         (self.dir / name).unlink(missing_ok=True)
 
     def dead_letter(self, body: bytes, reason: str) -> Path:

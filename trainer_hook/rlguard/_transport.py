@@ -7,9 +7,11 @@ import json
 import urllib.parse
 from typing import Any, NamedTuple
 
+from rlguard import _packed
 from rlguard.errors import RejectedError, RetryableError
 
 API_PREFIX = "/api/v1"
+GZIP_MAGIC = b"\x1f\x8b"
 # 401/403 are retried: a fixed token or server config must not have lost the spooled batches
 RETRYABLE_STATUSES = frozenset({401, 403, 408, 425, 429})
 
@@ -42,6 +44,7 @@ class Transport:
         return f"Transport({self.url!r})"
 
     def close(self) -> None:
+        """Close the keep-alive connection; the next request opens a new one."""
         if self._connection is not None:
             self._connection.close()
             self._connection = None
@@ -52,26 +55,23 @@ class Transport:
             self._connection = cls(self._host, self._port, timeout=self._timeout_s)
         return self._connection
 
-    def request(
-        self, method: str, path: str, body: bytes | None = None, gzipped: bool = False
-    ) -> Any:
-        """Send one request under ``/api/v1`` and return the decoded JSON answer."""
-        answer = self._exchange(method, path, body, gzipped)
+    def request(self, method: str, path: str, body: bytes | None = None) -> Any:
+        """Send one request under ``/api/v1`` and return the decoded JSON answer; the body's
+        type (JSON, gzip JSON or packed points) is told by its first bytes."""
+        answer = self._exchange(method, path, body)
         return _decode(method, answer)
 
     def raw(self, method: str, path: str) -> bytes:
         """The body of a successful non-JSON answer (CSV export)."""
-        answer = self._exchange(method, path, None, False)
+        answer = self._exchange(method, path, None)
         if answer.status >= 300:
             _decode(method, answer)
         return answer.data
 
-    def _exchange(self, method: str, path: str, body: bytes | None, gzipped: bool) -> Answer:
+    def _exchange(self, method: str, path: str, body: bytes | None) -> Answer:
         headers = dict(self._headers)
         if body is not None:
-            headers["Content-Type"] = "application/json"
-            if gzipped:
-                headers["Content-Encoding"] = "gzip"
+            headers.update(_content_headers(body))
         target = f"{self._base_path}{API_PREFIX}{path}"
         reused = self._connection is not None
         try:
@@ -99,33 +99,48 @@ class Transport:
         return Answer(response.status, target, data, retry_after_s)
 
     def send_json(self, method: str, path: str, payload: dict[str, Any]) -> Any:
+        """Send ``payload`` as strict JSON (no NaN) and return the decoded answer."""
         return self.request(method, path, json.dumps(payload, allow_nan=False).encode())
 
     def create_run(self, payload: dict[str, Any]) -> Any:
+        """``POST /runs``: create or resume the run."""
         return self.send_json("POST", "/runs", payload)
 
-    def post_batch(self, run_id: str, gzipped_body: bytes) -> Any:
-        return self.request("POST", f"/runs/{_quote(run_id)}/batches", gzipped_body, gzipped=True)
+    def post_batch(self, run_id: str, body: bytes) -> Any:
+        """``POST /runs/{id}/batches`` with a points batch (packed or gzipped JSON)."""
+        return self.request("POST", f"/runs/{_quote(run_id)}/batches", body)
 
-    def post_samples(self, run_id: str, gzipped_body: bytes) -> Any:
-        return self.request("POST", f"/runs/{_quote(run_id)}/samples", gzipped_body, gzipped=True)
+    def post_samples(self, run_id: str, body: bytes) -> Any:
+        """``POST /runs/{id}/samples`` with a gzipped samples batch."""
+        return self.request("POST", f"/runs/{_quote(run_id)}/samples", body)
 
-    def post_kind(self, kind: str, run_id: str, gzipped_body: bytes) -> Any:
-        """Post a spooled batch of ``kind`` (``"p"`` points, ``"s"`` samples)."""
+    def post_kind(self, kind: str, run_id: str, body: bytes) -> Any:
+        """Post a batch of ``kind`` (``"p"`` points, ``"s"`` samples)."""
         if kind == "s":
-            return self.post_samples(run_id, gzipped_body)
-        return self.post_batch(run_id, gzipped_body)
+            return self.post_samples(run_id, body)
+        return self.post_batch(run_id, body)
 
     def update_run(self, run_id: str, payload: dict[str, Any]) -> Any:
+        """``PATCH /runs/{id}``: status, name or summary."""
         return self.send_json("PATCH", f"/runs/{_quote(run_id)}", payload)
 
     def heartbeat(self, run_id: str) -> Any:
+        """``POST /runs/{id}/heartbeat``: the run is alive."""
         return self.request("POST", f"/runs/{_quote(run_id)}/heartbeat", b"{}")
 
     def rewind(self, run_id: str, resume_from_step: int) -> Any:
+        """``POST /runs/{id}/rewind``: supersede what was stored after ``resume_from_step``."""
         return self.send_json(
             "POST", f"/runs/{_quote(run_id)}/rewind", {"resume_from_step": resume_from_step}
         )
+
+
+def _content_headers(body: bytes) -> dict[str, str]:
+    if body.startswith(GZIP_MAGIC):
+        return {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    if body.startswith(_packed.MAGIC):
+        return {"Content-Type": _packed.CONTENT_TYPE}
+    return {"Content-Type": "application/json"}
 
 
 def _quote(run_id: str) -> str:

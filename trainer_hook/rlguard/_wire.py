@@ -1,4 +1,4 @@
-"""The batch encoding; mirrors ``rlguard_backend.schemas.BatchIn``.
+"""Logged values as wire numbers, and the JSON batch; mirrors ``rlguard_backend.schemas.BatchIn``.
 
 Values arrive as whatever the trainer logged (Python numbers, bools, numpy scalars, 0-d torch
 tensors) and leave as JSON numbers, with NaN and ±Inf as the strings ``"NaN"``, ``"Infinity"`` and
@@ -13,7 +13,7 @@ import json
 import math
 import operator
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 MAX_KEY_CHARS = 256
@@ -115,20 +115,9 @@ def to_step(value: object) -> int | None:
     return step if 0 <= step <= MAX_STEP else None
 
 
-def merge_steps(entries: Iterable[tuple[int, float, dict[str, float | str]]]) -> list[dict]:
-    """Step objects of a batch, consecutive entries of the same step merged (later keys win)."""
-    steps: list[dict] = []
-    for step, when, values in entries:
-        if steps and steps[-1]["step"] == step:
-            steps[-1]["values"].update(values)
-            steps[-1]["time"] = when
-        else:
-            steps.append({"step": step, "time": when, "values": dict(values)})
-    return steps
-
-
 def encode_batch(batch_id: str, steps: list[dict]) -> bytes:
-    """The gzip-compressed JSON body of ``POST /runs/{id}/batches``."""
+    """The gzip-compressed JSON body of ``POST /runs/{id}/batches`` (the hook sends packed
+    bodies, ``_packed``; JSON is for services older than those, and spools older than them)."""
     body = json.dumps(
         {"batch_id": batch_id, "steps": steps}, allow_nan=False, separators=(",", ":")
     )
@@ -140,21 +129,28 @@ def decode_batch(body: bytes) -> dict:
     return json.loads(gzip.decompress(body))
 
 
+def steps_up_to(body: bytes, last_step: int) -> tuple[bytes | None, int]:
+    """A JSON batch body without its steps after ``last_step``, and its points (None: none)."""
+    return items_up_to(body, last_step, "steps", decode_batch, encode_batch, count_points)
+
+
+def items_up_to(
+    body: bytes,
+    last_step: int,
+    field: str,
+    decode: Callable[[bytes], dict],
+    encode: Callable[[str, list[dict]], bytes],
+    count: Callable[[list[dict]], int] = len,
+) -> tuple[bytes | None, int]:
+    """A JSON body (points or samples) without its ``field`` items after ``last_step``, and
+    how many it keeps (None: none)."""
+    batch = decode(body)
+    kept = [item for item in batch[field] if item["step"] <= last_step]
+    if not kept:
+        return None, 0
+    return encode(batch["batch_id"], kept), count(kept)
+
+
 def count_points(steps: Iterable[Mapping[str, Any]]) -> int:
     """Points (key/value pairs) in a list of step objects."""
     return sum(len(step["values"]) for step in steps)
-
-
-def split_by_points(steps: list[dict], max_points: int) -> Iterator[list[dict]]:
-    """Consecutive chunks of steps holding at most ``max_points`` points (one step at least)."""
-    chunk: list[dict] = []
-    points = 0
-    for step in steps:
-        n = len(step["values"])
-        if chunk and points + n > max_points:
-            yield chunk
-            chunk, points = [], 0
-        chunk.append(step)
-        points += n
-    if chunk:
-        yield chunk

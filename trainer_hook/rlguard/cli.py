@@ -44,6 +44,7 @@ def _load(name: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callabl
 
 
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The argument parser; only the chosen subcommand's module is imported for its options."""
     parser = argparse.ArgumentParser(prog="rlguard", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
@@ -56,6 +57,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``rlguard`` command line; the exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(args_list).parse_args(args_list)
     _, run = _load(args.command)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from sqlalchemy.orm import Session
 
 from rlguard_backend import alerts, repository
-from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, Limit, Offset, WriterDep
+from rlguard_backend.api.deps import (
+    READ,
+    WRITE,
+    DatabaseDep,
+    IdentityDep,
+    Limit,
+    Offset,
+    WriterDep,
+    project_filter,
+)
 from rlguard_backend.models import utcnow
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,
@@ -37,11 +46,12 @@ async def read_run_alerts(
     limit: Limit = 500,
     offset: Offset = 0,
 ) -> AlertList:
+    """A run's alerts, filtered by status, severity and detector, one page at a time."""
     filters = dict(status=status, severity=severity, detector=detector, limit=limit, offset=offset)
 
     def read(session: Session) -> AlertList:
         repository.get_run(session, run_id)
-        return _alert_list(session, run_id=run_id, **filters)
+        return _alert_list(session, run_id=run_id, archived=None, **filters)
 
     return await db.read(read)
 
@@ -49,15 +59,20 @@ async def read_run_alerts(
 @router.get("/alerts", response_model=AlertList, dependencies=[READ])
 async def read_alerts(
     db: DatabaseDep,
+    identity: IdentityDep,
     project: str | None = None,
     run_id: str | None = None,
     status: AlertStatus | None = None,
     severity: Severity | None = None,
     detector: str | None = None,
+    archived: Annotated[bool, Query(description="true: the alerts of archived runs")] = False,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> AlertList:
+    """Alerts across runs (a token limited to a project sees its own); archived on request."""
     filters = dict(status=status, severity=severity, detector=detector, limit=limit, offset=offset)
+    filters["archived"] = archived
+    project = project_filter(identity, project)
     return await db.read(
         lambda session: _alert_list(session, run_id=run_id, project=project, **filters)
     )

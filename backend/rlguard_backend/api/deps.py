@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request
 
-from rlguard_backend import auth
+from rlguard_backend import auth, repository
 from rlguard_backend.auth import Identity
 from rlguard_backend.capacity import Database
 from rlguard_backend.config import Settings
@@ -19,11 +19,13 @@ from rlguard_backend.errors import Forbidden, Saturated, Unauthorized
 
 
 async def get_settings(request: Request) -> Settings:
+    """The settings the app was built with."""
     settings: Settings = request.app.state.settings
     return settings
 
 
 async def get_database(request: Request) -> Database:
+    """The app's database, for reads (writes go through ``admit_write``)."""
     database: Database = request.app.state.database
     return database
 
@@ -78,13 +80,56 @@ async def identify(request: Request) -> Identity:
     return identity
 
 
+IdentityDep = Annotated[Identity, Depends(identify)]
+
+# Routes about the whole service, which a token limited to one project may not use.
+SERVICE_WIDE = ("/v1/tokens", "/metrics")
+
+
+def _outside_project(identity: Identity, what: str) -> Forbidden:
+    return Forbidden(
+        f"token {identity.name!r} is limited to project {identity.project!r}; {what} "
+        "needs a token of that project or one for every project"
+    )
+
+
+def project_filter(identity: Identity, project: str | None) -> str | None:
+    """The project a list is limited to: the caller's own when its token is limited to one."""
+    if identity.project is None:
+        return project
+    if project is not None and project != identity.project:
+        raise _outside_project(identity, f"project {project!r}")
+    return identity.project
+
+
+async def _check_project(request: Request, identity: Identity) -> None:
+    """A token limited to a project reaches only that project's runs, alerts and samples."""
+    route = request.scope.get("route")
+    route_path: str = getattr(route, "path", request.url.path)
+    if route_path.startswith(SERVICE_WIDE):
+        raise _outside_project(identity, f"{route_path} (the whole service)")
+    params = request.path_params
+    owner: str | None = params.get("project")
+    database: Database = request.app.state.database
+    if "run_id" in params:
+        run_id = params["run_id"]
+        owner = await database.read(lambda session: repository.run_project(session, run_id))
+    elif "alert_id" in params and str(params["alert_id"]).isdigit():
+        alert_id = int(params["alert_id"])
+        owner = await database.read(lambda session: repository.alert_project(session, alert_id))
+    if owner is not None and owner != identity.project:
+        raise _outside_project(identity, "this run or alert of another project")
+
+
 def _require(scope: auth.Scope) -> Any:
-    async def authorize(identity: Annotated[Identity, Depends(identify)]) -> Identity:
+    async def authorize(request: Request, identity: IdentityDep) -> Identity:
         if identity.scope < scope:
             raise Forbidden(
                 f"token {identity.name!r} has scope {identity.scope.name}; this endpoint needs "
                 f"{scope.name} (or a larger scope)"
             )
+        if identity.project is not None:
+            await _check_project(request, identity)
         return identity
 
     authorize.__name__ = f"require_{scope.name}"

@@ -8,8 +8,9 @@ from fastapi import APIRouter, Query
 from sqlalchemy import literal, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import points, run_fields, sql
-from rlguard_backend.api.deps import READ, DatabaseDep
+from rlguard_backend import run_fields, sql, storage
+from rlguard_backend.api.deps import READ, DatabaseDep, IdentityDep, project_filter
+from rlguard_backend.auth import Identity
 from rlguard_backend.errors import InvalidField, run_not_found
 from rlguard_backend.groups import Points, band, bin_edges
 from rlguard_backend.models import MetricKey, Run
@@ -26,6 +27,7 @@ Step = Annotated[int | None, Query(ge=0, le=2**62)]
 @router.get("", response_model=GroupList, dependencies=[READ])
 async def read_groups(
     db: DatabaseDep,
+    identity: IdentityDep,
     runs: Annotated[str, Query(max_length=30_000, description="comma-separated run ids")],
     signals: Annotated[str, Query(max_length=2000, description="canonical signals: entropy,…")],
     by: Annotated[str, Query(max_length=2000, description="run fields: config.lr,…")] = "",
@@ -53,7 +55,7 @@ async def read_groups(
         raise InvalidField(["query", "to_step"], "to_step must be at least from_step")
 
     def read(session: Session) -> GroupList:
-        keys = _group_keys(session, run_ids, fields)
+        keys = _group_keys(session, run_ids, fields, identity)
         series = _read_points(session, run_ids, wanted, smoothing, from_step, to_step)
         steps = [
             p.steps for by_signal in series.values() for p in by_signal.values() if p.steps.size
@@ -106,16 +108,16 @@ def _check(run_ids: list[str], wanted: list[str], fields: list[str]) -> None:
 
 
 def _group_keys(
-    session: Session, run_ids: list[str], fields: list[str]
+    session: Session, run_ids: list[str], fields: list[str], identity: Identity
 ) -> dict[str, dict[str, Any]]:
-    """Each run's values of the grouping fields (404 for an unknown run)."""
+    """Each run's values of the grouping fields: 404 for an unknown run, 403 for a run of
+    another project than a project-limited token's."""
     exprs = [run_fields.field_expr(f, sql.dialect(session)) for f in fields]
-    columns = [c for e in exprs for c in (e.number, e.text)]
-    query = select(Run.id, *[c if c is not None else literal(None) for c in columns]).where(
-        Run.id.in_(run_ids)
-    )
+    columns = [c if c is not None else literal(None) for e in exprs for c in (e.number, e.text)]
+    query = select(Run.id, Run.project, *columns).where(Run.id.in_(run_ids))
     found: dict[str, dict[str, Any]] = {}
-    for run_id, *values in session.execute(query):
+    for run_id, project, *values in session.execute(query):
+        project_filter(identity, project)
         pairs = zip(values[::2], values[1::2], exprs, strict=True)
         found[run_id] = {e.name: run_fields.shown(n, t, e) for n, t, e in pairs}
     missing = [r for r in run_ids if r not in found]
@@ -143,7 +145,9 @@ def _read_points(
         chosen.setdefault((run_id, str(signal)), key_id)
     out: dict[str, dict[str, Points]] = {r: {} for r in run_ids}
     for (run_id, signal), key_id in chosen.items():
-        steps, values = points.read_arrays(session, key_id, lo or 0, 2**62 if hi is None else hi)
+        steps, values = storage.STORE.read_arrays(
+            session, key_id, lo or 0, 2**62 if hi is None else hi
+        )
         out[run_id][signal] = Points.of(steps, values, smoothing)
     return out
 

@@ -21,6 +21,8 @@ metrics_router = APIRouter(tags=["health"], responses=ERROR_RESPONSES)
 
 @router.get("/health", response_model=Health, dependencies=[PUBLIC])
 async def read_health(request: Request, db: DatabaseDep) -> Health:
+    """Database round trip, schema revision against the shipped head, clock and write gate."""
+
     def round_trip(session: Session) -> tuple[float, str, str | None]:
         started = time.perf_counter()
         revision = session.execute(text("SELECT version_num FROM alembic_version")).scalar()

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
-from rlguard_backend import alerts, detection, ingest, points, repository, series
+from rlguard_backend import alerts, detection, ingest, packed, repository, series, storage
 from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_body
 from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
 from rlguard_backend.config import Settings
@@ -44,16 +44,22 @@ BATCH_BODY_EXAMPLE = {
 async def ingest_batch(
     run_id: str, request: Request, db: WriterDep, settings: SettingsDep
 ) -> Response:
-    """Store one batch (gzip accepted) completely or not at all; a known batch id is a no-op."""
+    """Store one batch (gzip accepted; JSON, or the hook's packed arrays, ``rlguard_backend.
+    packed``) completely or not at all; a known batch id is a no-op."""
     body = await read_body(request, settings.max_batch_bytes)
     encoding = request.headers.get("content-encoding")
+    parse = (
+        packed.parse_packed_batch
+        if packed.is_packed(request.headers.get("content-type"))
+        else ingest.parse_batch
+    )
 
     metrics: ServiceMetrics = request.app.state.metrics
 
     def parse_and_store() -> BatchAck:
         with metrics.batch_seconds.time():
             raw = ingest.decode_body(body, encoding, settings.max_batch_bytes)
-            batch = ingest.parse_batch(raw, settings.max_batch_points)
+            batch = parse(raw, settings.max_batch_points)
             return _store_batch(db.factory, settings, run_id, batch, metrics)
 
     ack = await db.on_write_thread(parse_and_store)
@@ -106,6 +112,8 @@ def _store_batch(
 
 @router.get("/keys", response_model=MetricKeyList, dependencies=[READ])
 async def read_keys(run_id: str, db: DatabaseDep) -> MetricKeyList:
+    """The run's metric keys with point counts, step ranges and canonical signals."""
+
     def read(session: Session) -> MetricKeyList:
         repository.get_run(session, run_id)
         keys = repository.describe_keys(session, run_id)
@@ -194,7 +202,7 @@ async def export_run(
             raise NotFound(f"run {run_id!r} has no key(s) {unknown}")
         table: dict[int, dict[str, str]] = {}
         for name in names:
-            for step, value, _ in points.read_points(session, found[name].id, 0, 2**62):
+            for step, value, _ in storage.STORE.read_points(session, found[name].id, 0, 2**62):
                 table.setdefault(step, {})[name] = _csv_value(value)
         return names, table
 

@@ -14,10 +14,12 @@ from rlguard_backend.api.deps import (
     READ,
     WRITE,
     DatabaseDep,
+    IdentityDep,
     Limit,
     Offset,
     SettingsDep,
     WriterDep,
+    project_filter,
 )
 from rlguard_backend.config import Settings
 from rlguard_backend.errors import InvalidField, NotFound
@@ -35,6 +37,7 @@ from rlguard_backend.schemas import (
     RunList,
     RunPublic,
     RunRewind,
+    RunsArchived,
     RunsDeleted,
     RunStatus,
     RunUpdate,
@@ -58,9 +61,14 @@ def _public(session: Session, run_id: str) -> RunPublic:
     responses={200: {"model": RunPublic, "description": "resumed: the run existed"}},
 )
 async def create_run(
-    data: RunCreate, db: WriterDep, settings: SettingsDep, response: Response
+    data: RunCreate,
+    db: WriterDep,
+    settings: SettingsDep,
+    identity: IdentityDep,
+    response: Response,
 ) -> RunPublic:
     """Create a run with a client-chosen id, or resume it (200) when it exists."""
+    project_filter(identity, data.project)
     _check_config(data.config, settings)
 
     def create_or_resume(session: Session) -> tuple[RunPublic, bool]:
@@ -97,11 +105,15 @@ async def delete_run(run_id: str, db: WriterDep) -> RunsDeleted:
 
 
 @projects.get("", response_model=ProjectList, dependencies=[READ])
-async def list_projects(db: DatabaseDep) -> ProjectList:
-    """Every project with how many runs it holds, by name."""
+async def list_projects(db: DatabaseDep, identity: IdentityDep) -> ProjectList:
+    """Every project (a token's own when limited to one) with its unarchived runs, by name."""
+    only = project_filter(identity, None)
 
     def read(session: Session) -> ProjectList:
-        query = select(Run.project, func.count()).group_by(Run.project).order_by(Run.project)
+        query = select(Run.project, func.count()).where(Run.archived_at.is_(None))
+        if only is not None:
+            query = query.where(Run.project == only)
+        query = query.group_by(Run.project).order_by(Run.project)
         found = [ProjectPublic(name=n, runs=c) for n, c in session.execute(query)]
         return ProjectList(data=found, count=len(found))
 
@@ -113,14 +125,58 @@ async def delete_project(project: str, db: WriterDep) -> RunsDeleted:
     """Delete every run of a project with everything stored for them."""
 
     def remove(session: Session) -> RunsDeleted:
-        run_ids = list(session.scalars(select(Run.id).where(Run.project == project)))
-        if not run_ids:
-            raise NotFound(f"project {project!r} has no runs; GET /api/v1/runs lists them")
+        run_ids = _project_runs(session, project)
         deleted = repository.delete_runs(session, run_ids)
         session.commit()
-        return RunsDeleted(deleted=deleted, run_ids=sorted(run_ids))
+        return RunsDeleted(deleted=deleted, run_ids=run_ids)
 
     return await db.write(remove)
+
+
+@router.post("/{run_id}/archive", response_model=RunPublic, dependencies=[ADMIN])
+async def archive_run(run_id: str, db: WriterDep) -> RunPublic:
+    """Archive a run: kept whole, left out of the run and alert lists until brought back
+    (DELETE this path) or trained again."""
+    return await db.write(lambda session: _archive(session, [run_id], True, run_id))
+
+
+@router.delete("/{run_id}/archive", response_model=RunPublic, dependencies=[ADMIN])
+async def unarchive_run(run_id: str, db: WriterDep) -> RunPublic:
+    """Bring an archived run back into the lists."""
+    return await db.write(lambda session: _archive(session, [run_id], False, run_id))
+
+
+def _archive(session: Session, run_ids: list[str], archived: bool, run_id: str) -> RunPublic:
+    repository.get_run(session, run_id)
+    repository.set_archived(session, run_ids, archived)
+    session.commit()
+    return _public(session, run_id)
+
+
+def _project_runs(session: Session, project: str) -> list[str]:
+    run_ids = sorted(session.scalars(select(Run.id).where(Run.project == project)))
+    if not run_ids:
+        raise NotFound(f"project {project!r} has no runs; GET /api/v1/runs lists them")
+    return run_ids
+
+
+@projects.post("/{project}/archive", response_model=RunsArchived, dependencies=[ADMIN])
+async def archive_project(project: str, db: WriterDep) -> RunsArchived:
+    """Archive every run of a project."""
+    return await db.write(lambda session: _archive_project(session, project, True))
+
+
+@projects.delete("/{project}/archive", response_model=RunsArchived, dependencies=[ADMIN])
+async def unarchive_project(project: str, db: WriterDep) -> RunsArchived:
+    """Bring every run of a project back into the lists."""
+    return await db.write(lambda session: _archive_project(session, project, False))
+
+
+def _archive_project(session: Session, project: str, archived: bool) -> RunsArchived:
+    run_ids = _project_runs(session, project)
+    repository.set_archived(session, run_ids, archived)
+    session.commit()
+    return RunsArchived(archived=archived, run_ids=run_ids)
 
 
 MAX_FILTERS = 16
@@ -148,9 +204,11 @@ FieldsParam = Annotated[
 @router.get("", response_model=RunList, dependencies=[READ])
 async def list_runs(
     db: DatabaseDep,
+    identity: IdentityDep,
     project: str | None = None,
     status: RunStatus | None = None,
     tag: str | None = None,
+    archived: Annotated[bool, Query(description="true: the archived runs instead")] = False,
     limit: Limit = 50,
     offset: Offset = 0,
     sort: SortParam = None,
@@ -158,10 +216,12 @@ async def list_runs(
     fields: FieldsParam = None,
 ) -> RunList:
     """Runs, newest first or by ``sort``, narrowed by ``filter``s; ``count`` is the total match.
+    Archived runs only on request.
 
     Fields are those of ``rlguard_backend.run_fields``: the run's columns, ``config.<key>``,
     ``summary.<key>``, ``hparam.<name>``, ``last.<signal>``, ``alerts.<severity>``, ``health``.
     """
+    project = project_filter(identity, project)
     order, rules, shown = _parse_list_params(sort, filters, fields)
 
     def read(session: Session) -> RunList:
@@ -171,6 +231,7 @@ async def list_runs(
                 project=project,
                 status=status,
                 tag=tag,
+                archived=archived,
                 limit=limit,
                 offset=offset,
                 sort=order,
@@ -206,8 +267,11 @@ def _parse_list_params(
 
 
 @fields_router.get("", response_model=RunFieldList, dependencies=[READ])
-async def list_run_fields(db: DatabaseDep, project: str | None = None) -> RunFieldList:
+async def list_run_fields(
+    db: DatabaseDep, identity: IdentityDep, project: str | None = None
+) -> RunFieldList:
     """The fields runs can be listed, sorted and filtered by (config keys, signals …)."""
+    project = project_filter(identity, project)
 
     def read(session: Session) -> RunFieldList:
         found = repository.list_run_fields(session, project)
@@ -218,6 +282,7 @@ async def list_run_fields(db: DatabaseDep, project: str | None = None) -> RunFie
 
 @router.get("/{run_id}", response_model=RunPublic, dependencies=[READ])
 async def read_run(run_id: str, db: DatabaseDep) -> RunPublic:
+    """One run with its tags."""
     return await db.read(lambda session: _public(session, run_id))
 
 
@@ -251,6 +316,8 @@ async def update_run(
 
 @router.post("/{run_id}/heartbeat", response_model=Heartbeat, dependencies=[WRITE])
 async def heartbeat(run_id: str, db: WriterDep) -> Heartbeat:
+    """Mark the run alive (a crashed run that beats again is running again)."""
+
     def beat(session: Session) -> Heartbeat:
         run = repository.heartbeat(session, repository.get_run(session, run_id))
         session.commit()

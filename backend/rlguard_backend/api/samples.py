@@ -86,11 +86,11 @@ def _ranges(request: Request) -> dict[str, tuple[float | None, float | None]]:
         bound, _, field = name.partition("_")
         if bound not in ("min", "max") or not field:
             continue
-        if field not in samples.COLUMNS:
+        if field not in samples.FILTER_COLUMNS:
             raise InvalidField(
                 ["query", name],
                 f"cannot filter on {field!r}; use min_/max_ with one of "
-                f"{', '.join(samples.COLUMNS)}",
+                f"{', '.join(samples.FILTER_COLUMNS)}",
             )
         try:
             value = float(raw)

@@ -22,6 +22,7 @@ router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=ERROR_RESPONS
 
 
 def to_public(token: ApiToken) -> TokenPublic:
+    """A token row without its secret, times in UTC."""
     public = TokenPublic.model_validate(token, from_attributes=True)
     revoked = None if token.revoked_at is None else as_utc(token.revoked_at)
     return public.model_copy(update={"created_at": as_utc(token.created_at), "revoked_at": revoked})
@@ -43,6 +44,8 @@ async def create_token(data: TokenCreate, db: WriterDep) -> TokenCreated:
 
 @router.get("", response_model=TokenList, dependencies=[ADMIN])
 async def list_tokens(db: DatabaseDep) -> TokenList:
+    """Every token, active and revoked, without secrets."""
+
     def read(session: Session) -> TokenList:
         tokens = session.scalars(select(ApiToken).order_by(ApiToken.id)).all()
         return TokenList(data=[to_public(t) for t in tokens], count=len(tokens))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import median, rounded
@@ -31,6 +29,7 @@ class ClipFraction(Detector):
         self._baseline: float | None = None  # median(baseline_points), a cache
         self._baseline_of = 0  # len(baseline_points) when _baseline was computed
         self._announce = False  # this step: clip_inactive says so, once
+        self._warn_at = 0.0  # this step's warn level
 
     def missing(self, seen: frozenset[str]) -> str | None:
         if "clipfrac" not in seen:
@@ -39,18 +38,14 @@ class ClipFraction(Detector):
             return "no updates_per_batch in run config: cannot tell if clipping is inert"
         return None
 
-    def load(self, state: dict[str, Any]) -> None:
-        super().load(state)
-        self._baseline, self._baseline_of = None, 0
-
     def observe(self, view: StepView) -> bool:
         self._announce = self.context.updates_per_batch == 1 and not self.inactive_announced
         self.inactive_announced = self.inactive_announced or self._announce
         clipfrac = view.finite("clipfrac")
         if clipfrac is not None:
             th, smoothed = self.thresholds, view.smoothed["clipfrac"] or 0.0
-            warn_at = self._warn_level(view, clipfrac)
-            above_warn, above_critical = smoothed > warn_at, smoothed > th["critical"]
+            self._warn_at = self._warn_level(view, clipfrac)
+            above_warn, above_critical = smoothed > self._warn_at, smoothed > th["critical"]
             self.warn_streak = self.warn_streak + 1 if view.warm and above_warn else 0
             self.critical_streak = self.critical_streak + 1 if view.warm and above_critical else 0
         return True
@@ -111,13 +106,10 @@ class ClipFraction(Detector):
 
     def _describe_saturated(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         smoothed, baseline = view.smoothed["clipfrac"] or 0.0, self._baseline
-        warn_at = max(
-            self.thresholds["warn"], self.thresholds["baseline_factor"] * (baseline or 0.0)
-        )
         facts = {
             "clipfrac": rounded(smoothed),
             "clipfrac_baseline": rounded(baseline),
-            "warn_threshold": rounded(warn_at),
+            "warn_threshold": rounded(self._warn_at),
             "with_kl_spike": view.kl_spike_jump,
         }
         message = (

@@ -1,28 +1,7 @@
 """Run context the detectors need, read once from the run's config (flat keys, or verl/TRL style).
 
-Flat keys (all optional; the first found wins, flat before nested):
-
-============================  ===============================================================
-``updates_per_batch``          U, optimizer updates per rollout batch. Else ``ppo_epochs`` x
-                               (``train_batch_size`` / ``ppo_mini_batch_size`` when both are
-                               given), verl ``actor_rollout_ref.actor.*``, TRL ``num_iterations``
-                               x ``steps_per_generation``.
-``clip_ratio``                 eps (also ``clip_ratio_low`` / ``clip_ratio_high`` /
-                               ``clip_ratio_c``; TRL ``epsilon`` / ``epsilon_high``)
-``kl_placement``               "reward" | "loss" | "none" (verl ``use_kl_in_reward`` /
-                               ``use_kl_loss``; TRL ``beta`` > 0 means "loss")
-``kl_estimator``               "k1" | "k2" | "k3" | "low_var_kl" ... (informational)
-``kl_coef``                    beta (TRL ``beta``, verl ``kl_loss_coef`` / ``kl_ctrl.kl_coef``)
-``kl_controller``              "fixed" | "adaptive" (``kl_ctrl_type``, verl ``kl_ctrl.type``, TRL)
-``kl_target``, ``kl_horizon``  the adaptive controller's target KL and horizon
-``sequences_per_step``         n, sequences per batch fed to the controller
-``ppo_kl_target``              kappa, the per-update KL budget of D4 (SB3/Spinning Up target_kl)
-``reward_min``/``reward_max``  reward bounds (default [0, 1] while rewards stay inside it)
-``planned_steps``              T, planned total steps (verl ``trainer.total_training_steps``,
-                               TRL ``max_steps``)
-``signal_aliases``             raw key -> canonical signal overrides
-``rlguard_thresholds``         per-run threshold overrides (see thresholds.py)
-============================  ===============================================================
+The keys read, and the verl/TRL names each falls back to, are listed in the README ("Run config
+keys read"); the first found wins, flat before nested.
 """
 
 from __future__ import annotations
@@ -41,23 +20,23 @@ _VERL_KL_CTRL = "algorithm.kl_ctrl."
 class RunContext:
     """What the detectors know about the run's setup; None means the config did not say."""
 
-    updates_per_batch: float | None = None
+    updates_per_batch: float | None = None  # U, optimizer updates per rollout batch
     clip_low: float | None = None
     clip_high: float | None = None
     clip_dual: float | None = None
-    kl_placement: str | None = None
+    kl_placement: str | None = None  # "reward" | "loss" | "none"
     kl_estimator: str | None = None
     kl_coef: float | None = None
-    kl_controller: str | None = None
+    kl_controller: str | None = None  # "fixed" | "adaptive"
     kl_target: float | None = None
     kl_horizon: float | None = None
-    sequences_per_step: float | None = None
-    ppo_kl_target: float | None = None
+    sequences_per_step: float | None = None  # n, sequences per batch fed to the controller
+    ppo_kl_target: float | None = None  # kappa, D4's per-update KL budget (SB3 target_kl)
     reward_min: float | None = None
     reward_max: float | None = None
     planned_steps: float | None = None
     signal_aliases: Mapping[str, str | None] | None = None
-    thresholds: Mapping[str, Any] | None = None
+    thresholds: Mapping[str, Any] | None = None  # rlguard_thresholds: per-run overrides
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> RunContext:

@@ -5,10 +5,10 @@ rho = smoothed entropy / its start (H0). E5 is a detector of its own (learning_s
 
 from __future__ import annotations
 
-from rlguard_backend.stability.events import Severity
-from rlguard_backend.stability.observations import RewardState, StepView
+from rlguard_backend.stability.events import Severity, capped
+from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
+from rlguard_backend.stability.rules import Detector, Facts, Rule
 
 COLLAPSE_ADVICE = [
     "Lower LR or epochs (slows learning).",
@@ -89,10 +89,6 @@ class EntropyCollapse(Detector):
             return "critical"
         return "warn" if spent else None
 
-    def _collapse(self, view: StepView) -> Severity | None:
-        severity = self._collapse_severity(view)
-        return None if severity is None else capped(severity, not view.reward.known)
-
     def _recovered(self, view: StepView) -> bool:
         clear_steps = self.thresholds["clear_steps"]
         return self.recovered_streak >= clear_steps or self.improving_streak >= clear_steps
@@ -101,9 +97,19 @@ class EntropyCollapse(Detector):
         facts = self._facts(view)
         if not view.reward.known:
             facts["degraded"] = "no reward logged: cannot tell whether entropy bought reward"
-        return _collapse_message(
-            facts, self._collapse_severity(view) or severity, view.reward
-        ), facts
+        critical = (self._collapse_severity(view) or severity) == "critical"
+        label = "Entropy collapse" if critical else "Entropy spent, no reward bought"
+        zero_std = facts["zero_std_fraction"]
+        groups = (
+            "" if zero_std is None else f" {zero_std:.0%} of groups now have identical rewards."
+        )
+        message = (
+            f"{label}: policy entropy fell to {facts['rho']:.0%} of its start ("
+            f"{facts['entropy_start']} -> {facts['entropy']} nats) {view.reward.change()}.{groups} "
+            "Mechanism: updates that raise already-likely tokens shrink entropy "
+            "(ΔH ≈ -Cov(log π, Δz))."
+        )
+        return message, facts
 
     def _facts(self, view: StepView) -> Facts:
         return {
@@ -222,7 +228,7 @@ class EntropyCollapse(Detector):
         Rule(
             "entropy_collapse",
             signals=("entropy", "reward_mean", "frac_zero_std", "response_length"),
-            fires=_collapse,
+            fires=lambda d, v: capped(d._collapse_severity(v), not v.reward.known),
             persistence="persistence",
             clears=_recovered,
             clear_steps=1,  # _recovered counts its own steps
@@ -253,16 +259,4 @@ class EntropyCollapse(Detector):
             describe=_describe_rising,
             advice=BLOWUP_ADVICE,
         ),
-    )
-
-
-def _collapse_message(facts: Facts, severity: Severity, reward: RewardState) -> str:
-    label = "Entropy collapse" if severity == "critical" else "Entropy spent, no reward bought"
-    zero_std = facts["zero_std_fraction"]
-    groups = "" if zero_std is None else f" {zero_std:.0%} of groups now have identical rewards."
-    return (
-        f"{label}: policy entropy fell to {facts['rho']:.0%} of its start "
-        f"({facts['entropy_start']} -> {facts['entropy']} nats) {reward.change()}.{groups} "
-        "Mechanism: updates that raise already-likely tokens shrink entropy "
-        "(ΔH ≈ -Cov(log π, Δz))."
     )

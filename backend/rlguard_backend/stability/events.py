@@ -11,8 +11,10 @@ Action = Literal["open", "update", "escalate", "resolve"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warn": 1, "critical": 2}
 
 
-def weaker(severity: Severity) -> Severity:
-    """One level down, for rules whose run context is missing (critical -> warn -> info)."""
+def capped(severity: Severity | None, degraded: bool) -> Severity | None:
+    """One level weaker (critical -> warn -> info) when the rule runs on assumed context."""
+    if severity is None or not degraded:
+        return severity
     return "warn" if severity == "critical" else "info"
 
 
@@ -34,24 +36,11 @@ class AlertEvent:
 
 @dataclass(slots=True)
 class Verdict:
-    """One alert key's state at one step: firing at `severity`, or not (and cleared or not)."""
+    """What one rule says at one step: firing at `severity`, or (None) its clear rule resolves
+    its open alert."""
 
     key: str
     severity: Severity | None = None
-    cleared: bool = False
     message: str = ""
     evidence: dict[str, Any] | None = None
     advice: list[str] | None = None
-
-
-class _ClearedVerdicts(dict[str, Verdict]):
-    """key -> the verdict "not firing, and the clear rule holds", built on first use."""
-
-    def __missing__(self, key: str) -> Verdict:
-        verdict = self[key] = Verdict(key, cleared=True)
-        return verdict
-
-
-# What a rule says when its clear rule holds while its alert is open: ``CLEARED[key]``,
-# shared instead of built per step. Never mutate these.
-CLEARED: dict[str, Verdict] = _ClearedVerdicts()

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
-from rlguard_backend.stability.events import Severity
+from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, median, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, capped, never
+from rlguard_backend.stability.rules import Detector, Facts, Rule, never
 
 UP_ADVICE = [
     "Raise the target or horizon only deliberately.",
@@ -39,15 +39,12 @@ class KlController(Detector):
         self.unsaturated_streak = 0
         self.units_checked = False
         self.ratios = Window(int(self.thresholds["units_points"]))
+        self._target = self.context.kl_target or self.thresholds["default_target"]
         # This step's facts.
         self._beta, self._kl = 0.0, 0.0
         self._needed: int | None = None  # N_sat, once the maximum rate is known
         self._predicted: float | None = None  # beta by the controller law (replay), if checked
         self._units_ratio: float | None = None  # median KL/target, the step it is checked
-
-    @property
-    def target(self) -> float:
-        return self.context.kl_target or self.thresholds["default_target"]
 
     def missing(self, seen: frozenset[str]) -> str | None:
         if self.context.kl_controller == "fixed":
@@ -56,8 +53,8 @@ class KlController(Detector):
             return "no in-reward beta logged (actor/reward_kl_penalty_coeff): disabled"
         notes = []
         if self.context.kl_target is None:
-            notes.append(f"no kl_target in run config; using default {self.target}")
-        if self._max_change() is None or not self._configured_rate():
+            notes.append(f"no kl_target in run config; using default {self._target}")
+        if not self._configured_rate():
             notes.append("no sequences_per_step/kl_horizon: max rate inferred from beta")
         return "; ".join(notes) or None
 
@@ -74,18 +71,14 @@ class KlController(Detector):
         if not self.adaptive_seen:
             return False
         self._beta, self._kl = beta, kl
-        self.ratios.append(kl / self.target)
-        self._observe_saturation(kl / self.target - 1)
+        self.ratios.append(kl / self._target)
+        self._observe_saturation(kl / self._target - 1)
         self._units_ratio = self._units_check(view)
         return True
 
     def _configured_rate(self) -> float | None:
         n, horizon = self.context.sequences_per_step, self.context.kl_horizon
         return self.thresholds["error_clip"] * n / horizon if n and horizon else None
-
-    def _max_change(self) -> float | None:
-        """m: configured, else the largest per-step relative change of beta seen so far."""
-        return self._configured_rate() or (self.largest_step_change or None)
 
     def _replay(self, step: int, beta: float) -> float | None:
         """beta as the controller law predicts it from the previous step, when checkable."""
@@ -101,7 +94,7 @@ class KlController(Detector):
         if rate is None or step != previous_step + 1 or not self.adaptive_seen:
             return None
         clip = self.thresholds["error_clip"]
-        error = max(-1.0, min(1.0, (previous_kl / self.target - 1) / clip))
+        error = max(-1.0, min(1.0, (previous_kl / self._target - 1) / clip))
         return previous_beta * (1 + error * rate)
 
     def _observe_saturation(self, error: float) -> None:
@@ -111,7 +104,8 @@ class KlController(Detector):
         self.saturated_sign = sign
         self.saturated_streak = self.saturated_streak + 1 if sign != 0 else 0
         self.unsaturated_streak = self.unsaturated_streak + 1 if sign == 0 else 0
-        rate = self._max_change()
+        # m: configured, else the largest per-step relative change of beta seen so far.
+        rate = self._configured_rate() or self.largest_step_change
         self._needed = math.ceil(math.log(2) / rate) if rate else None
 
     def _units_check(self, view: StepView) -> float | None:
@@ -133,10 +127,7 @@ class KlController(Detector):
             severity = "critical"
         elif moved >= math.log(th["warn_factor"]):
             severity = "warn"
-        return None if severity is None else capped(severity, self.context.kl_target is None)
-
-    def _unsaturated(self, view: StepView) -> bool:
-        return self._needed is not None and self.unsaturated_streak >= self._needed
+        return capped(severity, self.context.kl_target is None)
 
     def _describe_runaway(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         assert self.beta_start is not None
@@ -148,30 +139,27 @@ class KlController(Detector):
             "beta": rounded(beta),
             "beta_factor": rounded(factor),
             "kl": rounded(kl),
-            "target": self.target,
+            "target": self._target,
             "saturated_steps": saturated,
             "saturation_steps_needed": self._needed,
         }
         if self.context.kl_target is None:
-            facts["degraded"] = f"no kl_target in run config; using default {self.target}"
+            facts["degraded"] = f"no kl_target in run config; using default {self._target}"
         if self._configured_rate() is None:
             facts["assumed"] = "no sequences_per_step/kl_horizon: max rate inferred from beta"
         if self.saturated_sign > 0:
             message = (
                 f"beta has grown ×{factor:.3g} at the controller's maximum rate for {saturated} "
-                f"steps, yet KL ({kl:.3g}) stays > 1.2× target ({self.target:.3g}): the penalty "
+                f"steps, yet KL ({kl:.3g}) stays > 1.2× target ({self._target:.3g}): the penalty "
                 "cannot hold the policy or the target is unattainable."
             )
         else:
             message = (
                 f"beta has shrunk ×{factor:.3g} over {saturated} saturated steps; KL ({kl:.3g}) "
-                f"is below target ({self.target:.3g}): the target is too high for this run (or "
+                f"is below target ({self._target:.3g}): the target is too high for this run (or "
                 "in the wrong units); the KL term is effectively off."
             )
         return message, facts
-
-    def _runaway_advice(self, severity: Severity) -> list[str]:
-        return UP_ADVICE if self.saturated_sign > 0 else DOWN_ADVICE
 
     def _units(self, view: StepView) -> Severity | None:
         ratio, th = self._units_ratio, self.thresholds
@@ -183,11 +171,13 @@ class KlController(Detector):
             f"Median KL/target over the last points is {self._units_ratio:.3g}: target and KL "
             "are likely in different units (per-sequence vs per-token)."
         )
-        return message, {"median_kl_over_target": rounded(self._units_ratio), "target": self.target}
+        return message, {
+            "median_kl_over_target": rounded(self._units_ratio),
+            "target": self._target,
+        }
 
     def _replay_off(self, view: StepView) -> Severity | None:
-        predicted = self._predicted or 0.0
-        off = abs(predicted / self._beta - 1) > self.thresholds["replay_tolerance"]
+        off = abs((self._predicted or 0.0) / self._beta - 1) > self.thresholds["replay_tolerance"]
         return "info" if off else None
 
     def _describe_replay(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
@@ -196,17 +186,17 @@ class KlController(Detector):
             f"Logged beta {beta:.4g} differs from the controller law's {predicted:.4g}: "
             "controller params (n, horizon, target) differ from the assumed config."
         )
-        return message, {"beta": beta, "predicted_beta": predicted, "target": self.target}
+        return message, {"beta": beta, "predicted_beta": predicted, "target": self._target}
 
     rules = (
         Rule(
             "kl_controller",
             signals=("reward_kl_coef", "reward_kl_penalty", "kl_ref_seq"),
             fires=_runaway,
-            clears=_unsaturated,
-            clear_steps=1,  # _unsaturated counts N_sat steps itself
+            clears=lambda d, v: d.unsaturated_streak >= d._needed,
+            clear_steps=1,  # the clear rule counts N_sat steps itself
             describe=_describe_runaway,
-            advice=_runaway_advice,
+            advice=lambda d, severity: UP_ADVICE if d.saturated_sign > 0 else DOWN_ADVICE,
             applies=lambda d, v: d._needed is not None,
         ),
         Rule(

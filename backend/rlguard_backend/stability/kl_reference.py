@@ -1,19 +1,29 @@
-"""D3 (DETECTORS.md §3): runaway KL to the reference; an in-reward KL term too weak to matter."""
+"""D3 and D5 (DETECTORS.md §3): the KL to the reference and the penalty on it.
+
+D3: KL running away from the reference, or an in-reward KL term too weak to matter. D5: a KL
+penalty so strong, or binding, that it holds the policy still while reward stagnates.
+"""
 
 from __future__ import annotations
 
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import Severity
-from rlguard_backend.stability.observations import RewardState, StepView
+from rlguard_backend.stability.events import Severity, capped
+from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
+from rlguard_backend.stability.rules import Detector, Facts, Rule
 
+READS = frozenset({"kl_loss", "reward_kl_penalty", "kl_ref_seq"})  # kl_ref comes from these
 RUNAWAY_ADVICE = [
     "Sweep beta on a log grid while logging KL.",
     "Use an adaptive controller toward a target KL (verl kl_ctrl.type=adaptive).",
     "For verifiable rewards, drop KL and guard with a held-out regression set.",
     "Inspect samples for reward hacking.",
 ]
+
+
+def smoothed_kl(view: StepView) -> float | None:
+    """The smoothed KL to the reference, at a step that logs it."""
+    return None if view.finite("kl_ref") is None else view.smoothed["kl_ref"]
 
 
 def penalty_share(view: StepView, beta: float | None) -> float | None:
@@ -40,7 +50,7 @@ class KlRunaway(Detector):
     """D3: KL to the reference growing without reward, or past absolute limits."""
 
     id = "kl_runaway"
-    reads = frozenset({"kl_loss", "reward_kl_penalty", "kl_ref_seq"})  # kl_ref comes from these
+    reads = READS
 
     def start(self) -> None:
         self.history = Lookback(int(self.thresholds["lookback_steps"]))
@@ -51,15 +61,15 @@ class KlRunaway(Detector):
         self._share: float | None = None
 
     def missing(self, seen: frozenset[str]) -> str | None:
-        if not seen & {"kl_loss", "reward_kl_penalty", "kl_ref_seq"}:
+        if not seen & READS:
             return "no KL to the reference logged (actor/kl_loss, actor/reward_kl_penalty, kl)"
         if "reward_mean" not in seen:
             return "no reward logged: growth rule one level weaker"
         return None
 
     def observe(self, view: StepView) -> bool:
-        kl = view.smoothed["kl_ref"]
-        if view.finite("kl_ref") is None or kl is None:
+        kl = smoothed_kl(view)
+        if kl is None:
             return False
         th = self.thresholds
         self.history.push(view.step, kl)
@@ -84,7 +94,7 @@ class KlRunaway(Detector):
         middle = self.history.ago(step, self.thresholds["lookback_steps"] / 2)
         return before is not None and middle is not None and kl - middle >= middle - before
 
-    def _growth_degraded(self, view: StepView, severity: Severity) -> bool:
+    def _growth_degraded(self, view: StepView, severity: Severity | None) -> bool:
         """The growth rule alone, without a reward trend to judge it by."""
         grown = self.growth_streak >= self.thresholds["persistence"]
         return grown and severity == "warn" and not view.reward.known
@@ -96,11 +106,7 @@ class KlRunaway(Detector):
             severity = "critical"
         elif kl >= th["level_warn"] or self.growth_streak >= th["persistence"]:
             severity = "warn"
-        return None if severity is None else capped(severity, self._growth_degraded(view, severity))
-
-    def _calm(self, view: StepView) -> bool:
-        th = self.thresholds
-        return self._growth < th["clear_growth"] and self._kl < th["level_warn"]
+        return capped(severity, self._growth_degraded(view, severity))
 
     def _describe_runaway(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         facts: Facts = {
@@ -112,9 +118,19 @@ class KlRunaway(Detector):
         }
         if self._growth_degraded(view, "warn") and self._kl < self.thresholds["level_critical"]:
             facts["degraded"] = "no reward logged: growth judged without a reward trend"
-        return _runaway_message(
-            facts, self._kl >= self.thresholds["level_warn"], view.reward
-        ), facts
+        if self._kl >= self.thresholds["level_warn"]:
+            message = (
+                f"KL to the reference is {facts['kl']} nats/token: past the level where the k3 "
+                "estimate is noisy and its gradient far from the reverse-KL one; the policy has "
+                "drifted far from the reference."
+            )
+        else:
+            message = (
+                f"KL to the reference is {facts['kl']} nats/token and still accelerating "
+                f"(×{facts['growth']} in 50 steps) while {view.reward.verdict()}: the policy may "
+                "be drifting for no reward (possible reward hacking or an ineffective penalty)."
+            )
+        return message, facts
 
     def _weak_penalty(self, view: StepView) -> Severity | None:
         share = self._share
@@ -134,7 +150,9 @@ class KlRunaway(Detector):
             "kl_runaway",
             signals=("kl_ref", "reward_mean"),
             fires=_runaway,
-            clears=_calm,
+            clears=lambda d, v: (
+                d._growth < d.thresholds["clear_growth"] and d._kl < d.thresholds["level_warn"]
+            ),
             describe=_describe_runaway,
             advice=RUNAWAY_ADVICE,
         ),
@@ -149,15 +167,110 @@ class KlRunaway(Detector):
     )
 
 
-def _runaway_message(facts: Facts, at_level: bool, reward: RewardState) -> str:
-    if at_level:
-        return (
-            f"KL to the reference is {facts['kl']} nats/token: past the level where the k3 "
-            "estimate is noisy and its gradient far from the reverse-KL one; the policy has "
-            "drifted far from the reference."
+STRONG_ADVICE = [
+    "Sweep beta down on a log grid (per-sequence penalty ≈ beta·KL·length vs reward gaps).",
+    "Use an adaptive controller with a target KL.",
+    "For verifiable rewards, drop the KL term (DAPO §2.3, DeepSWE).",
+    "If KL has plateaued at a nonzero level, reset the reference to the current policy and "
+    "reinitialise the optimizer (ProRL).",
+]
+
+
+class KlPenalty(Detector):
+    """D5: a KL penalty that holds the policy still while reward stagnates."""
+
+    id = "kl_penalty"
+    reads = READS
+
+    def start(self) -> None:
+        self.history = Lookback(int(self.thresholds["binding_lookback_steps"]))
+        self._kl, self._beta = 0.0, 0.0  # this step's smoothed KL and beta
+        self._share: float | None = None  # this step's penalty share (in-reward KL)
+        self._stagnant = False
+
+    def missing(self, seen: frozenset[str]) -> str | None:
+        if not seen & {"kl_coef", "reward_kl_coef"} and self.context.kl_coef is None:
+            return "no KL coefficient logged or in run config (kl_coef): disabled"
+        if "reward_mean" not in seen:
+            return "no reward logged: disabled"
+        return None
+
+    def observe(self, view: StepView) -> bool:
+        kl, beta = smoothed_kl(view), current_beta(view, self.context)
+        if kl is None or not beta or beta <= 0:
+            return False
+        self.history.push(view.step, kl)
+        active = view.steps_since_start >= self.thresholds["min_step"] and view.reward.known
+        self._stagnant = active and view.reward.stagnant
+        self._kl, self._beta, self._share = kl, beta, None
+        if self.context.kl_placement == "reward":
+            self._share = penalty_share(view, beta)
+        return True
+
+    def _strong(self, view: StepView) -> Severity | None:
+        th, rho, share = self.thresholds, view.rho, self._share
+        unmoved = self._kl < th["small_kl"] and (rho is None or rho > th["unmoved_entropy_ratio"])
+        dominant = share is not None and share >= th["strong_share"]
+        if not (self._stagnant and (unmoved or dominant)):
+            return None
+        return capped("warn", rho is None and not dominant)
+
+    def _describe_strong(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
+        kl, beta, rho = self._kl, self._beta, view.rho
+        streak = self.progress["kl_penalty_strong"].streak
+        facts: Facts = {
+            "kl": rounded(kl),
+            "beta": beta,
+            "entropy_ratio": rounded(rho),
+            "penalty_share": rounded(self._share),
+            "stagnant_points": streak,
+            **view.reward.evidence(),
+        }
+        if rho is None:
+            facts["degraded"] = "no entropy logged: 'policy not moving' judged from KL alone"
+        held = f" and entropy is still at {rho:.0%} of its start" if rho is not None else ""
+        message = (
+            f"KL penalty dominates: KL stays at {kl:.3g} nats/token{held}, and reward "
+            f"has not improved for {streak} points (beta={beta:.3g})."
         )
-    return (
-        f"KL to the reference is {facts['kl']} nats/token and still accelerating "
-        f"(×{facts['growth']} in 50 steps) while {reward.verdict()}: the policy may be drifting "
-        "for no reward (possible reward hacking or an ineffective penalty)."
+        return message, facts
+
+    def _binding(self, view: StepView) -> Severity | None:
+        th, kl = self.thresholds, self._kl
+        before = self.history.ago(view.step, th["binding_lookback_steps"])
+        flat = before is not None and before > 0 and abs(kl / before - 1) < th["binding_flatness"]
+        return "info" if self._stagnant and kl >= th["small_kl"] and flat else None
+
+    def _describe_binding(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
+        kl, streak = self._kl, self.progress["kl_binding"].streak
+        before = self.history.ago(view.step, self.thresholds["binding_lookback_steps"])
+        message = (
+            f"KL is binding — consider a reference reset: KL has stayed at {kl:.3g} "
+            f"nats/token while reward has not improved for {streak} points."
+        )
+        return message, {
+            "kl": rounded(kl),
+            "kl_lookback": rounded(before),
+            **view.reward.evidence(),
+        }
+
+    rules = (
+        Rule(
+            "kl_penalty_strong",
+            signals=("kl_ref", "kl_coef", "reward_kl_coef", "reward_mean", "entropy"),
+            fires=_strong,
+            persistence="persistence",
+            clears=lambda d, v: v.reward.improving,
+            describe=_describe_strong,
+            advice=STRONG_ADVICE,
+        ),
+        Rule(
+            "kl_binding",
+            signals=("kl_ref", "kl_coef", "reward_kl_coef", "reward_mean"),
+            fires=_binding,
+            persistence="binding_persistence",
+            clears=lambda d, v: v.reward.improving,
+            describe=_describe_binding,
+            advice=STRONG_ADVICE[3:],
+        ),
     )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rlguard_backend.stability.events import Severity
+from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import SortedWindow, Window, median, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
+from rlguard_backend.stability.rules import Detector, Facts, Rule
 
 SPIKE_ADVICE = [
     "Lower the learning rate.",
@@ -116,10 +116,6 @@ class KlSpike(Detector):
         message = f"Grad norm spiked to {grad:.3g} (×{grad / typical:.3g} its running median)."
         return message, {"grad_norm": rounded(grad), "typical_grad_norm": rounded(typical)}
 
-    def _kl_spike(self, view: StepView) -> Severity | None:
-        spike = self._spike
-        return None if spike is None else capped(spike, self.context.updates_per_batch is None)
-
     def _describe_spike(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         size, typical = self._size or 0.0, self._typical
         facts: Facts = {
@@ -137,10 +133,6 @@ class KlSpike(Detector):
         times = f" (×{facts['times_typical']} the usual)" if typical else ""
         falling = " while the clip fraction fell" if self._clip_falling else ""
         return f"One update moved the policy by KL={size:.3g}{times}{falling}.", facts
-
-    def _mismatch(self, view: StepView) -> Severity | None:
-        off = (self._size or 0.0) > self.thresholds["on_policy_tolerance"]
-        return "warn" if off else None
 
     def _describe_mismatch(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         message = (
@@ -161,7 +153,7 @@ class KlSpike(Detector):
         Rule(
             "kl_spike",
             signals=("ppo_kl", "clipfrac"),
-            fires=_kl_spike,
+            fires=lambda d, v: capped(d._spike, d.context.updates_per_batch is None),
             describe=_describe_spike,
             advice=SPIKE_ADVICE,
             applies=lambda d, v: d._size is not None and not d._on_policy,
@@ -169,7 +161,7 @@ class KlSpike(Detector):
         Rule(
             "logprob_mismatch",
             signals=("ppo_kl",),
-            fires=_mismatch,
+            fires=lambda d, v: "warn" if d._size > d.thresholds["on_policy_tolerance"] else None,
             describe=_describe_mismatch,
             advice=MISMATCH_ADVICE,
             applies=lambda d, v: d._size is not None and d._on_policy,

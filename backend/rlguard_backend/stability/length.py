@@ -6,10 +6,10 @@ canonical signal carries yet.
 
 from __future__ import annotations
 
-from rlguard_backend.stability.events import Severity
+from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, capped
+from rlguard_backend.stability.rules import Detector, Facts, Rule
 
 LENGTH_ADVICE = [
     "Inspect samples for repetition, gibberish or reward hacking.",

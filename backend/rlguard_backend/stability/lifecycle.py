@@ -9,7 +9,6 @@ open; a non-firing one resolves it only when the detector's clear rule holds (hy
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from rlguard_backend.stability.events import SEVERITY_RANK, Action, AlertEvent, Verdict
@@ -43,49 +42,46 @@ class AlertBook:
         return None if alert is None else alert["severity"]
 
     def emits(self, detector: str, key: str, severity: str) -> bool:
-        """Whether a verdict firing at `severity` at step `self.step` makes apply() emit.
+        """Whether a verdict firing at `severity` this step makes apply() emit (and change)."""
+        return self._change(self.open.get(f"{detector}|{key}"), severity) is not None
 
-        When it does not, apply() would change nothing either.
-        """
-        alert = self.open.get(f"{detector}|{key}")
-        return (
-            alert is None
-            or SEVERITY_RANK[severity] > SEVERITY_RANK[alert["severity"]]
-            or self.step - alert["emitted_step"] >= self.update_interval_steps
-        )
-
-    def apply(
-        self, detector: str, verdict: Verdict, step: int, secondary: bool
-    ) -> AlertEvent | None:
-        """The event this verdict causes, if any."""
+    def apply(self, detector: str, verdict: Verdict, secondary: bool) -> AlertEvent | None:
+        """The event this verdict causes at `self.step`, if any."""
         slot = f"{detector}|{verdict.key}"
         alert = self.open.get(slot)
-        if verdict.severity is not None:
+        if verdict.severity is None:  # its clear rule holds
             if alert is None:
-                alert = {"severity": verdict.severity, "first_step": step, "emitted_step": step}
-                self.open[slot] = alert
-                self.open_keys(detector).add(verdict.key)
-                return self._event(detector, verdict, alert, "open", step, secondary)
-            if SEVERITY_RANK[verdict.severity] > SEVERITY_RANK[alert["severity"]]:
-                alert.update(severity=verdict.severity, emitted_step=step)
-                return self._event(detector, verdict, alert, "escalate", step, secondary)
-            if step - alert["emitted_step"] >= self.update_interval_steps:
-                alert["emitted_step"] = step
-                return self._event(detector, verdict, alert, "update", step, secondary)
-            return None
-        if alert is not None and verdict.cleared:
+                return None
             del self.open[slot]
             self.open_keys(detector).discard(verdict.key)
-            return self._event(detector, verdict, alert, "resolve", step, secondary)
+            return self._event(detector, verdict, alert, "resolve", secondary)
+        action = self._change(alert, verdict.severity)
+        if action is None:
+            return None
+        if alert is None:
+            alert = self.open[slot] = {"severity": verdict.severity, "first_step": self.step}
+            self.open_keys(detector).add(verdict.key)
+        elif action == "escalate":
+            alert["severity"] = verdict.severity
+        alert["emitted_step"] = self.step
+        return self._event(detector, verdict, alert, action, secondary)
+
+    def _change(self, alert: dict[str, Any] | None, severity: str) -> Action | None:
+        """What a verdict firing at `severity` does to the open `alert` (None: nothing)."""
+        if alert is None:
+            return "open"
+        if SEVERITY_RANK[severity] > SEVERITY_RANK[alert["severity"]]:
+            return "escalate"
+        if self.step - alert["emitted_step"] >= self.update_interval_steps:
+            return "update"
         return None
 
-    @staticmethod
     def _event(
+        self,
         detector: str,
         verdict: Verdict,
         alert: dict[str, Any],
         action: Action,
-        step: int,
         secondary: bool,
     ) -> AlertEvent:
         return AlertEvent(
@@ -94,28 +90,9 @@ class AlertBook:
             action=action,
             severity=alert["severity"],
             first_step=alert["first_step"],
-            last_step=step,
-            message=verdict.message or f"Resolved at step {step}: {verdict.key} cleared.",
+            last_step=self.step,
+            message=verdict.message or f"Resolved at step {self.step}: {verdict.key} cleared.",
             evidence=json_safe(verdict.evidence or {}),
             advice=list(verdict.advice or ()),
             secondary=secondary,
         )
-
-
-def latest_updates(events: Iterable[AlertEvent]) -> list[AlertEvent]:
-    """The events without the "update"s that a later update or escalation of the same alert
-    among them overwrites (every field of the stored alert): stored, both lists end the same.
-    """
-    later: set[tuple[str, str]] = set()  # alerts whose every field a later event rewrites
-    kept: list[AlertEvent] = []
-    for event in reversed(list(events)):
-        slot = (event.detector, event.key)
-        if event.action == "update" and slot in later:
-            continue
-        kept.append(event)
-        if event.action in ("update", "escalate"):
-            later.add(slot)
-        else:
-            later.discard(slot)
-    kept.reverse()
-    return kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from rlguard_backend.stability.events import Severity
@@ -30,37 +31,26 @@ ADVICE_NONFINITE = [
 ]
 
 
-_WARN_MESSAGES = {
-    "pinned_at_clamp": "Values pinned at an internal clamp at step {step} ({facts}): the k3 "
-    "per-token clamp is 10 and the log-ratio clamp 20, so the true values are larger.",
-    "negative_kl": "Sequence KL to the reference is below -1 at step {step} ({facts}); old "
-    "TRL warned this 'might be a precursor for failed training'.",
-    "truncated_at_floor": "Almost every response is truncated while reward sits at its floor "
-    "at step {step} ({facts}): a degenerate batch, often right before NaNs (Agent-R1#30).",
-}
-_WARN_ADVICE = {
-    "pinned_at_clamp": ["Lower the learning rate; check rollout/trainer log-prob agreement."],
-    "negative_kl": ["Check generation settings (sampling must match the trainer's policy)."],
-    "truncated_at_floor": [
-        "Inspect samples for repetition or gibberish.",
-        "Prepare to roll back; check for NaNs in the following steps.",
-    ],
-}
+def _warning(
+    key: str,
+    signals: tuple[str, ...],
+    found: Callable[[NonFinite, StepView], Facts | None],
+    message: str,
+    advice: list[str],
+) -> Rule:
+    """A WARN rule that fires on the step's facts `found` finds; `message` is formatted with
+    the step and them."""
 
+    def describe(detector: NonFinite, view: StepView, severity: Severity) -> tuple[str, Facts]:
+        evidence = {name: rounded(value) for name, value in (found(detector, view) or {}).items()}
+        return message.format(step=view.step, facts=evidence), evidence
 
-def _describe_warning(key: str, facts: Facts, step: int) -> tuple[str, Facts]:
-    evidence = {name: rounded(value) for name, value in facts.items()}
-    return _WARN_MESSAGES[key].format(step=step, facts=evidence), evidence
-
-
-def _warning(key: str, signals: tuple[str, ...]) -> Rule:
-    """A WARN rule that fires on the step's facts for `key` (NonFinite.observe finds them)."""
     return Rule(
         key,
         signals=signals,
-        fires=lambda detector, view: "warn" if detector._facts[key] else None,
-        describe=lambda detector, view, _: _describe_warning(key, detector._facts[key], view.step),
-        advice=_WARN_ADVICE[key],
+        fires=lambda detector, view: "warn" if found(detector, view) else None,
+        describe=describe,
+        advice=advice,
     )
 
 
@@ -72,16 +62,11 @@ class NonFinite(Detector):
 
     def start(self) -> None:
         self.bad_grad_steps: list[int] = []
-        self._facts: dict[str, Facts | None] = {}  # alert key -> this step's facts, if any
+        self._bad: dict[str, float | str] = {}  # this step's non-finite fields
 
     def observe(self, view: StepView) -> bool:
         scan = not view.all_finite or self.bad_grad_steps
-        self._facts = {
-            "nonfinite": self._nonfinite_fields(view) if scan else None,
-            "pinned_at_clamp": self._pinned(view),
-            "negative_kl": self._negative_sequence_kl(view),
-            "truncated_at_floor": self._truncated_at_floor(view),
-        }
+        self._bad = self._nonfinite_fields(view) if scan else {}
         return True
 
     def missing(self, seen: frozenset[str]) -> str | None:
@@ -132,7 +117,7 @@ class NonFinite(Detector):
         return {"truncated_fraction": truncated, "reward": reward, "reward_floor": floor}
 
     def _nonfinite_severity(self, view: StepView) -> Severity | None:
-        bad = self._facts["nonfinite"]
+        bad = self._bad
         if not bad:
             return None
         grad_only = list(bad) == [view.sources.get("grad_norm")]
@@ -140,7 +125,7 @@ class NonFinite(Detector):
         return "warn" if grad_only and not repeated else "critical"
 
     def _describe_nonfinite(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
-        bad = self._facts["nonfinite"] or {}
+        bad = self._bad
         evidence = {"fields": bad, "non_finite_grad_steps": list(self.bad_grad_steps)}
         return _nonfinite_message(view.step, bad, severity), evidence
 
@@ -152,9 +137,33 @@ class NonFinite(Detector):
             describe=_describe_nonfinite,
             advice=ADVICE_NONFINITE,
         ),
-        _warning("pinned_at_clamp", ("kl_loss", "ppo_kl")),
-        _warning("negative_kl", ("kl_ref_seq",)),
-        _warning("truncated_at_floor", ("response_clip_ratio", "reward_mean")),
+        _warning(
+            "pinned_at_clamp",
+            ("kl_loss", "ppo_kl"),
+            _pinned,
+            "Values pinned at an internal clamp at step {step} ({facts}): the k3 per-token clamp "
+            "is 10 and the log-ratio clamp 20, so the true values are larger.",
+            ["Lower the learning rate; check rollout/trainer log-prob agreement."],
+        ),
+        _warning(
+            "negative_kl",
+            ("kl_ref_seq",),
+            _negative_sequence_kl,
+            "Sequence KL to the reference is below -1 at step {step} ({facts}); old TRL warned "
+            "this 'might be a precursor for failed training'.",
+            ["Check generation settings (sampling must match the trainer's policy)."],
+        ),
+        _warning(
+            "truncated_at_floor",
+            ("response_clip_ratio", "reward_mean"),
+            _truncated_at_floor,
+            "Almost every response is truncated while reward sits at its floor at step {step} "
+            "({facts}): a degenerate batch, often right before NaNs (Agent-R1#30).",
+            [
+                "Inspect samples for repetition or gibberish.",
+                "Prepare to roll back; check for NaNs in the following steps.",
+            ],
+        ),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlguard_backend.stability.context import RunContext
@@ -14,7 +15,6 @@ from rlguard_backend.stability.primitives import (
     fit_line,
     is_finite,
     json_safe,
-    linear_trend,
     rounded,
 )
 from rlguard_backend.stability.thresholds import Thresholds
@@ -37,49 +37,51 @@ REWARD_WINDOW_POINTS = 50
 
 
 class RewardState:
-    """Reward trend verdicts shared by D2, D3, D5, D8 (DETECTORS.md §2).
+    """Reward trend verdicts shared by D2, D3, D5, D8 (DETECTORS.md §2) at one reward point.
 
-    Built once per reward point over the reward window's lists, which it reads but never
-    changes; it is replaced before the window changes again. The trend (slope, t-statistic)
-    is fitted when first asked for unless it was fitted already for ``improving``.
+    It reads the reward window's lists, never changes them, and is replaced before they change
+    again. Improving: the line through the last reward_trend_points points rises by more than
+    improving_rise x the range, with t > improving_t_stat. Stagnant: not improving, and the
+    smoothed reward gained less than stagnant_gain x the range since its start.
     """
 
     def __init__(
         self,
-        known: bool,
-        improving: bool = False,
-        stagnant: bool = False,
-        gain: float | None = None,  # R̄ - R0
+        common: Thresholds,
+        rewards: Series | None = None,  # None: no reward logged yet
         bounds: tuple[float, float, str | None] = (0.0, 1.0, None),  # note: not configured
-        window: Series | None = None,
-        points: int = 0,  # the trend's points, the last of the window
-        trend: Trend | None = None,  # the trend, when fitted already
-        improving_limits: tuple[float, float] = (2.0, 0.0),  # t-statistic, fitted rise
+        gain: float | None = None,  # R̄ - R0
     ) -> None:
-        self.known, self.improving, self.stagnant, self.gain = known, improving, stagnant, gain
+        self.known, self.gain = rewards is not None, gain
         self.r_min, self.r_max, self.note = bounds
-        self._steps = [] if window is None else window.steps
-        self._values = [] if window is None else window.values
-        self._points = points
-        self._trend, self._trend_known = trend, trend is not None
+        self._steps = [] if rewards is None else rewards.steps
+        self._values = [] if rewards is None else rewards.values
+        self._t_stat, self._rise = common["improving_t_stat"], common["improving_rise"] * self.range
+        points = int(common["reward_trend_points"])
+        line = self._line = fit_line(self._steps[-points:], self._values[-points:])
+        # The t-statistic (another pass) only once the rise test passes.
+        rises = line is not None and line.fitted_rise > self._rise
+        self._trend = line.trend() if line is not None and rises else None
         self._long_trend: Trend | None = None
         self._long_known = False
-        self._t_stat, self._rise = improving_limits
+        self.improving = self._trend is not None and self._trend.t_stat > self._t_stat
+        self.stagnant = (
+            not self.improving and gain is not None and gain < common["stagnant_gain"] * self.range
+        )
 
     @property
     def trend(self) -> Trend | None:
         """Trend over the last reward_trend_points points."""
-        if not self._trend_known:
-            points = self._points
-            self._trend = linear_trend(self._steps[-points:], self._values[-points:])
-            self._trend_known = True
+        if self._trend is None and self._line is not None:
+            self._trend = self._line.trend()
         return self._trend
 
     @property
     def long_trend(self) -> Trend | None:
         """Trend over the whole reward window (E3: last 50 points); computed only when asked."""
         if not self._long_known:
-            self._long_trend, self._long_known = linear_trend(self._steps, self._values), True
+            line, self._long_known = fit_line(self._steps, self._values), True
+            self._long_trend = None if line is None else line.trend()
         return self._long_trend
 
     @property
@@ -123,14 +125,14 @@ class RewardState:
         return facts
 
 
-_NO_REWARD = RewardState(known=False)
 _NO_VALUES: dict[str, float] = {}
 
 
-def _always(detector: str, key: str, severity: Severity) -> bool:
-    return True
+def _per_signal() -> dict[str, float | None]:
+    return dict.fromkeys(SMOOTHED_SIGNALS)
 
 
+@dataclass(slots=True)
 class StepView:
     """Read-only facts about one step, computed once and shared by all detectors.
 
@@ -139,46 +141,25 @@ class StepView:
     suite is refilled every step (detectors must not keep it past their evaluate()).
     """
 
-    __slots__ = (
-        "all_finite",
-        "baselines",
-        "emits",
-        "finite",
-        "kl_source",
-        "kl_spike_jump",
-        "length_ratio",
-        "reward",
-        "rho",
-        "smoothed",
-        "sources",
-        "step",
-        "steps_since_start",
-        "values",
-        "warm",
-        "warmup_steps",
-    )
-
-    def __init__(self, warmup_steps: float) -> None:
-        self.warmup_steps = warmup_steps
-        # canonical signal -> EMA (None before its first point), and its start value
-        self.smoothed: dict[str, float | None] = dict.fromkeys(SMOOTHED_SIGNALS)
-        self.baselines: dict[str, float | None] = dict.fromkeys(SMOOTHED_SIGNALS)
-        self.step = 0
-        self.steps_since_start = 0
-        self.warm = False  # past warmup W: only D1 and hard limits may fire before
-        self.values: dict[str, float] = {}  # canonical signal -> raw value (finite or not)
-        self.finite: Callable[[str], float | None] = _NO_VALUES.get
-        self.all_finite = True
-        self.sources: dict[str, str] = {}  # canonical signal -> raw key
-        self.kl_source = ""
-        self.reward = _NO_REWARD
-        self.rho: float | None = None  # smoothed entropy over its start
-        self.length_ratio: float | None = None  # smoothed response length over its start
-        # D4 saw a critical per-update KL jump this step (D6 escalates on it).
-        self.kl_spike_jump = False
-        # emits(detector, key, severity): whether a firing rule makes an event this step.
-        # When it does not, the rule would change nothing: no message or evidence is built.
-        self.emits: Callable[[str, str, Severity], bool] = _always
+    warmup_steps: float
+    reward: RewardState
+    # emits(detector, key, severity): whether a firing rule makes an event this step.
+    # When it does not, the rule would change nothing: no message or evidence is built.
+    emits: Callable[[str, str, Severity], bool]
+    # canonical signal -> EMA (None before its first point), and its start value
+    smoothed: dict[str, float | None] = field(default_factory=_per_signal)
+    baselines: dict[str, float | None] = field(default_factory=_per_signal)
+    step: int = 0
+    steps_since_start: int = 0
+    warm: bool = False  # past warmup W: only D1 and hard limits may fire before
+    values: dict[str, float] = field(default_factory=dict)  # canonical signal -> raw value
+    finite: Callable[[str], float | None] = _NO_VALUES.get
+    all_finite: bool = True
+    sources: dict[str, str] = field(default_factory=dict)  # canonical signal -> raw key
+    kl_source: str = ""
+    rho: float | None = None  # smoothed entropy over its start
+    length_ratio: float | None = None  # smoothed response length over its start
+    kl_spike_jump: bool = False  # D4 saw a critical per-update KL jump this step (D6 reads it)
 
 
 class Observations:
@@ -187,7 +168,9 @@ class Observations:
     EMA with a half-life in steps: alpha = 1 - 2^(-min(1, gap/half_life)) per logged point.
     """
 
-    def __init__(self, context: RunContext, common: Thresholds) -> None:
+    def __init__(
+        self, context: RunContext, common: Thresholds, emits: Callable[[str, str, Severity], bool]
+    ) -> None:
         self.first_step: int | None = None
         self.baselines = {name: Baseline() for name in SMOOTHED_SIGNALS}
         self.rewards = Series(REWARD_WINDOW_POINTS)
@@ -208,9 +191,10 @@ class Observations:
         self._bounds = (
             (low, high, None) if low is not None and high is not None and high > low else None
         )
-        self._trend_points = int(common["reward_trend_points"])
+        self._no_reward = RewardState(common)
         planned = context.planned_steps or 0.0
-        self.view = StepView(max(common["warmup_steps"], common["warmup_fraction"] * planned))
+        warmup = max(common["warmup_steps"], common["warmup_fraction"] * planned)
+        self.view = StepView(warmup, self._no_reward, emits)
 
     def dump(self) -> dict[str, Any]:
         """The state, JSON-safe (an EMA of finite points can still overflow)."""
@@ -238,23 +222,18 @@ class Observations:
         self.reward_low, self.reward_high = state["reward_low"], state["reward_high"]
         view.reward = self._reward_state()
 
-    def observe(
-        self, step: int, values: dict[str, float], sources: dict[str, str], finite: dict[str, float]
-    ) -> StepView:
-        """Fold one step's values in and return the shared view of it.
-
-        ``finite`` holds the finite entries of ``values`` (it may be ``values`` itself). Both
-        dicts are taken over: the derived "kl_ref" is added to them.
-        """
+    def observe(self, step: int, values: dict[str, float], sources: dict[str, str]) -> StepView:
+        """Fold one step's canonical values in (taken over: the derived "kl_ref" is added) and
+        return the shared view of it."""
         if self.first_step is None:
             self.first_step = step
         kl_ref, kl_source = self._reference_kl(values)
         if kl_ref is not None:
             values["kl_ref"] = kl_ref
-            if kl_ref - kl_ref == 0.0:
-                finite["kl_ref"] = kl_ref
-            elif finite is values:
-                finite = {k: v for k, v in values.items() if k != "kl_ref"}
+        finite = values
+        total = sum(values.values())  # finite only if every value is (or in a rare overflow)
+        if total - total != 0.0:
+            finite = {name: value for name, value in values.items() if value - value == 0.0}
         view = self.view
         self._smooth(step, finite)
         reward = finite.get("reward_mean")
@@ -322,34 +301,14 @@ class Observations:
             return seen_low, seen_high, note
         return 0.0, 1.0, "assumed [0, 1]"
 
-    def _improving_trend(self, limit: float) -> Trend | None:
-        """The reward trend when it shows improvement (a fitted rise above `limit` and a
-        t-statistic above improving_t_stat), else None."""
-        points, rewards = self._trend_points, self.rewards
-        line = fit_line(rewards.steps[-points:], rewards.values[-points:])
-        if line is None or line.fitted_rise <= limit:
-            return None
-        trend = line.trend()  # the t-statistic only once the rise test passes
-        return trend if trend.t_stat > self._common["improving_t_stat"] else None
-
     def _reward_state(self) -> RewardState:
         """Depends only on the reward window, bounds and the reward EMA and baseline: all three
         change only when a finite reward arrives, so it is rebuilt only then."""
         if not self.rewards:
-            return _NO_REWARD
-        bounds = self._reward_bounds()
-        span = bounds[1] - bounds[0]
-        trend = self._improving_trend(self._common["improving_rise"] * span)
-        improving = trend is not None
+            return self._no_reward
         smoothed, start = self.view.smoothed["reward_mean"], self.view.baselines["reward_mean"]
         gain = None if smoothed is None or start is None else smoothed - start
-        stagnant = (
-            not improving and gain is not None and gain < self._common["stagnant_gain"] * span
-        )
-        limits = (self._common["improving_t_stat"], self._common["improving_rise"] * span)
-        return RewardState(
-            True, improving, stagnant, gain, bounds, self.rewards, self._trend_points, trend, limits
-        )
+        return RewardState(self._common, self.rewards, self._reward_bounds(), gain)
 
 
 def _alpha(half_life_steps: float, gap: int) -> float:

@@ -9,6 +9,8 @@ importance weights' effective sample size, when logged, say the same from other 
 
 from __future__ import annotations
 
+import math
+
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import rounded
@@ -40,60 +42,57 @@ class RolloutMismatch(Detector):
         return None
 
     def _gap(self, view: StepView) -> Severity | None:
-        th = self.thresholds
-        kl, start = view.smoothed["rollout_kl"], view.baselines["rollout_kl"]
-        diff = view.smoothed["rollout_logprob_diff"]
-        corr = view.finite("rollout_probs_corr")
-        grown = None if kl is None or not start else kl / start
+        th, (kl, diff, corr, growth) = self.thresholds, self._measures(view)
         if (
-            (kl is not None and kl >= th["kl_level_critical"])
-            or (diff is not None and diff >= th["logprob_diff_critical"])
-            or (corr is not None and corr < th["corr_critical"])
-            or (
-                grown is not None
-                and grown >= th["kl_growth_critical"]
-                and kl is not None
-                and kl >= th["kl_floor_critical"]
-            )
+            kl >= th["kl_level_critical"]
+            or diff >= th["logprob_diff_critical"]
+            or corr < th["corr_critical"]
+            or (growth >= th["kl_growth_critical"] and kl >= th["kl_floor_critical"])
         ):
             return "critical"
-        if not view.warm:
-            return None
-        if (
-            (kl is not None and kl >= th["kl_level_warn"])
-            or (diff is not None and diff >= th["logprob_diff_warn"])
-            or (
-                grown is not None
-                and grown >= th["kl_growth"]
-                and kl is not None
-                and kl >= th["kl_floor"]
-            )
-        ):
-            return "warn"
-        return None
+        warn = (
+            kl >= th["kl_level_warn"]
+            or diff >= th["logprob_diff_warn"]
+            or (growth >= th["kl_growth"] and kl >= th["kl_floor"])
+        )
+        return "warn" if view.warm and warn else None
+
+    @staticmethod
+    def _measures(view: StepView) -> tuple[float, float, float, float]:
+        """KL, log-prob gap, correlation and KL over its start; those not logged never fire."""
+        kl, start = view.smoothed["rollout_kl"], view.baselines["rollout_kl"]
+        diff, corr = view.smoothed["rollout_logprob_diff"], view.finite("rollout_probs_corr")
+        return (
+            -math.inf if kl is None else kl,
+            -math.inf if diff is None else diff,
+            math.inf if corr is None else corr,
+            -math.inf if kl is None or not start else kl / start,
+        )
 
     def _describe_gap(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         kl, start = view.smoothed["rollout_kl"], view.baselines["rollout_kl"]
-        facts: Facts = {
-            "rollout_kl": rounded(kl, 6),
-            "rollout_kl_start": rounded(start, 6),
-            "growth": None if kl is None or not start else round(kl / start, 1),
-            "logprob_abs_diff": rounded(view.smoothed["rollout_logprob_diff"]),
-            "probs_pearson_corr": rounded(view.finite("rollout_probs_corr")),
-        }
+        diff, corr = view.smoothed["rollout_logprob_diff"], view.finite("rollout_probs_corr")
+        growth = None if kl is None or not start else round(kl / start, 1)
         parts = []
         if kl is not None:
             parts.append(f"KL of the engine's vs the trainer's log-probs is {kl:.3g} nats/token")
-            if facts["growth"] is not None:
-                parts[-1] += f", {facts['growth']}x its start ({start:.3g})"
-        if facts["logprob_abs_diff"] is not None:
-            parts.append(f"their log-probs differ by {facts['logprob_abs_diff']:.3g} per token")
-        if facts["probs_pearson_corr"] is not None:
-            parts.append(f"their probabilities correlate at {facts['probs_pearson_corr']:.3f}")
+            if growth is not None:
+                parts[-1] += f", {growth}x its start ({start:.3g})"
+        if diff is not None:
+            parts.append(f"their log-probs differ by {rounded(diff):.3g} per token")
+        if corr is not None:
+            parts.append(f"their probabilities correlate at {rounded(corr):.3f}")
         message = (
             "; ".join(parts) + ": the rollouts are more off-policy than the update assumes, "
             "so the importance ratios are wrong."
         )
+        facts = {
+            "rollout_kl": rounded(kl, 6),
+            "rollout_kl_start": rounded(start, 6),
+            "growth": growth,
+            "logprob_abs_diff": rounded(diff),
+            "probs_pearson_corr": rounded(corr),
+        }
         return message, {k: v for k, v in facts.items() if v is not None}
 
     def _ess(self, view: StepView) -> Severity | None:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import CLEARED, Severity, Verdict, weaker
+from rlguard_backend.stability.events import Severity, Verdict
 from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import Persistent, Window, json_safe
+from rlguard_backend.stability.primitives import json_safe
 from rlguard_backend.stability.thresholds import Thresholds
 
 Facts = dict[str, Any]
@@ -59,7 +59,6 @@ class RuleProgress:
 
 
 _CONFIG_ATTRIBUTES = frozenset({"context", "thresholds", "open_keys", "progress"})
-_STATEFUL = (Persistent, Window)
 
 
 class Detector:
@@ -99,10 +98,6 @@ class Detector:
             for rule in self.rules
         ]
 
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(rule.key for rule in self.rules)
-
     def start(self) -> None:
         """Set the state before the first step (its thresholds and context are set)."""
 
@@ -112,7 +107,7 @@ class Detector:
 
     def evaluate(self, view: StepView) -> list[Verdict]:
         """What the rules say at this step: a Verdict where one fires (and would emit), and
-        ``CLEARED[key]`` where one's clear rule resolves its open alert."""
+        a cleared one where its clear rule resolves its open alert."""
         if not self.observe(view):
             return []
         said = []
@@ -130,7 +125,7 @@ class Detector:
             elif progress.calm >= clear_steps:
                 progress.active = False
                 if rule.key in self.open_keys:
-                    said.append(CLEARED[rule.key])
+                    said.append(Verdict(rule.key))
         return said
 
     def missing(self, seen: frozenset[str]) -> str | None:
@@ -167,7 +162,7 @@ def _dump(value: Any) -> Any:
     """A state attribute as JSON takes it: a copy, with non-finite floats as strings."""
     if type(value) is int or value is None:
         return value
-    if isinstance(value, _STATEFUL):
+    if hasattr(value, "dump"):  # a primitive
         return value.dump()
     if isinstance(value, dict):
         return {key: _dump(item) for key, item in value.items()}
@@ -178,12 +173,7 @@ def _dump(value: Any) -> Any:
 
 def _load(current: Any, state: Any) -> Any:
     """Load `state` into the primitive `current`; plain values are replaced."""
-    if isinstance(current, _STATEFUL):
+    if hasattr(current, "load"):  # a primitive
         current.load(state)
         return current
     return copy.deepcopy(state)
-
-
-def capped(severity: Severity, degraded: bool) -> Severity:
-    """The severity to report: one level weaker when the rule runs on assumed context."""
-    return weaker(severity) if degraded else severity

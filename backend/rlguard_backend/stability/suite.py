@@ -2,28 +2,28 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import Any
 
-from rlguard_backend.signals import ALIAS_PRIORITY, canonical_signal
+from rlguard_backend.signals import keys_by_signal
 from rlguard_backend.stability.clipfrac import ClipFraction
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.entropy import EntropyCollapse
 from rlguard_backend.stability.entropy_cov import EntropyCovLeading
 from rlguard_backend.stability.events import AlertEvent
 from rlguard_backend.stability.kl_controller import KlController
-from rlguard_backend.stability.kl_penalty import KlPenalty
-from rlguard_backend.stability.kl_reference import KlRunaway
+from rlguard_backend.stability.kl_reference import KlPenalty, KlRunaway
 from rlguard_backend.stability.kl_spike import KlSpike
 from rlguard_backend.stability.learning_signal import LearningSignal
 from rlguard_backend.stability.length import LengthHacking
 from rlguard_backend.stability.lifecycle import AlertBook
 from rlguard_backend.stability.nonfinite import NonFinite
 from rlguard_backend.stability.observations import Observations
+from rlguard_backend.stability.primitives import restore_non_finite
 from rlguard_backend.stability.rollout_mismatch import RolloutMismatch
 from rlguard_backend.stability.rules import Detector, Rule
+from rlguard_backend.stability.sample_quality import SampleQuality
 from rlguard_backend.stability.thresholds import resolve_thresholds
 
 # D1 runs first so that everything it marks as corrupted is known before the others speak.
@@ -39,13 +39,14 @@ DETECTOR_TYPES: tuple[type[Detector], ...] = (
     KlController,
     LengthHacking,
     RolloutMismatch,
+    SampleQuality,
 )
 # Every rule by its alert key: the one place each is defined.
 RULES: dict[str, Rule] = {rule.key: rule for kind in DETECTOR_TYPES for rule in kind.rules}
-# 4: one RuleProgress per rule; 5: no_learning_signal a detector of its own; 6: D9's signals
-STATE_VERSION = 6
+# 4: one RuleProgress per rule; 5: no_learning_signal a detector of its own; 6: D9's signals;
+# 7: sample_quality
+STATE_VERSION = 7
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
-_NON_FINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _FLOATS_ONLY = {float}
 
 
@@ -66,9 +67,8 @@ class DetectorSuite:
     ) -> None:
         self._context = RunContext.from_config(run_config)
         resolved = resolve_thresholds(thresholds, self._context.thresholds)
-        self._observations = Observations(self._context, resolved["common"])
         self._alerts = AlertBook(resolved["common"]["update_interval_steps"])
-        self._observations.view.emits = self._alerts.emits
+        self._observations = Observations(self._context, resolved["common"], self._alerts.emits)
         self._detectors = [
             kind(self._context, resolved[kind.id], self._alerts.open_keys(kind.id))
             for kind in DETECTOR_TYPES
@@ -77,7 +77,7 @@ class DetectorSuite:
         self._seen: set[str] = set()
         self._plans: dict[tuple[str, ...], _Plan] = {}
         if state:
-            self._load(_restore_non_finite(state))
+            self._load(restore_non_finite(state))
 
     @property
     def last_step(self) -> int | None:
@@ -91,11 +91,7 @@ class DetectorSuite:
         plan = self._plan_of(tuple(values))
         canonical, sources = plan.canonical(values)
         self._seen.update(canonical)
-        total = sum(canonical.values())  # finite only if every value is (or in a rare overflow)
-        finite = canonical
-        if total - total != 0.0:
-            finite = {name: value for name, value in canonical.items() if value - value == 0.0}
-        view = self._observations.observe(step, canonical, sources, finite)
+        view = self._observations.observe(step, canonical, sources)
         alerts = self._alerts
         alerts.step = step
         events: list[AlertEvent] = []
@@ -104,7 +100,7 @@ class DetectorSuite:
         for detector in plan.detectors:
             for verdict in detector.evaluate(view):
                 primary = (detector.id, verdict.key) == NonFinite.PRIMARY
-                event = alerts.apply(detector.id, verdict, step, not primary and self._after_nan())
+                event = alerts.apply(detector.id, verdict, not primary and self._after_nan())
                 if event is not None:
                     events.append(event)
         return events
@@ -176,20 +172,15 @@ class _Plan:
         aliases: Mapping[str, str | None] | None,
         detectors: list[Detector],
     ) -> None:
-        candidates: dict[str, list[tuple[int, str]]] = {}
-        for key in keys:
-            name = canonical_signal(key, aliases)
-            if name is not None:
-                candidates.setdefault(name, []).append((_rank(key, aliases), key))
         # Each canonical signal with its raw keys, best first (user aliases, then table order).
-        self.signals = tuple(
-            (name, tuple(key for _, key in sorted(found))) for name, found in candidates.items()
-        )
+        self.signals = tuple(keys_by_signal(keys, aliases).items())
         self.read = tuple(key for _, found in self.signals for key in found)
-        # A detector none of whose signals these keys carry has nothing to do on their steps.
-        self.detectors = [d for d in detectors if d.reads is None or d.reads & candidates.keys()]
-        # The usual step logs one key per signal, each a float: read in one C-level call.
         self._names = tuple(name for name, _ in self.signals)
+        # A detector none of whose signals these keys carry has nothing to do on their steps.
+        self.detectors = [
+            d for d in detectors if d.reads is None or d.reads.intersection(self._names)
+        ]
+        # The usual step logs one key per signal, each a float: read in one C-level call.
         self._sources = {name: found[0] for name, found in self.signals}  # shared, never changed
         self._take: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
         if len(self.read) == len(self.signals) > 1:
@@ -214,19 +205,3 @@ class _Plan:
                 canonical[name], sources[name] = value, key
                 break
         return canonical, sources
-
-
-def _rank(key: str, aliases: Mapping[str, str | None] | None) -> int:
-    """User aliases beat the table; within the table, the order of METRICS.md keys."""
-    return -1 if aliases and key in aliases else ALIAS_PRIORITY.get(key, len(ALIAS_PRIORITY))
-
-
-def _restore_non_finite(value: Any) -> Any:
-    """Inverse of json_safe for the strings it writes."""
-    if isinstance(value, str):
-        return _NON_FINITE_STRINGS.get(value, value)
-    if isinstance(value, Mapping):
-        return {key: _restore_non_finite(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_restore_non_finite(item) for item in value]
-    return value

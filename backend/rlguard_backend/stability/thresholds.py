@@ -154,6 +154,20 @@ DEFAULTS: dict[str, Thresholds] = {
         "units_high": 5,
         "units_low": 0.2,
     },
+    "sample_quality": {  # docs/detectors-samples.md
+        "half_life": 5,
+        "rise": 0.1,  # above the run's own start (median of its first 5 points)
+        "degenerate_warn": 0.2,
+        "degenerate_critical": 0.5,
+        "repetition_warn": 0.2,  # seq-rep-4: human text ~0.006, looping greedy text ~0.44
+        "repetition_loops": 0.4,
+        "entropy_rise": 1.5,  # below E4's blow-up limit (x2): the text says it first
+        "length_rise": 1.5,  # below D8's blow-up factor (x2)
+        "truncation": 0.1,
+        "truncation_critical": 0.5,
+        "persistence": 3,
+        "clear_steps": 10,
+    },
     "length": {
         "blowup_factor": 2.0,
         "truncation": 0.1,

@@ -2,15 +2,16 @@
 
 ``/runs/<id>/samples?step=N`` shows one step (a slider over the steps that hold samples, live:
 following the newest); ``?from=A&to=B`` a step range (an alert's "show samples"), worst reward
-first; ``&compare=M`` puts another step's samples beside them.
+first; ``&compare=M`` puts another step's samples beside them, ``&compare_run=R`` another run's
+(at step M, or at the step shown); both can be typed in on the page too.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs
 
-from dash import ALL, Dash, Input, Output, State, ctx, dcc, html
+from dash import Dash, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import SamplePublic
@@ -28,12 +29,7 @@ def layout(run_id: str, query: str) -> html.Div:
     """The page for ``run_id``; ``query`` is the location's (step, from, to, sort, compare)."""
     wanted = {k: v[0] for k, v in parse_qs(query).items()}
     ranged = "from" in wanted
-    state = {
-        "run_id": run_id,
-        "from": _int(wanted.get("from")),
-        "to": _int(wanted.get("to")),
-        "compare": _int(wanted.get("compare")),
-    }
+    state = {"run_id": run_id, "from": _int(wanted.get("from")), "to": _int(wanted.get("to"))}
     controls = html.Div(
         [
             html.Label("step"),
@@ -70,6 +66,22 @@ def layout(run_id: str, query: str) -> html.Div:
                 value="kl",
                 inline=True,
             ),
+            html.Label("compare with run"),
+            dcc.Input(
+                id=ids.SAMPLES_COMPARE_RUN,
+                placeholder=f"{run_id} (this run)",
+                value=wanted.get("compare_run", ""),
+                debounce=True,
+            ),
+            html.Label("at step"),
+            dcc.Input(
+                id=ids.SAMPLES_COMPARE_STEP,
+                type="number",
+                min=0,
+                placeholder="the step shown",
+                value=_int(wanted.get("compare")),
+                debounce=True,
+            ),
         ],
         className="samples-controls",
     )
@@ -82,7 +94,10 @@ def layout(run_id: str, query: str) -> html.Div:
             html.P(id=ids.SAMPLES_CAPTION, className="hint"),
             html.Div(id=ids.SAMPLES_ERROR, className="error"),
             html.Div(
-                [html.Div(id=ids.SAMPLES_TABLE), html.Div(id=ids.SAMPLES_DETAIL)],
+                [
+                    html.Div(sample_views.table([], ids.SAMPLES_GRID), id=ids.SAMPLES_TABLE),
+                    html.Div(id=ids.SAMPLES_DETAIL),
+                ],
                 className="samples-body",
             ),
             html.Div(id=ids.SAMPLES_COMPARE),
@@ -118,7 +133,10 @@ def fetch(
         caption = f"step {step}"
     else:
         return [], "No samples yet: log them with run.log_samples(...)."
-    found = client.list_samples(run_id, from_step=lo, to_step=hi, sort=sort, order=order)
+    # the table needs no per-token arrays: the selected sample's come on their own (with_tokens)
+    found = client.list_samples(
+        run_id, from_step=lo, to_step=hi, sort=sort, order=order, tokens=False
+    )
     shown = (
         f"{len(found.data)} of {found.count}" if found.count > len(found.data) else str(found.count)
     )
@@ -152,48 +170,107 @@ def register(app: Dash, client: ApiClient) -> None:
         Input(ids.SAMPLES_STEP, "value"),
         Input(ids.SAMPLES_SORT, "value"),
         Input(ids.SAMPLES_ORDER, "value"),
+        Input(ids.SAMPLES_COMPARE_RUN, "value"),
+        Input(ids.SAMPLES_COMPARE_STEP, "value"),
         State(ids.SAMPLES_STATE, "data"),
         State(ids.SAMPLES_DATA, "data"),
     )
-    def load_samples(step: Any, sort: str, order: str, state: dict[str, Any], shown: Any) -> tuple:
+    def load_samples(
+        step: Any,
+        sort: str,
+        order: str,
+        compare_run: str | None,
+        compare_step: Any,
+        state: dict[str, Any],
+        shown: Any,
+    ) -> tuple:
+        comparing = ctx.triggered_id in (ids.SAMPLES_COMPARE_RUN, ids.SAMPLES_COMPARE_STEP)
         try:
             data, caption = fetch(client, state, step, sort, order)
-            beside = compared(client, state, sort, order)
         except ApiError as exc:
             return [], "", str(exc), None
-        if data == shown:
+        other = Comparison.of(state["run_id"], compare_run, compare_step, step)
+        beside = None if other is None else compared(client, other, sort, order)
+        if data == shown and not comparing:
             raise PreventUpdate  # a live tick that found nothing new
         return data, caption, "", beside
 
     @app.callback(
-        Output(ids.SAMPLES_TABLE, "children"),
-        Output(ids.SAMPLES_DETAIL, "children"),
+        Output(ids.SAMPLES_GRID, "data"),
+        Output(ids.SAMPLES_GRID, "active_cell"),
         Input(ids.SAMPLES_DATA, "data"),
-        Input({"type": ids.SAMPLE_ROW, "index": ALL}, "n_clicks"),
-        Input(ids.SAMPLES_COLOUR, "value"),
     )
-    def show_samples(data: list[dict[str, Any]] | None, _clicks: Any, colour: str) -> tuple:
+    def fill_table(data: list[dict[str, Any]] | None) -> tuple:
         samples = [SamplePublic.model_validate(s) for s in data or []]
-        picked = ctx.triggered_id
-        selected = picked["index"] if isinstance(picked, dict) else (0 if samples else None)
-        if selected is not None and selected >= len(samples):
-            selected = 0 if samples else None
-        detail = None if selected is None else sample_views.detail(samples[selected], colour)
-        return sample_views.table(samples, selected), detail
+        first = {"row": 0, "column": 0, "column_id": "index"} if samples else None
+        return sample_views.rows(samples), first
 
-
-def compared(client: ApiClient, state: dict[str, Any], sort: str, order: str) -> Any:
-    """The samples of the ``compare`` step, beside the main ones, or nothing."""
-    step = state.get("compare")
-    if step is None:
-        return None
-    found = client.list_samples(
-        state["run_id"], from_step=step, to_step=step, sort=sort, order=order
+    @app.callback(
+        Output(ids.SAMPLES_DETAIL, "children"),
+        Output(ids.SAMPLES_GRID, "style_data_conditional"),
+        Input(ids.SAMPLES_GRID, "active_cell"),
+        Input(ids.SAMPLES_COLOUR, "value"),
+        State(ids.SAMPLES_GRID, "data"),
     )
+    def show_sample(active: dict[str, Any] | None, colour: str, rows: Any) -> tuple:
+        position = None if not active else active.get("row")
+        if position is None or not rows or position >= len(rows):
+            return None, []
+        row = rows[position]
+        sample = read_sample(client, row["run_id"], row["step"], row["sample_index"], row["split"])
+        detail = None if sample is None else sample_views.detail(sample, colour)
+        return detail, sample_views.selected_style(position)
+
+
+def read_sample(
+    client: ApiClient, run_id: str, step: int, index: int, split: str
+) -> SamplePublic | None:
+    """One sample with its per-token arrays (the table's list leaves them out)."""
+    try:
+        found = client.list_samples(run_id, from_step=step, to_step=step, index=index).data
+    except ApiError:
+        return None
+    return next((s for s in found if s.split == split), None)
+
+
+class Comparison(NamedTuple):
+    """The samples put beside the shown ones: a run (this one or another) at a step."""
+
+    run_id: str
+    step: int
+    other_run: bool
+
+    @classmethod
+    def of(
+        cls, run_id: str, compare_run: str | None, compare_step: Any, shown_step: Any
+    ) -> Comparison | None:
+        """What the compare inputs ask for: another run (at the step given, else the step
+        shown), or another step of this run; None when they ask for nothing."""
+        other = (compare_run or "").strip()
+        step = compare_step if isinstance(compare_step, int) else None
+        if other and other != run_id:
+            step = step if step is not None else shown_step
+            return None if not isinstance(step, int) else cls(other, step, True)
+        return None if step is None else cls(run_id, step, False)
+
+
+def compared(client: ApiClient, other: Comparison, sort: str, order: str) -> html.Div:
+    """The samples of the compared run and step, beside the main ones (or why there are none)."""
+    title = f"run {other.run_id} · step {other.step}" if other.other_run else f"step {other.step}"
+    try:
+        found = client.list_samples(
+            other.run_id, from_step=other.step, to_step=other.step, sort=sort, order=order
+        )
+    except ApiError as exc:
+        return html.Div(
+            [html.H3(f"{title}, to compare"), html.P(str(exc), className="error")],
+            className="samples-compare",
+        )
+    shown = f"{len(found.data)} of {found.count}" if found.count > len(found.data) else found.count
     return html.Div(
         [
-            html.H3(f"step {step}, to compare"),
-            sample_views.table(found.data, None, ids.SAMPLE_COMPARE_ROW),
+            html.H3(f"{title}, to compare: {shown} sample(s)"),
+            sample_views.table(found.data, ids.SAMPLES_COMPARE_GRID),
         ],
         className="samples-compare",
     )

@@ -39,6 +39,7 @@ class HookLoggerFactory:
     steps: int
 
     def __call__(self, preset: str, seed: int) -> tuple[LogFn, Callable[[str], None], SamplesFn]:
+        """A run for one preset and seed, and the log, finish and samples functions that feed it."""
         import rlguard
 
         config = resolve(preset).run_config(planned_steps=self.steps)

@@ -22,6 +22,7 @@ class Block(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Causal self-attention then the MLP, each with a residual connection."""
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.n_heads, -1).transpose(1, 3).unbind(2)
         # explicit attention: on CPU it beats the fused kernel at these tiny shapes

@@ -44,6 +44,7 @@ class PresetConfig:
 
     @property
     def sequences_per_step(self) -> int:
+        """Responses sampled per step: groups × group size."""
         return self.groups * self.group_size
 
     def run_config(self, planned_steps: int) -> dict[str, Any]:

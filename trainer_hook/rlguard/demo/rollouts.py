@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ from rlguard import probes
 from rlguard.demo.task import VOCAB, AdditionTask
 
 HIDDEN_TOKENS = frozenset({"<bos>", "<pad>"})
+ANSWER_FORMAT = re.compile(r"\d{1,2}<eos>")  # digits of the sum, then EOS
 
 
 @dataclass
@@ -60,9 +62,11 @@ def _sample(columns: dict[str, list[Any]], row: int, group_size: int) -> dict[st
     length = int(columns["length"][row])
     response = columns["response"][row][:length]
     sample = {key: values[row] for key, values in columns.items()}
+    text = decode(response)
     sample.update(
         prompt=decode(columns["prompt"][row]),
-        response=decode(response),
+        response=text,
+        malformed=ANSWER_FORMAT.fullmatch(text) is None,  # the task's format check
         reference=decode(columns["reference"][row]),
         group=row // group_size,
         tokens=[VOCAB[i] for i in response],

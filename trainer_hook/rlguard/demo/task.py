@@ -29,10 +29,12 @@ class AdditionTask:
 
     @property
     def prompt_len(self) -> int:
+        """Tokens of a prompt: BOS, the digits with the plus signs between them, and '='."""
         return 2 * self.operands + 1
 
     @property
     def max_sum(self) -> int:
+        """The largest sum the operands can make."""
         return 9 * self.operands
 
     def split(self) -> tuple[torch.Tensor, torch.Tensor]:

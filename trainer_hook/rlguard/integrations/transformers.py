@@ -64,6 +64,7 @@ class RLGuardCallback(TrainerCallback):
         return callback
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Start a run on the main process, unless ``rlguard.init()`` already made one current."""
         if not state.is_world_process_zero or self.run is not None:
             return
         current = rlguard.current_run()
@@ -76,6 +77,7 @@ class RLGuardCallback(TrainerCallback):
         self._owns_run = True
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        """Log the trainer's logs at the global step (and the completions, with ``attach``)."""
         if not state.is_world_process_zero or self.run is None or not logs:
             return
         if SUMMARY_KEYS & logs.keys():
@@ -105,6 +107,7 @@ class RLGuardCallback(TrainerCallback):
             control.should_training_stop = True
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Finish the run this callback started, recording an alert that stopped it."""
         if self.run is not None and self._owns_run:
             reason = self.run.stop_reason
             summary = {} if reason is None else {"stopped_by_alert": reason.get("id")}

@@ -1,0 +1,132 @@
+"""The samples' own signals through the real hook and service: a real demo run whose entropy
+bonus breaks its output format, and real model text that loops (docs/detectors-samples.md)."""
+
+from __future__ import annotations
+
+import codecs
+import re
+import this
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import rlguard
+from rlguard.demo import PRESETS, train
+from tests.conftest import RunningServer
+
+FAST = {"gpu": False, "flush_interval_s": 0.05}
+
+
+def _first_steps(url: str, run_id: str) -> dict[str, tuple[int, str]]:
+    """Each alert key of the run: (first step, severity)."""
+    answer = httpx.get(f"{url}/api/v1/runs/{run_id}/alerts", params={"limit": 200}).json()
+    return {a["key"]: (a["first_step"], a["severity"]) for a in answer["data"]}
+
+
+@pytest.mark.timeout(600)
+def test_entropy_gibberish_fires_before_e4_on_the_demo_entropy_bonus_run(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    runs = {}
+    for preset, steps in (("entropy-blowup", 40), ("healthy", 25)):
+        config = PRESETS[preset].run_config(planned_steps=steps)
+        run = rlguard.init(
+            project="samples", url=server.url, spool_dir=str(tmp_path), config=config, **FAST
+        )
+        train(
+            preset,
+            steps=steps,
+            seed=0,
+            device="cpu",
+            log=lambda metrics, step, r=run: r.log(metrics, step=step),
+            log_samples=run.log_samples,
+        )
+        run.finish()
+        runs[preset] = run.id
+    blowup = _first_steps(server.url, runs["entropy-blowup"])
+    assert blowup["entropy_gibberish"][1] == "critical"
+    assert blowup["degenerate_responses"][1] == "critical"
+    # the text breaks before the entropy reaches E4's limit (x2 its start)
+    assert blowup["entropy_gibberish"][0] < blowup["entropy_blowup"][0]
+    healthy = _first_steps(server.url, runs["healthy"])
+    quality = {"degenerate_responses", "repetition_loops", "entropy_gibberish", "length_loops"}
+    assert not quality & set(healthy)
+
+
+def _tiny_gpt2_texts() -> tuple[list[str], list[str]]:
+    """Responses of a random 2-layer GPT-2 over the words of the Zen of Python: greedy (it
+    loops, as greedy decoding does) and sampled (word soup that does not repeat)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    words = sorted(set(re.findall(r"[A-Za-z']+", codecs.decode(this.s, "rot13"))))
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(words),
+        n_positions=128,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    model = GPT2LMHeadModel(config).eval()
+    prompts = torch.randint(0, len(words), (16, 4))
+
+    def texts(**sampling: Any) -> list[str]:
+        with torch.no_grad():
+            out = model.generate(prompts, pad_token_id=0, **sampling)
+        return [" ".join(words[i] for i in row[4:]) for row in out.tolist()]
+
+    loops = texts(max_new_tokens=60, do_sample=False)
+    fresh = texts(max_new_tokens=20, do_sample=True, temperature=1.0)
+    return loops, fresh
+
+
+@pytest.fixture(scope="module")
+def gpt2_texts() -> tuple[list[str], list[str]]:
+    return _tiny_gpt2_texts()
+
+
+def _length_run(url: str, tmp: Path, long_texts: list[str], short_texts: list[str]) -> str:
+    """40 steps whose share of long, truncated responses grows from 0 to 0.75, reward flat."""
+    run = rlguard.init(project="samples", url=url, spool_dir=str(tmp), **FAST)
+    for step in range(40):
+        long_share = min(step / 40, 0.75)
+        n_long = round(16 * long_share)
+        samples = [
+            {"response": long_texts[i], "truncated": True, "length": 60.0, "reward": 0.2}
+            for i in range(n_long)
+        ] + [
+            {"response": short_texts[i], "truncated": False, "length": 20.0, "reward": 0.2}
+            for i in range(n_long, 16)
+        ]
+        run.log(
+            {
+                "actor/entropy": 0.5,
+                "critic/score/mean": 0.2 + 0.001 * (step % 3),
+                "response_length/mean": sum(s["length"] for s in samples) / 16,
+            },
+            step=step,
+            samples=samples,
+        )
+    run.finish()
+    return run.id
+
+
+def test_length_loops_name_the_repetition_behind_a_length_rise(
+    server: RunningServer, tmp_path: Path, gpt2_texts: tuple[list[str], list[str]]
+) -> None:
+    loops, fresh = gpt2_texts
+    looping = _first_steps(server.url, _length_run(server.url, tmp_path, loops, fresh))
+    # the truncation share came from the samples alone: the "trainer" logged no clip ratio
+    assert looping["length_loops"][1] == "critical"
+    assert looping["repetition_loops"][1] == "warn"
+    assert looping["length_loops"][0] < looping["length_blowup"][0]
+    # the same rise of length and truncation with text that does not repeat: D8 alone
+    unique = [" ".join(f"{w}{i}" for i, w in enumerate(f"{t} {t} {t}".split())) for t in fresh]
+    plain = _first_steps(server.url, _length_run(server.url, tmp_path, unique, fresh))
+    assert "length_blowup" in plain
+    assert not {"length_loops", "repetition_loops"} & set(plain)

@@ -1,0 +1,99 @@
+"""The packed points body the hook sends: blocks, step merging, filtering, the JSON fallback."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import pytest
+
+from rlguard import _packed, _wire
+
+
+def _rows(body: bytes) -> list[tuple[int, float, dict[str, float]]]:
+    _, blocks = _packed.decode(body)
+    return [row for block in blocks for row in block.rows_as_dicts()]
+
+
+def test_packed_batch_round_trips_steps_times_and_non_finite_values() -> None:
+    batch = _packed.PackedBatch()
+    batch.add(0, 10.5, ("a", "b"), [0.25, math.nan])
+    batch.add(1, 11.5, ("a", "b"), [math.inf, -math.inf])
+    batch.add(2, 12.5, ("a", "b"), [3, True])
+    body = batch.encode("b1")
+    assert _packed.is_packed(body) and batch.points == 6
+    batch_id, blocks = _packed.decode(body)
+    assert batch_id == "b1" and len(blocks) == 1
+    (s0, t0, v0), (s1, _, v1), (s2, _, v2) = _rows(body)
+    assert (s0, t0, v0["a"]) == (0, 10.5, 0.25) and math.isnan(v0["b"])
+    assert (s1, v1) == (1, {"a": math.inf, "b": -math.inf})
+    assert (s2, v2) == (2, {"a": 3.0, "b": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("entries", "expected", "blocks"),
+    [
+        # each change of keys starts a block
+        (
+            [(0, ("a",), [1.0]), (1, ("a", "b"), [2.0, 3.0]), (2, ("a", "b"), [4.0, 5.0])],
+            [(0, {"a": 1.0}), (1, {"a": 2.0, "b": 3.0}), (2, {"a": 4.0, "b": 5.0})],
+            2,
+        ),
+        # consecutive entries of one step merge, later keys win
+        (
+            [(1, ("a",), [1.0]), (1, ("b",), [2.0]), (1, ("a",), [9.0]), (2, ("a",), [3.0])],
+            [(1, {"a": 9.0, "b": 2.0}), (2, {"a": 3.0})],
+            2,
+        ),
+        # a step logged again later (not consecutively) stays a row of its own
+        (
+            [(5, ("a",), [1.0]), (3, ("a",), [2.0]), (5, ("a",), [3.0])],
+            [(5, {"a": 1.0}), (3, {"a": 2.0}), (5, {"a": 3.0})],
+            1,
+        ),
+    ],
+)
+def test_packed_batch_blocks_and_merges(
+    entries: list[tuple[int, tuple[str, ...], list[float]]],
+    expected: list[tuple[int, dict[str, float]]],
+    blocks: int,
+) -> None:
+    batch = _packed.PackedBatch()
+    for step, keys, values in entries:
+        batch.add(step, float(step), keys, values)
+    body = batch.encode("m")
+    assert [(step, values) for step, _, values in _rows(body)] == expected
+    assert len(_packed.decode(body)[1]) == blocks
+    assert batch.points == sum(len(values) for _, values in expected)
+
+
+@pytest.mark.parametrize("bad", [["x"], [None], [10**400]])
+def test_packed_batch_refuses_a_non_number_and_keeps_what_it_had(bad: list[object]) -> None:
+    batch = _packed.PackedBatch()
+    batch.add(0, 0.0, ("a",), [1.0])
+    with pytest.raises((struct.error, OverflowError)):
+        batch.add(1, 1.0, ("a",), bad)  # type: ignore[arg-type]
+    with pytest.raises((struct.error, OverflowError)):
+        batch.add(0, 1.0, ("b",), bad)  # type: ignore[arg-type]  # the merge path
+    assert batch.points == 1
+    assert [(s, v) for s, _, v in _rows(batch.encode("k"))] == [(0, {"a": 1.0})]
+
+
+def test_packed_steps_up_to_drops_later_steps() -> None:
+    batch = _packed.PackedBatch()
+    for step in range(6):
+        batch.add(step, 0.0, ("a", "b") if step % 2 else ("a",), [1.0] * (1 + step % 2))
+    body, points = _packed.steps_up_to(batch.encode("r"), 2)
+    assert body is not None and points == 4
+    assert [s for s, _, _ in _rows(body)] == [0, 1, 2]
+    assert _packed.decode(body)[0] == "r"
+    assert _packed.steps_up_to(batch.encode("r"), -1) == (None, 0)
+
+
+def test_packed_to_json_body_is_the_same_batch_in_json() -> None:
+    batch = _packed.PackedBatch()
+    batch.add(3, 7.0, ("x", "y"), [0.5, math.nan])
+    assert _wire.decode_batch(_packed.to_json_body(batch.encode("j"))) == {
+        "batch_id": "j",
+        "steps": [{"step": 3, "time": 7.0, "values": {"x": 0.5, "y": "NaN"}}],
+    }

@@ -1,0 +1,231 @@
+"""The docs hold together: links resolve, anchors exist, the architecture page names every module.
+
+Read from the files themselves, no network: a relative link or image must name an existing file
+(and its ``#anchor`` a heading of that file, by GitHub's slug rule, which the site's toc uses
+too); an http(s) link must be well-formed. MkDocs' strict build (``make docs``) checks the site's
+own view of the same links.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+LINKED_FILES = sorted(
+    [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *DOCS.rglob("*.md")]
+)
+ARCHITECTURE = DOCS / "architecture.md"
+# (folder holding the package, package): paths are named relative to the folder
+PACKAGES = (
+    ("trainer_hook", "rlguard"),
+    ("backend", "rlguard_backend"),
+    ("frontend", "rlguard_frontend"),
+    ("compose", "rlguard_compose"),
+)
+
+FENCE = re.compile(r"^(```|~~~)")
+INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+@dataclass(frozen=True)
+class Link:
+    source: Path
+    line: int
+    target: str
+
+    def __str__(self) -> str:
+        return f"{_shown(self.source)}:{self.line}: {self.target}"
+
+
+def prose_lines(path: Path, blank_code: bool = True) -> list[tuple[int, str]]:
+    """The lines outside fenced code blocks, with inline code blanked out (``blank_code``)."""
+    lines, fenced = [], False
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if FENCE.match(line.lstrip()):
+            fenced = not fenced
+            continue
+        if not fenced:
+            lines.append((number, INLINE_CODE.sub("", line) if blank_code else line))
+    return lines
+
+
+def links_of(path: Path) -> list[Link]:
+    return [
+        Link(path, number, match.group(1))
+        for number, line in prose_lines(path)
+        for match in LINK.finditer(line)
+    ]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading (``pymdownx.slugs.slugify(case="lower")`` on the site)."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's text
+    text = re.sub(r"<[^>]+>", "", text).replace("`", "")
+    text = re.sub(r"[^\w\- ]", "", text.lower())
+    return text.replace(" ", "-")
+
+
+def anchors_of(path: Path) -> set[str]:
+    """Every heading's anchor, numbered as GitHub numbers repeats (``name``, ``name-1`` …)."""
+    seen: Counter[str] = Counter()
+    anchors = set()
+    for _, line in prose_lines(path.resolve(), blank_code=False):
+        match = HEADING.match(line)
+        if match is None:
+            continue
+        base = slug(match.group(2))
+        anchors.add(base if seen[base] == 0 else f"{base}-{seen[base]}")
+        seen[base] += 1
+    return anchors
+
+
+def problem(link: Link) -> str | None:
+    """What is wrong with one link, or None."""
+    target = link.target
+    if target.startswith(("http://", "https://")):
+        parts = urllib.parse.urlsplit(target)
+        if not parts.netloc or "." not in parts.netloc or " " in target:
+            return "malformed URL"
+        return None
+    if target.startswith("mailto:"):
+        return None
+    if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+        return "a scheme other than http(s) or mailto"
+    path_part, _, anchor = target.partition("#")
+    path_part = urllib.parse.unquote(path_part.split("?", 1)[0])
+    resolved = (link.source.parent / path_part) if path_part else link.source
+    if path_part.startswith("/"):
+        return "an absolute path (use a relative one)"
+    if not resolved.exists():
+        return f"no such file {_shown(resolved)}"
+    if anchor and resolved.suffix == ".md" and anchor not in anchors_of(resolved):
+        return f"no heading with anchor #{anchor} in {resolved.name}"
+    return None
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if ROOT in path.parents else str(path)
+
+
+def test_docs_slug_follows_github_rules() -> None:
+    cases = {
+        "Tokens and sign-in": "tokens-and-sign-in",
+        "D1 `nonfinite` — NaN / Inf": "d1-nonfinite--nan--inf",
+        "Guarantees (and the test that proves each, in `tests/hook/`)": (
+            "guarantees-and-the-test-that-proves-each-in-testshook"
+        ),
+        "Alerts that act (off by default)": "alerts-that-act-off-by-default",
+    }
+    assert {heading: slug(heading) for heading in cases} == cases
+
+
+@pytest.mark.parametrize("path", LINKED_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_docs_every_link_and_image_resolves(path: Path) -> None:
+    broken = [f"{link} ({found})" for link in links_of(path) if (found := problem(link))]
+    assert broken == []
+
+
+def test_docs_link_checker_finds_broken_links(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "shot.png").write_bytes(b"")
+    page.write_text(
+        "# Top\n[ok](#top) [bad anchor](#nowhere) [missing](nothing-here.md) "
+        "![img](images/shot.png) [web](https://example.org/x) [bad web](https://nohost) "
+        "`[in code](missing.md)`\n```\n[fenced](missing.md)\n```\n"
+    )
+    found = {link.target: problem(link) for link in links_of(page)}
+    assert found == {
+        "#top": None,
+        "#nowhere": "no heading with anchor #nowhere in page.md",
+        "nothing-here.md": f"no such file {tmp_path / 'nothing-here.md'}",
+        "images/shot.png": None,
+        "https://example.org/x": None,
+        "https://nohost": "malformed URL",
+    }
+
+
+def modules() -> list[tuple[str, tuple[str, ...]]]:
+    """Every module of the packages, benchmarks/, scripts/ and migrations/, with the names that
+    count as naming it on the architecture page (a package also by its folder)."""
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for folder, package in PACKAGES:
+        for path in sorted((ROOT / folder / package).rglob("*.py")):
+            found.append(_names(path.relative_to(ROOT / folder).as_posix()))
+    for path in sorted([*(ROOT / "benchmarks").glob("*.py"), *(ROOT / "scripts").iterdir()]):
+        found.append(_names(path.relative_to(ROOT).as_posix()))
+    for path in sorted((ROOT / "migrations").glob("*.py")):
+        found.append(_names(path.relative_to(ROOT).as_posix()))
+    return found
+
+
+def _names(module: str) -> tuple[str, tuple[str, ...]]:
+    if module.endswith("/__init__.py"):
+        return module, (module, module.removesuffix("__init__.py"))
+    return module, (module,)
+
+
+def named_on_architecture_page() -> set[str]:
+    return set(re.findall(r"`([^`\s]+)`", ARCHITECTURE.read_text()))
+
+
+def test_docs_architecture_names_every_module() -> None:
+    named = named_on_architecture_page()
+    missing = [module for module, names in modules() if not named & set(names)]
+    assert missing == [], "add a line for each to docs/architecture.md"
+
+
+def test_docs_architecture_names_no_module_that_is_gone() -> None:
+    roots = {package: ROOT / folder for folder, package in PACKAGES}
+    prefixes = (*roots, "benchmarks", "scripts", "migrations")
+    stale = []
+    for name in sorted(named_on_architecture_page()):
+        top = name.split("/", 1)[0]
+        if "/" not in name or top not in prefixes:
+            continue
+        where = roots.get(top, ROOT) / name
+        if not where.exists():
+            stale.append(name)
+    assert stale == []
+
+
+class _SafeLoaderIgnoringTags(yaml.SafeLoader):
+    """mkdocs.yml names Python objects (``!!python/…``); the nav needs none of them."""
+
+
+_SafeLoaderIgnoringTags.add_multi_constructor(
+    "tag:yaml.org,2002:python/", lambda loader, suffix, node: None
+)
+
+
+def nav_pages(entries: object) -> list[str]:
+    if isinstance(entries, str):
+        return [entries]
+    if isinstance(entries, list):
+        return [page for entry in entries for page in nav_pages(entry)]
+    if isinstance(entries, dict):
+        return [page for value in entries.values() for page in nav_pages(value)]
+    return []
+
+
+def test_docs_every_page_is_in_the_nav() -> None:
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_SafeLoaderIgnoringTags)
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if "hooks" not in p.parts}
+    assert sorted(pages - set(nav_pages(config["nav"]))) == [], "add them to nav in mkdocs.yml"
+
+
+def test_docs_readme_stays_a_landing_page() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 350, "move the detail into docs/ and link it"
+    diary = [phrase for phrase in ("this round", "was tried", "not kept") if phrase in text]
+    assert diary == [], "design notes and dropped experiments go to docs/performance.md, dated"

@@ -1,0 +1,113 @@
+"""What the sender does with queued ``log()`` entries: read their values into packed batches.
+
+The usual entry (a step of plain floats, the keys of the step before) costs one type check over
+its values and one array copy. Anything else — numpy scalars, tensors (one transfer per device),
+non-numbers (skipped, warned about once per key), a new set of keys (checked once) — goes
+through ``_wire.convert_values``.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from rlguard import _packed, _wire
+from rlguard._report import Counters, Warnings
+
+PLAIN_TYPES = frozenset({float, int, bool})
+Deliver = Callable[[str, int, bytes], None]  # (batch_id, points, body)
+
+
+class PointBatcher:
+    """Packs ``(step, time, metrics)`` entries into batches of at most ``max_points`` points
+    and hands each full batch to ``deliver``."""
+
+    def __init__(
+        self, max_points: int, counters: Counters, warnings: Warnings, deliver: Deliver
+    ) -> None:
+        self.max_points = max_points
+        self._counters = counters
+        self._warnings = warnings
+        self._deliver = deliver
+        self._batch = _packed.PackedBatch()
+        self._checked_keys: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"PointBatcher(max_points={self.max_points}, pending={self._batch.points})"
+
+    def add(self, entry: tuple[Any, float, dict[Any, Any]]) -> None:
+        """Read one ``log()`` entry into the batch; ship the batch once it is full."""
+        step, when, metrics = entry
+        if not metrics:
+            return
+        if type(step) is not int or not 0 <= step <= _wire.MAX_STEP:
+            step = self._valid_step(step)
+            if step is None:
+                return
+        keys = tuple(metrics)
+        if keys == self._checked_keys:
+            keys = self._checked_keys  # the same tuple: the batch's own key check is quick
+        elif not self._keys_valid(keys):
+            self._add_converted(step, when, metrics)
+            return self._ship_if_full()
+        if PLAIN_TYPES.issuperset(map(type, metrics.values())):
+            try:
+                self._batch.add(step, when, keys, metrics.values())
+            except (OverflowError, struct.error):  # an int beyond float range: skipped below
+                self._add_converted(step, when, metrics)
+        else:
+            self._add_converted(step, when, metrics)
+        self._ship_if_full()
+
+    def _ship_if_full(self) -> None:
+        if self._batch.points >= self.max_points:
+            self.ship()
+
+    def ship(self) -> None:
+        """Deliver what the batch holds."""
+        batch, self._batch = self._batch, _packed.PackedBatch()
+        if batch.points:
+            self._counters.logged += batch.points
+            batch_id = uuid.uuid4().hex
+            self._deliver(batch_id, batch.points, batch.encode(batch_id))
+
+    def _keys_valid(self, keys: tuple[Any, ...]) -> bool:
+        if all(type(k) is str and 0 < len(k) <= _wire.MAX_KEY_CHARS for k in keys):
+            self._checked_keys = keys
+            return True
+        return False
+
+    def _valid_step(self, raw_step: Any) -> int | None:
+        step = _wire.to_step(raw_step)
+        if step is None:
+            self._warnings.warn_once(
+                "step",
+                f"rlguard: log() step must be an int >= 0, got {raw_step!r}; "
+                "that call was dropped (shown once)",
+            )
+            self._counters.dropped_steps += 1
+        return step
+
+    def _add_converted(self, step: int, when: float, metrics: dict[Any, Any]) -> None:
+        try:
+            values, skipped = _wire.convert_values(metrics)
+        except Exception as exc:  # a user object whose conversion raised: report, keep going
+            self._warnings.warn_once(
+                f"convert:{type(exc).__name__}",
+                f"rlguard: cannot read the values "
+                f"logged at step {step} ({exc!r}); that call was dropped (shown once)",
+            )
+            self._counters.dropped_steps += 1
+            return
+        self._counters.skipped += len(skipped)
+        for key in skipped:
+            self._warnings.warn_once(
+                f"key:{key}",
+                f"rlguard: {key!r} is not a number (logged "
+                f"{type(metrics.get(key)).__name__}); skipped (shown once per key)",
+            )
+        if values:
+            floats = [_wire.float_from_wire(value) for value in values.values()]
+            self._batch.add(step, when, tuple(values), floats)
