@@ -6,6 +6,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY trainer_hook trainer_hook
 COPY backend backend
 COPY frontend frontend
+COPY compose compose
 COPY migrations migrations
 RUN pip install --no-cache-dir ".[${EXTRAS}]"
 ENV RLGUARD_DATABASE_URL=sqlite:////data/rlguard.db

@@ -30,7 +30,8 @@ test: setup services
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy trainer_hook/rlguard backend/rlguard_backend frontend/rlguard_frontend
+	$(VENV)/bin/mypy trainer_hook/rlguard backend/rlguard_backend frontend/rlguard_frontend \
+		compose/rlguard_compose
 
 format: setup
 	$(VENV)/bin/ruff format .

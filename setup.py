@@ -2,7 +2,7 @@
 
 from setuptools import find_packages, setup
 
-COMPONENT_ROOTS = ("trainer_hook", "backend", "frontend")
+COMPONENT_ROOTS = ("trainer_hook", "backend", "frontend", "compose")
 
 packages: list[str] = []
 package_dir: dict[str, str] = {}

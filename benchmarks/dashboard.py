@@ -3,11 +3,16 @@
 - live latency: ``run.log()`` in a trainer (the real hook) → the point drawn in the browser
   (goal: median ≤ 1.5 s);
 - first render: opening the run page of a 200,000-step run with 40 keys until every panel
-  and mini chart has drawn (goal ≤ 2 s), with the sizes of the responses behind it.
+  and mini chart has drawn (goal ≤ 2 s), with the sizes of the responses behind it;
+- many runs (``_dashboard_views``): the compare page over 50 runs × the stability panels
+  (goal ≤ 2 s), grouped bands over 5 groups × 5 seeds of 20,000 steps (goal ≤ 2 s), the runs
+  grid over 5,000 runs, first render and a filter (goal ≤ 1 s); each beside a baseline
+  measured in the same run (2 runs, the runs overlaid, 50 runs).
 
 ``rlguard up`` runs in a subprocess on a throwaway SQLite file, or on ``--db PATH``; with
 ``--reuse`` a file already holding the long run is not filled again (saves minutes while
-iterating). ``--only render`` or ``--only live`` runs one half.
+iterating). ``--only render|live|compare|groups|table`` runs one part; ``--quick`` runs every
+part at a tiny size (the smoke test in tests/benchmarks).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from typing import Any
 
 import httpx
 
+from benchmarks import _dashboard_views as views
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -44,18 +51,7 @@ STEPS = int(os.environ.get("RLGUARD_BENCH_STEPS", "200000"))
 BATCH_STEPS = 500
 LATENCY_SAMPLES = 20
 RENDER_SAMPLES = 3
-CANONICAL_KEYS = (
-    "actor/entropy",
-    "actor/ppo_kl",
-    "actor/kl_loss",
-    "actor/pg_clipfrac",
-    "actor/pg_clipfrac_lower",
-    "critic/score/mean",
-    "response_length/mean",
-    "response_length/clip_ratio",
-    "actor/grad_norm",
-    "actor/pg_loss",
-)
+CANONICAL_KEYS = (*views.COMPARE_KEYS, "actor/pg_loss")
 KEYS = CANONICAL_KEYS + tuple(f"custom/metric_{i:02d}" for i in range(40 - len(CANONICAL_KEYS)))
 # The page is complete when every panel and the mini charts it draws up front have drawn
 # (run_data.MINIS_FIRST; the rest wait for a search or "draw all", timed separately).
@@ -93,26 +89,26 @@ def rlguard_up(database_url: str) -> Iterator[str]:
         process.wait(timeout=30)
 
 
-def fill_run(base: str, run_id: str) -> dict[str, Any]:
-    """A ``STEPS``-step run with 40 keys, posted as gzip batches of ``BATCH_STEPS`` steps."""
+def fill_run(base: str, run_id: str, step_count: int = STEPS) -> dict[str, Any]:
+    """A ``step_count``-step run with 40 keys, posted as gzip batches of ``BATCH_STEPS`` steps."""
     started = time.perf_counter()
     with httpx.Client(base_url=base, timeout=120) as http:
         http.post("/api/v1/runs", json={"id": run_id, "project": "bench", "name": "long"})
-        for start in range(0, STEPS, BATCH_STEPS):
+        for start in range(0, step_count, BATCH_STEPS):
             steps = [
                 {
                     "step": s,
                     "time": 1.7e9 + s,
                     "values": {k: math.sin(s / (50 + i)) + i for i, k in enumerate(KEYS)},
                 }
-                for s in range(start, min(STEPS, start + BATCH_STEPS))
+                for s in range(start, min(step_count, start + BATCH_STEPS))
             ]
             body = gzip.compress(json.dumps({"batch_id": f"b{start}", "steps": steps}).encode())
             headers = {"content-encoding": "gzip", "content-type": "application/json"}
             http.post(
                 f"/api/v1/runs/{run_id}/batches", content=body, headers=headers
             ).raise_for_status()
-    return {"points": STEPS * len(KEYS), "fill_s": round(time.perf_counter() - started, 1)}
+    return {"points": step_count * len(KEYS), "fill_s": round(time.perf_counter() - started, 1)}
 
 
 def series_sizes(base: str, run_id: str) -> dict[str, int]:
@@ -199,12 +195,14 @@ def _breakdown(bench: dict[str, Any], done_ms: float) -> dict[str, Any]:
     }
 
 
-def first_render(browser: Any, base: str, run_id: str) -> dict[str, Any]:
+def first_render(
+    browser: Any, base: str, run_id: str, samples: int = RENDER_SAMPLES
+) -> dict[str, Any]:
     from rlguard_frontend.run_data import MINIS_FIRST
 
     times, dash_bytes, breakdowns, draw_all = [], [], [], []
     minis = len(KEYS[len(CANONICAL_KEYS) :])
-    for _ in range(RENDER_SAMPLES):
+    for _ in range(samples):
         context = browser.new_context(viewport={"width": 1600, "height": 1000})
         context.add_init_script(BREAKDOWN_JS)
         page = context.new_page()
@@ -259,7 +257,9 @@ WATCH_JS = """() => {
 }"""
 
 
-def live_latency(browser: Any, base: str, spool: str) -> dict[str, Any]:
+def live_latency(
+    browser: Any, base: str, spool: str, samples: int = LATENCY_SAMPLES
+) -> dict[str, Any]:
     import rlguard
 
     run = rlguard.init(project="bench", name="live", url=base, spool_dir=spool, gpu=False)
@@ -270,7 +270,7 @@ def live_latency(browser: Any, base: str, spool: str) -> dict[str, Any]:
     page.wait_for_function("document.querySelectorAll('.panels .js-plotly-plot').length > 0")
     page.evaluate(WATCH_JS)
     latencies = []
-    for step in range(1, LATENCY_SAMPLES + 1):
+    for step in range(1, samples + 1):
         time.sleep(random.uniform(0.0, 1.0))  # de-phase from the sender's and page's timers
         logged = time.time()
         run.log({"actor/entropy": 1.0 / (1 + step)}, step=step)
@@ -287,10 +287,13 @@ def live_latency(browser: Any, base: str, spool: str) -> dict[str, Any]:
     }
 
 
-def _has_long_run(base: str) -> bool:
+def _has_long_run(base: str, steps: int) -> bool:
     with httpx.Client(base_url=base, timeout=30) as http:
         answer = http.get("/api/v1/runs/bench-long")
-        return answer.status_code == 200 and answer.json().get("last_step") == STEPS - 1
+        return answer.status_code == 200 and answer.json().get("last_step") == steps - 1
+
+
+PARTS = ("live", "render", "compare", "groups", "table")
 
 
 def main() -> None:
@@ -299,24 +302,50 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, help="SQLite file to use (default: a throwaway one)")
     parser.add_argument("--reuse", action="store_true", help="keep a long run already in --db")
-    parser.add_argument("--only", choices=("render", "live"), help="run one half")
+    parser.add_argument("--only", choices=PARTS, help="run one part")
+    parser.add_argument("--quick", action="store_true", help="every part, tiny (smoke test)")
     args = parser.parse_args()
+    parts = [args.only] if args.only else list(PARTS)
+    sizes = views.Sizes.quick() if args.quick else views.Sizes()
+    steps = 2000 if args.quick else STEPS
     with tempfile.TemporaryDirectory() as folder:
         path = args.db.resolve() if args.db else Path(folder) / "bench.db"
         if args.db and not args.reuse:
             path.unlink(missing_ok=True)
-        with rlguard_up(f"sqlite:///{path}") as base, sync_playwright() as playwright:
+        result: dict[str, Any] = {"benchmark": "dashboard", "steps": steps, "keys": len(KEYS)}
+        with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            result: dict[str, Any] = {"benchmark": "dashboard", "steps": STEPS, "keys": len(KEYS)}
-            if args.only != "render":
-                result.update(live_latency(browser, base, folder))
-            if args.only != "live":
-                if not (args.reuse and _has_long_run(base)):
-                    result.update(fill_run(base, "bench-long"))
-                result.update(series_sizes(base, "bench-long"))
-                result.update(first_render(browser, base, "bench-long"))
+            with rlguard_up(f"sqlite:///{path}") as base:
+                if "live" in parts:
+                    result.update(live_latency(browser, base, folder, 3 if args.quick else 20))
+                if "render" in parts:
+                    if not (args.reuse and _has_long_run(base, steps)):
+                        result.update(fill_run(base, "bench-long", steps))
+                    result.update(series_sizes(base, "bench-long"))
+                    result.update(first_render(browser, base, "bench-long", sizes.samples))
+                if "compare" in parts:
+                    run_ids = views.seed_compare(base, sizes)
+                    result["compare"] = views.compare_overlay(browser, base, run_ids, sizes.samples)
+                if "groups" in parts:
+                    run_ids = views.seed_groups(base, sizes)
+                    result["groups"] = views.grouped_bands(
+                        browser, base, run_ids, sizes.groups, sizes.samples
+                    )
+            if "table" in parts:
+                result["table"] = _table(browser, Path(folder) / "table.db", sizes)
             browser.close()
     print(json.dumps(result))
+
+
+def _table(browser: Any, path: Path, sizes: views.Sizes) -> dict[str, Any]:
+    """The runs grid on a database of its own: 50 runs (the baseline), then ``table_runs``."""
+    url = f"sqlite:///{path}"
+    with rlguard_up(url) as base:
+        views.seed_table(url, 50, "first")
+        baseline = views.runs_table(browser, base, 50, sizes.samples)
+        views.seed_table(url, sizes.table_runs - 50, "rest")
+        measured = views.runs_table(browser, base, sizes.table_runs, sizes.samples)
+    return {**measured, "baseline_50_runs": baseline}
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ PACKAGES = (
     ("trainer_hook", "rlguard"),
     ("backend", "rlguard_backend"),
     ("frontend", "rlguard_frontend"),
+    ("compose", "rlguard_compose"),
 )
 
 FENCE = re.compile(r"^(```|~~~)")

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from rlguard_backend import __version__, migrate
-from rlguard_backend.api import alerts, health, points, runs, samples, tokens
+from rlguard_backend.api import alerts, groups, health, points, runs, samples, tokens
 from rlguard_backend.api.bodies import exact_integer_bounds, hoist_body_definitions
 from rlguard_backend.api.deps import ACCESS
 from rlguard_backend.auth import TokenCache
@@ -36,6 +36,8 @@ log = logging.getLogger("rlguard_backend")
 # (router, whether it sits under the API prefix)
 ROUTERS = (
     (runs.router, True),
+    (runs.fields_router, True),
+    (groups.router, True),
     (runs.projects, True),
     (points.router, True),
     (samples.router, True),

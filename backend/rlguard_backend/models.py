@@ -73,6 +73,18 @@ class RunTag(Base):
     tag: Mapped[str] = mapped_column(String(128), primary_key=True, index=True)
 
 
+class RunEvent(Base):
+    """A restart (a new trainer process resumed the run) or a rewind, at the step it happened."""
+
+    __tablename__ = "run_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))  # "restart" | "rewind"
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class MetricKey(Base):
     __tablename__ = "metric_keys"
     __table_args__ = (UniqueConstraint("run_id", "name"),)

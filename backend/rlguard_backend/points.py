@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 from sqlalchemy.orm import Session
 
 from rlguard_backend import sql
@@ -353,6 +354,22 @@ def read_points(session: Session, key_id: int, lo: int, hi: int) -> list[Row]:
             rows = rows[bisect_left(steps, lo) : bisect_right(steps, hi)]
         out.extend(rows)
     return out
+
+
+def read_arrays(session: Session, key_id: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """``read_points`` as two arrays, steps (int64) and values (float64, NaN kept), unpacked
+    by numpy: for reads of many thousands of points at once (grouped bands)."""
+    found = sql.fetchall(
+        session,
+        f"SELECT step_data, value_data FROM point_chunks {_CHUNKS_IN_RANGE} ORDER BY first_step",
+        (key_id, hi, key_id, lo, lo),
+    )
+    if not found:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    steps = np.concatenate([np.frombuffer(s, dtype="<i8") for s, _ in found]).astype(np.int64)
+    values = np.concatenate([np.frombuffer(v, dtype="<f8") for _, v in found]).astype(np.float64)
+    inside = (steps >= lo) & (steps <= hi)
+    return steps[inside], values[inside]
 
 
 def read_times(session: Session, key_id: int, steps: Sequence[int]) -> list[float | None]:

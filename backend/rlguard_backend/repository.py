@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, literal, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import points, sql, storage
+from rlguard_backend import points, run_fields, sql, storage
 from rlguard_backend.errors import Conflict, run_not_found
 from rlguard_backend.models import (
     Alert,
@@ -16,6 +16,7 @@ from rlguard_backend.models import (
     PointChunk,
     Rollup,
     Run,
+    RunEvent,
     RunTag,
     as_utc,
     utcnow,
@@ -26,13 +27,18 @@ from rlguard_backend.schemas import (
     Dropped,
     MetricKeyPublic,
     RunCreate,
+    RunFieldPublic,
     RunPublic,
+    RunRow,
     RunUpdate,
+    flatten_config,
 )
 from rlguard_backend.signals import canonical_signal
 
 MAX_DROP_REPORTERS = 64  # trainer processes whose drop reports a run keeps apart
 EARLIER_REPORTERS = "earlier"
+FIELD_SCAN_RUNS = 2000  # runs whose config and summary keys the field list is made from
+MAX_LISTED_KEYS = 500
 
 
 def get_run(session: Session, run_id: str) -> Run:
@@ -90,6 +96,10 @@ def dropped_total(run: Run) -> Dropped:
     return Dropped(**{f: sum(r.get(f, 0) for r in reports) for f in Dropped.model_fields})
 
 
+def to_row(run: Run, tags: list[str], values: dict[str, Any]) -> RunRow:
+    return RunRow(**dict(to_public(run, tags)), values=values)
+
+
 def create_or_resume_run(session: Session, data: RunCreate) -> tuple[Run, bool]:
     """Create the run, or resume it when the id exists in the same project. True if created."""
     run = session.get(Run, data.id)
@@ -101,6 +111,7 @@ def create_or_resume_run(session: Session, data: RunCreate) -> tuple[Run, bool]:
                 " resume it with its own project or choose another run id"
             )
         run.status, run.updated_at, run.last_heartbeat_at = "running", now, now
+        session.add(RunEvent(run_id=run.id, kind="restart", step=run.last_step, created_at=now))
         run.archived_at = None  # a run trained again is in use again
         run.name = data.name or run.name
         run.config = {**(run.config or {}), **data.config}
@@ -140,8 +151,16 @@ def list_runs(
     archived: bool = False,
     limit: int = 50,
     offset: int = 0,
-) -> tuple[list[Run], int]:
-    """One page of runs newest first, and how many match the filters in all."""
+    sort: Sequence[run_fields.SortKey] = (),
+    filters: Sequence[run_fields.Filter] = (),
+    fields: Sequence[str] = (),
+) -> tuple[list[tuple[Run, dict[str, Any]]], int]:
+    """A page of runs, each with the ``fields`` asked for, and how many runs match in all.
+
+    Archived runs only when ``archived``. ``sort`` and ``filters`` name fields of
+    ``run_fields``; newest first after them. ValueError names a filter that does not fit.
+    """
+    dialect = sql.dialect(session)
     query = select(Run).where(
         Run.archived_at.is_not(None) if archived else Run.archived_at.is_(None)
     )
@@ -151,9 +170,76 @@ def list_runs(
         query = query.where(Run.status == status)
     if tag is not None:
         query = query.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag == tag)))
+    for rule in filters:
+        query = query.where(run_fields.where(run_fields.field_expr(rule.field, dialect), rule))
     count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    page = query.order_by(Run.created_at.desc(), Run.id).limit(limit).offset(offset)
-    return list(session.scalars(page)), count
+    ordering = [
+        term
+        for key in sort
+        for term in run_fields.order_by(run_fields.field_expr(key.field, dialect), key.descending)
+    ]
+    shown = [run_fields.field_expr(name, dialect) for name in fields]
+    columns = [e if e is not None else literal(None) for f in shown for e in (f.number, f.text)]
+    page = (
+        query.add_columns(*columns)
+        .order_by(*ordering, Run.created_at.desc(), Run.id)
+        .limit(limit)
+        .offset(offset)
+    )
+    rows = []
+    for run, *values in session.execute(page):
+        pairs = zip(values[::2], values[1::2], shown, strict=True)
+        rows.append((run, {f.name: run_fields.shown(n, t, f) for n, t, f in pairs}))
+    return rows, count
+
+
+def list_run_fields(
+    session: Session, project: str | None = None, max_runs: int = FIELD_SCAN_RUNS
+) -> list[RunFieldPublic]:
+    """The fields the newest ``max_runs`` runs (of a project) can be listed by, most common first.
+
+    Config and summary keys are flattened (nested dicts as dotted paths); ``last.<signal>`` for
+    every canonical signal some run logs.
+    """
+    query = select(Run.id, Run.config, Run.summary).order_by(Run.created_at.desc()).limit(max_runs)
+    if project is not None:
+        query = query.where(Run.project == project)
+    found = session.execute(query).all()
+    counts: dict[tuple[str, str], int] = {}
+    for _, config, summary in found:
+        for prefix, values in (("config", config), ("summary", summary)):
+            for name, value in flatten_config(values or {}).items():
+                field = (f"{prefix}.{name}", field_kind(value))
+                counts[field] = counts.get(field, 0) + 1
+    signals = (
+        select(MetricKey.signal, func.count(func.distinct(MetricKey.run_id)))
+        .where(MetricKey.signal.is_not(None), MetricKey.run_id.in_([r[0] for r in found]))
+        .group_by(MetricKey.signal)
+    )
+    total = len(found)
+    fixed = [(n, "text") for n in run_fields.TEXT_COLUMNS] + [("last_step", "number")]
+    fixed += [(n, "date") for n in run_fields.DATE_COLUMNS] + [("health", "text")]
+    fixed += [(f"alerts.{s}", "number") for s in ("open", *run_fields.SEVERITIES)]
+    fields = [RunFieldPublic(name=n, kind=k, runs=total) for n, k in fixed]  # type: ignore[arg-type]
+    fields += [
+        RunFieldPublic(name=f"hparam.{h}", kind="json", runs=total) for h in run_fields.HPARAMS
+    ]
+    fields += [
+        RunFieldPublic(name=f"last.{signal}", kind="number", runs=runs)
+        for signal, runs in session.execute(signals)
+        if signal in run_fields.SIGNAL_NAMES
+    ]
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0][0]))
+    fields += [
+        RunFieldPublic(name=name, kind=kind, runs=runs)  # type: ignore[arg-type]
+        for (name, kind), runs in ordered[:MAX_LISTED_KEYS]
+    ]
+    return fields
+
+
+def field_kind(value: Any) -> str:
+    """``"number"`` for a JSON number, ``"json"`` for anything else."""
+    return "number" if isinstance(value, int | float) and not isinstance(value, bool) else "json"
 
 
 def set_archived(session: Session, run_ids: Sequence[str], archived: bool) -> None:
@@ -215,6 +301,7 @@ def rewind_run(session: Session, run: Run, step: int) -> Run:
                 tail.tail_count,
             )
     run.resume_from_step = step
+    session.add(RunEvent(run_id=run.id, kind="rewind", step=step, created_at=utcnow()))
     if run.last_step is not None and run.last_step > step:
         run.last_step = max((k.last_step for k in keys if k.last_step is not None), default=None)
     run.updated_at = utcnow()

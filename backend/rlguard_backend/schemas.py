@@ -238,8 +238,95 @@ class RunPublic(BaseModel):
     )
 
 
+def flatten_config(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys, the way run fields name them (``config.<key>``).
+
+    >>> flatten_config({"lr": 1e-6, "actor": {"clip": 0.2}, "tags": [1], "empty": {}})
+    {'lr': 1e-06, 'actor.clip': 0.2, 'tags': [1], 'empty': {}}
+    """
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten_config(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+class RunRow(RunPublic):
+    """A listed run with the computed fields asked for (``fields=hparam.lr,last.entropy``)."""
+
+    values: dict[str, Any] = Field(default_factory=dict)
+
+
 class RunList(BaseModel):
-    data: list[RunPublic]
+    """A page of runs; ``count`` is how many match the filters in all (every page)."""
+
+    data: list[RunRow]
+    count: int
+
+
+class RunFieldPublic(BaseModel):
+    """A field runs can be listed, sorted and filtered by, and how many runs have it."""
+
+    name: str
+    kind: Literal["text", "number", "json", "date"]
+    runs: int
+
+
+class ProjectPublic(BaseModel):
+    name: str
+    runs: int
+
+
+class ProjectList(BaseModel):
+    data: list[ProjectPublic]
+    count: int
+
+
+class BandPublic(BaseModel):
+    """One group's line of one signal: per bin centre, mean and spread over ``n`` runs."""
+
+    steps: list[float]
+    mean: list[float | None]
+    std: list[float | None]
+    min: list[float | None]
+    max: list[float | None]
+    n: list[int]
+
+
+class GroupPublic(BaseModel):
+    """Runs sharing the values of the grouping fields, with their bands per signal."""
+
+    key: dict[str, Any]
+    runs: list[str]
+    signals: dict[str, BandPublic]
+
+
+class GroupList(BaseModel):
+    by: list[str]
+    smoothing: float
+    bins: int
+    data: list[GroupPublic]
+    count: int
+
+
+class Marker(BaseModel):
+    """A moment drawn across a run's charts: a restart, a rewind, a learning-rate change."""
+
+    step: int
+    kind: Literal["restart", "rewind", "lr_change"]
+    label: str
+
+
+class MarkerList(BaseModel):
+    data: list[Marker]
+    count: int
+
+
+class RunFieldList(BaseModel):
+    data: list[RunFieldPublic]
     count: int
 
 

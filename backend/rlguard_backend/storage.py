@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+import numpy as np
 from sqlalchemy.orm import Session
 
 from rlguard_backend import points
@@ -41,6 +42,12 @@ class PointStore(Protocol):
 
     def read_points(self, session: Session, key_id: int, lo: int, hi: int) -> list[Row]:
         """Raw ``(step, value, wall_time)`` with ``lo <= step <= hi``, in step order."""
+        ...
+
+    def read_arrays(
+        self, session: Session, key_id: int, lo: int, hi: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``read_points`` as arrays: steps (int64) and values (float64, NaN kept)."""
         ...
 
     def read_times(self, session: Session, key_id: int, steps: Sequence[int]) -> list[float | None]:

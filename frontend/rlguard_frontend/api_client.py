@@ -11,7 +11,11 @@ import httpx
 from rlguard_backend.schemas import (
     AlertList,
     AlertPublic,
+    GroupList,
+    MarkerList,
     MetricKeyList,
+    ProjectList,
+    RunFieldList,
     RunList,
     RunPublic,
     SampleList,
@@ -75,12 +79,65 @@ class ApiClient:
         status: str | None = None,
         tag: str | None = None,
         limit: int = 500,
+        *,
+        offset: int = 0,
+        sort: Sequence[str] = (),
+        filters: Sequence[str] = (),
+        fields: Sequence[str] = (),
     ) -> RunList:
-        params = {"project": project, "status": status, "tag": tag, "limit": limit}
+        """A page of runs; ``sort``/``filters``/``fields`` name the API's run fields."""
+        params = {
+            "project": project,
+            "status": status,
+            "tag": tag,
+            "limit": limit,
+            "offset": offset or None,
+            "sort": ",".join(sort),
+            "filter": list(filters) or None,
+            "fields": ",".join(fields),
+        }
         return RunList.model_validate(self._get("/v1/runs", params))
+
+    def read_groups(
+        self,
+        run_ids: Sequence[str],
+        signals: Sequence[str],
+        *,
+        by: Sequence[str] = (),
+        smoothing: float = 0.0,
+        bins: int = 500,
+        from_step: int | None = None,
+        to_step: int | None = None,
+    ) -> GroupList:
+        """The runs grouped by the ``by`` fields, each group's bands per signal."""
+        params = {
+            "runs": ",".join(run_ids),
+            "signals": ",".join(signals),
+            "by": ",".join(by),
+            "smoothing": smoothing or None,
+            "bins": bins,
+            "from_step": from_step,
+            "to_step": to_step,
+        }
+        return GroupList.model_validate(self._get("/v1/groups", params))
+
+    def list_run_fields(self, project: str | None = None) -> RunFieldList:
+        return RunFieldList.model_validate(self._get("/v1/run-fields", {"project": project}))
+
+    def list_projects(self) -> ProjectList:
+        return ProjectList.model_validate(self._get("/v1/projects"))
 
     def get_run(self, run_id: str) -> RunPublic:
         return RunPublic.model_validate(self._get(f"/v1/runs/{run_id}"))
+
+    def run_markers(self, run_id: str) -> MarkerList:
+        """Restarts, rewinds and learning-rate changes; an API without them yields none."""
+        try:
+            return MarkerList.model_validate(self._get(f"/v1/runs/{run_id}/markers"))
+        except ApiError as exc:
+            if exc.status_code in (404, 405):
+                return MarkerList(data=[], count=0)
+            raise
 
     def list_keys(self, run_id: str) -> MetricKeyList:
         return MetricKeyList.model_validate(self._get(f"/v1/runs/{run_id}/keys"))

@@ -1,7 +1,8 @@
 """The Dash application factory: navigation, one app-wide tick, and the pages' callbacks.
 
 The first layout comes with the page the browser opened (found from the layout request's
-``Referer``, built while the browser starts Dash); later navigation goes through ``show_page``.
+``Referer``, built while the browser starts Dash: a Flask hook on the page's HTML request starts
+it); later navigation goes through ``show_page``, a callback on ``dcc.Location``.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import logging
 from typing import Any
 from urllib.parse import unquote
 
-from dash import Dash, Input, Output, State, clientside_callback, dcc, html
+import flask
+from dash import Dash, Input, Output, State, clientside_callback, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
-from rlguard_frontend import ids, routing, signin
+from rlguard_frontend import ids, plotly_bundle, routing, signin
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.page_prefetch import Key, PagePrefetch
 from rlguard_frontend.pages import compare, inbox, run_detail, runs, samples
@@ -25,18 +27,23 @@ LAYOUT_ROUTE = "_dash-layout"
 logger = logging.getLogger(__name__)
 
 
-class Dashboard(Dash):
-    """Dash that starts building the opened page as soon as its HTML is asked for."""
+def _prefetch_pages(server: flask.Flask, prefetch: PagePrefetch, prefix: str) -> None:
+    """Start building the page a browser opens as soon as it asks for the page's HTML.
 
-    prefetch: PagePrefetch | None = None  # set by create_dash_app, which knows how to build
+    A Flask hook on the Dash app's server: a navigation (GET, accepting HTML) of a dashboard
+    path; Dash's own requests (``_dash-…``), scripts and styles ask for other types.
+    """
 
-    def index(self, *args: Any, **kwargs: Any) -> Any:
-        if self.prefetch is not None:
-            request = self.backend.request_adapter()
-            query = request.full_path[len(request.path) + 1 :]
-            where = routing.location(request.path, query, self.config.requests_pathname_prefix)
-            self.prefetch.start((where, routing.theme_from(request.cookies)))
-        return super().index(*args, **kwargs)
+    @server.before_request
+    def start_page_build() -> None:
+        request = flask.request
+        if request.method != "GET" or "text/html" not in request.headers.get("Accept", ""):
+            return
+        if request.path.startswith(f"{prefix}_dash-"):
+            return
+        query = request.query_string.decode("utf-8", "replace")
+        where = routing.location(unquote(request.path), query, prefix)
+        prefetch.start((where, routing.theme_from(request.cookies)))
 
 
 def create_dash_app(
@@ -55,26 +62,32 @@ def create_dash_app(
     """
     client = ApiClient(api_url, token)
     prefix = requests_pathname_prefix
-    app = Dashboard(
+    plotly_js = plotly_bundle.script_url(prefix)
+    app = Dash(
         __name__,
         title="rlguard",
         requests_pathname_prefix=prefix,
         suppress_callback_exceptions=True,
         update_title=None,  # type: ignore[arg-type]
+        external_scripts=[plotly_js] if plotly_js else [],
     )
+    if plotly_js:
+        plotly_bundle.install(app.server, plotly_js)
 
     def build(key: Key) -> html.Div:
         return routing.page_for(client, *key)
 
-    prefetch = app.prefetch = PagePrefetch(build)
+    prefetch = PagePrefetch(build)
 
     def first_page() -> tuple[Any, str | None, str]:
         """The page the browser opened, its location and the theme, when this is its layout."""
-        request = app.backend.request_adapter()
+        if not flask.has_request_context():  # Dash validating the layout at start-up
+            return None, None, routing.theme_from({})
+        request = flask.request
         theme = routing.theme_from(request.cookies)
-        if not request.path.endswith(LAYOUT_ROUTE):  # Dash validating the layout at start-up
+        if not request.path.endswith(LAYOUT_ROUTE):  # not the layout: no page was opened
             return None, None, theme
-        opened = routing.referring_location(request.headers, prefix)
+        opened = routing.referring_location({"Referer": request.headers.get("Referer", "")}, prefix)
         if opened is None:
             return None, None, theme
         try:
@@ -90,7 +103,7 @@ def create_dash_app(
         page, opened, theme = first_page()
         return html.Div(
             [
-                dcc.Location(id=ids.URL),
+                dcc.Location(id=ids.URL, refresh="callback-nav"),
                 dcc.Interval(id=ids.TICK, interval=REFRESH_MS),
                 dcc.Store(id=ids.THEME, storage_type="local", data=theme),
                 dcc.Store(id=ids.PAGE_SHOWN, data=opened),
@@ -115,7 +128,7 @@ def create_dash_app(
 
     app.layout = shell
     sign_out: list[Any] = []
-    if sign_in:
+    if sign_in:  # before the prefetch: a page is built only for a signed-in viewer
         signin.install(app.server, client, prefix, trust)
         sign_out.append(
             html.Form(
@@ -125,11 +138,13 @@ def create_dash_app(
             )
         )
 
+    _prefetch_pages(app.server, prefetch, prefix)
+
     @app.callback(
         Output(ids.PAGE, "children"),
         Output(ids.PAGE_SHOWN, "data"),
         Input(ids.URL, "pathname"),
-        State(ids.URL, "search"),
+        Input(ids.URL, "search"),  # back/forward between two views of one page
         State(ids.THEME, "data"),
         State(ids.PAGE_SHOWN, "data"),
     )
@@ -146,11 +161,11 @@ def create_dash_app(
     @app.callback(
         Output(ids.THEME, "data"),
         Input(ids.THEME_TOGGLE, "n_clicks"),
+        Input(ids.URL, "search"),
         State(ids.THEME, "data"),
-        prevent_initial_call=True,
     )
-    def toggle_theme(_clicks: int | None, theme: str | None) -> str:
-        return "light" if theme == "dark" else "dark"
+    def choose_theme(_clicks: int | None, search: str | None, theme: str | None) -> str:
+        return routing.theme_for(ctx.triggered_id == ids.THEME_TOGGLE, search, theme)
 
     clientside_callback(
         f"""function(theme) {{

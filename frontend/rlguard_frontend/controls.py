@@ -17,7 +17,15 @@ def control_id(prefix: str, name: str) -> str:
     return f"{prefix}-{name}"
 
 
-def controls_bar(prefix: str, *, live: bool, extra: list | None = None) -> html.Div:
+def controls_bar(
+    prefix: str,
+    *,
+    live: bool,
+    extra: list | None = None,
+    smoothing: float = 0.0,
+    log: bool = False,
+    xmode: str = "step",
+) -> html.Div:
     """Smoothing slider, log toggle, x-axis choice and (on a run page) the live switch."""
     items = [
         html.Label(
@@ -28,7 +36,7 @@ def controls_bar(prefix: str, *, live: bool, extra: list | None = None) -> html.
                     min=0,
                     max=0.99,
                     step=0.01,
-                    value=0,
+                    value=smoothing,
                     marks={0: "off", 0.5: "0.5", 0.8: "0.8", 0.95: "0.95"},
                     tooltip={"placement": "bottom"},
                     updatemode="mouseup",
@@ -39,7 +47,7 @@ def controls_bar(prefix: str, *, live: bool, extra: list | None = None) -> html.
         dcc.Checklist(
             id=control_id(prefix, ids.LOG),
             options=[{"label": " log y", "value": "log"}],
-            value=[],
+            value=["log"] if log else [],
             className="control",
         ),
         html.Div(
@@ -48,7 +56,7 @@ def controls_bar(prefix: str, *, live: bool, extra: list | None = None) -> html.
                 dcc.RadioItems(
                     id=control_id(prefix, ids.XAXIS),
                     options=X_OPTIONS,
-                    value="step",
+                    value=xmode,
                     inline=True,
                 ),
             ],

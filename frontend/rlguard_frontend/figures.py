@@ -2,8 +2,7 @@
 
 Every trace carries ``meta = {"key": ..., "role": "raw" | "smooth"}`` so the live callback can
 find the trace a new point belongs to; alert markers come last so those indices stay stable.
-The browser draws with plotly.js "basic" (``assets/plotly-basic.min.js``): scatter, bar and pie
-traces only.
+The browser draws with the plotly.js bundle the ``plotly`` package ships (``plotly_bundle``).
 """
 
 from __future__ import annotations
@@ -13,13 +12,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlguard_backend.schemas import AlertPublic, SeriesData
+from rlguard_backend.schemas import AlertPublic, BandPublic, SeriesData
 from rlguard_frontend import traces
+from rlguard_frontend.chart_markers import (
+    MERGE_BUCKETS,
+    SEVERITY_COLOURS,
+    flat_range,
+    marker_overlay,
+)
 
 # Okabe & Ito (2008), colour-blind safe; black is swapped for grey on dark backgrounds.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 DARK_PALETTE = (*PALETTE[:-1], "#BBBBBB")
-SEVERITY_COLOURS = {"critical": "#D55E00", "warn": "#E69F00", "info": "#56B4E9"}
 THEMES = {
     "light": {"paper": "#ffffff", "plot": "#ffffff", "font": "#1f2328", "grid": "#e6e8eb"},
     "dark": {"paper": "#161b22", "plot": "#161b22", "font": "#d0d7de", "grid": "#2d333b"},
@@ -27,7 +31,8 @@ THEMES = {
 RAW_OPACITY_SMOOTHED = 0.25
 ALERT_AXIS = "y3"
 GUIDE_COLOUR = "#7f8790"
-MERGE_BUCKETS = 500  # alert ranges closer than 1/500 of the drawn steps are shaded as one
+LEGEND_MAX_RUNS = 12
+BAND_OPACITY = 0.2
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,8 @@ class PanelContent:
     height: int = 280
     show_legend: bool = True
     alert_slot: bool = False  # always end with the (maybe empty) alert trace: patchable in place
+    markers: Sequence[Mapping[str, Any]] = field(default_factory=tuple)  # restarts, rewinds, lr
+    run_alerts: Sequence[AlertPublic] = field(default_factory=tuple)  # lines on every chart
 
 
 def text(value: str) -> str:
@@ -95,11 +102,28 @@ def panel_figure(content: PanelContent, view: View) -> dict[str, Any]:
         data += _line_traces(line, colours[index % len(colours)], view)
     shapes: list[dict[str, Any]] = []
     annotations = [_guide(guide, shapes) for guide in content.guides]
+    if content.lines:
+        marks, notes = marker_overlay(
+            content.markers, content.run_alerts, content.lines[0].series, view
+        )
+        shapes += marks
+        annotations += notes
     if (content.alerts or content.alert_slot) and content.lines:
         data.append(_alert_markers(content.alerts, content.lines[0].series, view, shapes))
     layout = _layout(view, content, has_right=any(line.right for line in content.lines))
     if not any(line.series.steps for line in content.lines):
         annotations.append(_note("no points in this step range"))
+    elif not view.log:
+        flat = flat_range(
+            [
+                v
+                for line in content.lines
+                if not line.right
+                for v in traces.decode(line.series.values)
+            ]
+        )
+        if flat is not None:
+            layout["yaxis"]["range"] = flat
     layout["shapes"], layout["annotations"] = shapes, annotations
     return {"data": data, "layout": layout}
 
@@ -166,12 +190,19 @@ def _guide(guide: Guide, shapes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def alert_overlay(
-    guides: Sequence[Guide], alerts: Sequence[AlertPublic], anchor: SeriesData, view: View
+    guides: Sequence[Guide],
+    alerts: Sequence[AlertPublic],
+    anchor: SeriesData,
+    view: View,
+    markers: Sequence[Mapping[str, Any]] = (),
+    run_alerts: Sequence[AlertPublic] = (),
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The shapes (guides, then alert ranges) and the alert trace ``panel_figure`` would draw."""
+    """The shapes (guides, markers, then alert ranges) and the alert trace ``panel_figure``
+    would draw."""
     shapes: list[dict[str, Any]] = []
     for guide in guides:
         _guide(guide, shapes)
+    shapes += marker_overlay(markers, run_alerts, anchor, view)[0]
     return shapes, _alert_markers(alerts, anchor, view, shapes)
 
 
@@ -269,7 +300,7 @@ def _layout(view: View, content: PanelContent, *, has_right: bool) -> dict[str, 
         "plot_bgcolor": theme["plot"],
         "font": {"color": theme["font"], "size": 11, "family": "Inter, system-ui, sans-serif"},
         "xaxis": xaxis,
-        "yaxis": {**axis, **scale, "title": {"text": text(content.unit)}},
+        "yaxis": {**axis, **scale, "automargin": True, "title": {"text": text(content.unit)}},
         "yaxis3": {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
         "hovermode": "x unified",
         "showlegend": content.show_legend,
@@ -289,6 +320,7 @@ def _layout(view: View, content: PanelContent, *, has_right: bool) -> dict[str, 
             "overlaying": "y",
             "side": "right",
             "showgrid": False,
+            "automargin": True,
             "title": {"text": text(content.right_unit)},
         }
     return layout
@@ -311,14 +343,86 @@ def compare_figure(
     unit: str,
     runs: Sequence[tuple[str, SeriesData | None, float | None]],
     view: View,
+    markers: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """One signal of several runs (label, series, start time) overlaid; the legend names runs."""
+    """One signal of several runs (label, series, start time) overlaid; the legend names runs.
+
+    Past ``LEGEND_MAX_RUNS`` the legend and the unified hover give way to per-line hover.
+    """
     lines = [
         Line(key=f"{signal}:{i}", series=s, label=name, t0=t0)
         for i, (name, s, t0) in enumerate(runs)
         if s is not None
     ]
-    return panel_figure(PanelContent(lines=lines, unit=unit, height=300), view)
+    few = len(lines) <= LEGEND_MAX_RUNS
+    content = PanelContent(lines=lines, unit=unit, height=300, show_legend=few, markers=markers)
+    figure = panel_figure(content, view)
+    if not few:
+        figure["layout"]["hovermode"] = "closest"
+    return figure
+
+
+def band_figure(
+    unit: str,
+    groups: Sequence[tuple[str, BandPublic]],
+    spread: str,
+    view: View,
+    markers: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """Each group's mean line over its ``spread`` band (``"std"``: ±1 std, ``"minmax"``).
+
+    Bands are aligned on steps, so the x axis is steps whatever the view's axis.
+    """
+    colours = palette(view.theme)
+    data: list[dict[str, Any]] = []
+    for index, (label, band) in enumerate(groups):
+        colour = colours[index % len(colours)]
+        lower, upper = _band_edges(band, spread)
+        common = {"type": "scatter", "mode": "lines", "x": band.steps, "legendgroup": label}
+        edge = {"width": 0, "color": colour}
+        data.append({**common, "y": lower, "line": edge, "showlegend": False, "hoverinfo": "skip"})
+        data.append(
+            {
+                **common,
+                "y": upper,
+                "line": edge,
+                "fill": "tonexty",
+                "fillcolor": _translucent(colour, BAND_OPACITY),
+                "showlegend": False,
+                "hoverinfo": "skip",
+            }
+        )
+        data.append(
+            {
+                **common,
+                "y": band.mean,
+                "name": text(label),
+                "line": {"color": colour, "width": 2},
+                "customdata": band.n,
+                "hovertemplate": "%{y:.4g} (n=%{customdata})",
+                "meta": {"key": label, "role": "mean"},
+            }
+        )
+    stepped = View(**{**view.__dict__, "xmode": "step", "x_range": view.x_range})
+    layout = _layout(stepped, PanelContent(lines=(), unit=unit, height=300), has_right=False)
+    empty = SeriesData.model_construct(steps=[], values=[], times=[], last_step=None)
+    layout["shapes"], layout["annotations"] = marker_overlay(markers, (), empty, stepped)
+    if not groups:
+        layout["annotations"].append(_note("no points in this step range"))
+    return {"data": data, "layout": layout}
+
+
+def _band_edges(band: BandPublic, spread: str) -> tuple[list[Any], list[Any]]:
+    if spread == "minmax":
+        return band.min, band.max
+    pairs = zip(band.mean, band.std, strict=True)
+    edges = [(None, None) if m is None or s is None else (m - s, m + s) for m, s in pairs]
+    return [lo for lo, _ in edges], [hi for _, hi in edges]
+
+
+def _translucent(colour: str, opacity: float) -> str:
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({red},{green},{blue},{opacity})"
 
 
 def trace_index(figure: Mapping[str, Any]) -> dict[str, dict[str, int]]:

@@ -70,6 +70,8 @@ def build_figures(
                 guides=guides(panel_id, plan),
                 alerts=concerned.get(panel_id, []),
                 alert_slot=True,
+                markers=plan.get("markers", ()),
+                run_alerts=alerts,
             )
         else:
             key = plan["minis"].get(panel_id, "")
@@ -79,6 +81,8 @@ def build_figures(
                 height=MINI_HEIGHT,
                 show_legend=False,
                 alert_slot=True,
+                markers=plan.get("markers", ()),
+                run_alerts=alerts,
             )
         result.append(figures.panel_figure(content, view))
     return result
@@ -102,7 +106,9 @@ def alert_overlays(
         first = first_key(panel_id, plan)
         marks = concerned.get(panel_id, [])
         panel_guides = guides(panel_id, plan) if panel_id in PANELS_BY_ID else []
-        out.append(figures.alert_overlay(panel_guides, marks, anchors.get(first, empty), view))
+        anchor = anchors.get(first, empty)
+        markers = plan.get("markers", ())
+        out.append(figures.alert_overlay(panel_guides, marks, anchor, view, markers, alerts))
     return out
 
 

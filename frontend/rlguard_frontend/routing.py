@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from dash import html
+from dash.exceptions import PreventUpdate
 
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.pages import compare, inbox, not_found_404, run_detail, runs, samples
@@ -38,8 +39,7 @@ def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
     if path.rstrip("/") == "/alerts":
         return inbox.layout()
     if path.rstrip("/") == "/compare":
-        wanted = parse_qs(query).get("runs", [""])[0]
-        return compare.layout([r for r in wanted.split(",") if r])
+        return compare.layout(query, client, theme)
     return not_found_404.layout(path)
 
 
@@ -55,6 +55,20 @@ def referring_location(headers: Mapping[str, str], prefix: str = "/") -> str | N
     if not parts.path.startswith(prefix):
         return None
     return location(unquote(parts.path), parts.query, prefix)
+
+
+def theme_for(toggled: bool, search: str | None, theme: str | None) -> str:
+    """The theme after a click on the toggle, or the one a link's ``?theme=`` asks for.
+
+    >>> theme_for(True, "", "dark"), theme_for(False, "?theme=dark", "light")
+    ('light', 'dark')
+    """
+    if toggled:
+        return "light" if theme == "dark" else "dark"
+    wanted = parse_qs((search or "").lstrip("?")).get("theme", [""])[-1]
+    if wanted in THEMES and wanted != theme:
+        return wanted
+    raise PreventUpdate  # no change: nothing drawn in the theme is drawn again
 
 
 def theme_from(cookies: Mapping[str, str]) -> str:

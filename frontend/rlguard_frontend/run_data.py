@@ -23,6 +23,7 @@ def make_plan(client: ApiClient, run: RunPublic, previous: dict[str, Any] | None
     keys = client.list_keys(run.id).data
     plan = plan_panels([k.model_dump() for k in keys])
     plan["kl_target"] = kl_target(run.config)
+    plan["markers"] = [m.model_dump() for m in client.run_markers(run.id).data]
     entropy = plan["panels"].get("entropy", {}).get("keys", [])
     plan["entropy_start"] = (previous or {}).get("entropy_start")
     described = next((k for k in keys if entropy and k.name == entropy[0]), None)

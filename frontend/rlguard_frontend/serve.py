@@ -1,4 +1,4 @@
-"""Serving: ``rlguard up`` (API and dashboard on one port) and ``rlguard dashboard --api URL``."""
+"""Serving the dashboard: as an ASGI app (for ``rlguard up`` too) and ``rlguard dashboard``."""
 
 from __future__ import annotations
 
@@ -8,15 +8,12 @@ from typing import IO, Any
 
 from a2wsgi import WSGIMiddleware
 from a2wsgi.wsgi_typing import Environ, IterableChunks, StartResponse
-from fastapi.responses import JSONResponse
 from starlette.middleware.gzip import GZipMiddleware
 from werkzeug.wsgi import FileWrapper
 
-from rlguard_backend.api.deps import PUBLIC
 from rlguard_frontend.app import create_dash_app
 from rlguard_frontend.signin import ProxyTrust
 
-API_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 # a2wsgi hands each body chunk to the event loop and waits for it; Flask sends files in 8 KiB
 # blocks, so the 1.2 MB plotly.js asset took ~150 round trips (~4× slower to serve).
 FILE_BLOCK_BYTES = 1 << 20
@@ -47,85 +44,28 @@ def proxy_trust(settings: Any) -> ProxyTrust | None:
     return ProxyTrust(settings.identity_header, settings.proxy_networks)
 
 
-def combined_app(settings: Any, public_url: str) -> Any:
-    """The API under ``/api`` and the dashboard at ``/`` in one ASGI app."""
-    from rlguard_backend.main import create_app
-
-    app = create_app(settings)
-
-    # Unknown API paths answer JSON 404 instead of falling through to the dashboard's index.
-    @app.api_route(
-        f"{settings.api_prefix}/{{path:path}}",
-        methods=API_METHODS,
-        include_in_schema=False,
-        dependencies=[PUBLIC],
-    )
-    def unknown_api_path(path: str) -> JSONResponse:
-        return JSONResponse({"detail": f"no API endpoint {settings.api_prefix}/{path}"}, 404)
-
-    dash_app = create_dash_app(
-        f"{public_url}{settings.api_prefix}",
-        sign_in=app.state.auth_required,
-        token=os.environ.get("RLGUARD_TOKEN"),
-        trust=proxy_trust(settings),
-    )
-    app.mount("/", dashboard_asgi(dash_app))
-    return app
-
-
-def start_background(host: str = "127.0.0.1", port: int = 0, settings: Any = None) -> Any:
-    """Start API + dashboard in a thread; returns the running ``ServerThread`` (``.url``)."""
-    from rlguard_backend.config import Settings
-    from rlguard_backend.serve import ServerThread, base_url, bind_socket
-
-    settings = settings or Settings()
-    sock = bind_socket(host, port)
-    return ServerThread(combined_app(settings, base_url(sock)), sock=sock).start()
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    if parser.prog.split()[-1] == "dashboard":
-        parser.add_argument("--api", required=True, help="API base, e.g. http://backend:8000/api")
-    else:
-        parser.add_argument("--database-url", default=None, help="default: RLGUARD_DATABASE_URL")
+    parser.add_argument("--api", required=True, help="API base, e.g. http://backend:8000/api")
 
 
 def run(args: argparse.Namespace) -> int:
+    """``rlguard dashboard --api URL``: the dashboard alone, reading a remote API."""
     from rlguard_backend import requestlog
+    from rlguard_backend.auth import is_loopback
     from rlguard_backend.config import Settings
-    from rlguard_backend.serve import (
-        announce_auth,
-        base_url,
-        bind_socket,
-        serve_socket,
-        settings_for_host,
-    )
+    from rlguard_backend.serve import base_url, bind_socket, serve_socket, settings_for_host
 
-    database_url = getattr(args, "database_url", None)
-    settings = settings_for_host(
-        Settings(**({"database_url": database_url} if database_url else {})), args.host
-    )
+    settings = settings_for_host(Settings(), args.host)
     requestlog.configure(settings.log_format)
     sock = bind_socket(args.host, args.port)
-    url = base_url(sock)
-    if args.command == "dashboard":
-        from rlguard_backend.auth import is_loopback
-
-        # Off loopback, viewers sign in; on it, the dashboard may use a token of its own.
-        dash_app = create_dash_app(
-            args.api,
-            sign_in=not is_loopback(args.host),
-            token=os.environ.get("RLGUARD_TOKEN"),
-            trust=proxy_trust(settings),
-        )
-        app: Any = dashboard_asgi(dash_app)
-        print(f"rlguard dashboard on {url}/ reading {args.api}", flush=True)
-    else:
-        app = combined_app(settings, url)
-        announce_auth(app, args.host)
-        print(
-            f"rlguard listening on {url} (dashboard at /, API at /api, docs at /docs)", flush=True
-        )
-    return serve_socket(app, sock, settings)
+    # Off loopback, viewers sign in; on it, the dashboard may use a token of its own.
+    dash_app = create_dash_app(
+        args.api,
+        sign_in=not is_loopback(args.host),
+        token=os.environ.get("RLGUARD_TOKEN"),
+        trust=proxy_trust(settings),
+    )
+    print(f"rlguard dashboard on {base_url(sock)}/ reading {args.api}", flush=True)
+    return serve_socket(dashboard_asgi(dash_app), sock, settings)

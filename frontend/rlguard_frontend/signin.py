@@ -23,7 +23,7 @@ from rlguard_frontend.api_client import REQUEST_TOKEN, ApiClient, ApiError
 logger = logging.getLogger(__name__)
 
 COOKIE = "rlguard_session"
-OPEN_PREFIXES = ("/assets/", "/_dash-component-suites/", "/_favicon.ico")
+OPEN_PREFIXES = ("/assets/", "/_dash-component-suites/", "/_favicon.ico", "/_rlguard/")
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>rlguard · sign in</title>

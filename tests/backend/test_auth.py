@@ -101,6 +101,13 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ),
         ("GET", "/api/v1/runs"): lambda: (f"{API}/runs", None),
         ("GET", "/api/v1/runs/{run_id}"): lambda: (run, None),
+        ("GET", "/api/v1/runs/{run_id}/markers"): lambda: (f"{run}/markers", None),
+        ("GET", "/api/v1/run-fields"): lambda: (f"{API}/run-fields", None),
+        ("GET", "/api/v1/projects"): lambda: (f"{API}/projects", None),
+        ("GET", "/api/v1/groups"): lambda: (
+            f"{API}/groups?runs={ids['run_id']}&signals=entropy",
+            None,
+        ),
         ("DELETE", "/api/v1/runs/{run_id}"): lambda: (f"{API}/runs/{new_run()}", None),
         ("DELETE", "/api/v1/projects/{project}"): new_project_path,
         ("POST", "/api/v1/runs/{run_id}/archive"): lambda: (f"{run}/archive", None),
@@ -171,6 +178,7 @@ def test_auth_every_endpoint_refuses_wrong_tokens_and_answers_its_scope(service:
 
 
 LISTS = {("GET", "/api/v1/runs"), ("GET", "/api/v1/alerts")}
+LISTS |= {("GET", "/api/v1/projects"), ("GET", "/api/v1/run-fields")}
 SERVICE_WIDE = {("POST", "/api/v1/tokens"), ("GET", "/api/v1/tokens"), ("GET", "/metrics")}
 SERVICE_WIDE |= {("DELETE", "/api/v1/tokens/{token_id}")}
 
@@ -193,6 +201,10 @@ def test_auth_project_tokens_reach_only_their_project(service: Service) -> None:
             assert status == 403, (template, status)
         else:
             assert 200 <= status < 300, (method, template, status)
+    projects = httpx.get(
+        f"{service.url}{API}/projects", headers={"Authorization": f"Bearer {other}"}
+    )
+    assert projects.json()["count"] == 0  # its own project holds no runs
     for path in ("/runs", "/alerts"):
         seen = httpx.get(f"{service.url}{API}{path}", headers={"Authorization": f"Bearer {other}"})
         assert seen.json()["count"] == 0, path

@@ -22,6 +22,7 @@ TABLES = {
     "webhook_outbox",
     "alembic_version",
     "alerts",
+    "run_events",
     "api_tokens",
     "detector_state",
     "ingested_batches",

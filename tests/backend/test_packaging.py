@@ -56,6 +56,7 @@ def test_wheel_contains_migrations_and_all_packages(wheel: Path) -> None:
         "rlguard_backend/migrations/versions/0001_initial_schema.py",
         "rlguard_frontend/app.py",
         "rlguard_frontend/pages/runs.py",
+        "rlguard_compose/serve.py",
     ):
         assert required in names, required
     assert not any(name.startswith(("tests/", "benchmarks/")) for name in names)

@@ -98,3 +98,13 @@ def test_benchmark_hook_overhead_prints_log_costs_and_cpu_per_step() -> None:
         figures = result["cpu"][loop]
         assert {"unlogged_us_per_step", "hook_cpu_us_per_step", "floor_us_per_step"} <= set(figures)
         assert figures["hook_cpu_us_per_step"] > 0
+
+
+def test_benchmark_dashboard_quick_prints_every_view_beside_its_baseline() -> None:
+    result = _run("benchmarks.dashboard", "--quick")
+    assert result["live_samples"] == 3 and result["first_render_minis_drawn"] == 8
+    assert result["compare"]["runs"] == 6 and result["compare"]["baseline_2_runs"]["samples_s"]
+    assert result["groups"]["groups"] == 2 and result["groups"]["groups_api_bytes"] > 0
+    assert result["groups"]["baseline_overlaid"]["first_render_s"] > 0
+    assert result["table"]["runs"] == 120 and result["table"]["baseline_50_runs"]["runs"] == 50
+    assert result["table"]["filter_s"] > 0

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rlguard_backend.config import Settings
-from rlguard_frontend.serve import start_background
+from rlguard_compose import start_background
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [

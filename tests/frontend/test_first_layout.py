@@ -1,5 +1,5 @@
-"""Opening a page: it comes with the first layout, drawn in the reader's theme, with the small
-plotly.js bundle, compressed; links and history still go through the page callback."""
+"""Opening a page: it comes with the first layout, drawn in the reader's theme, with the plotly
+package's plotly.js, compressed; links and history still go through the page callback."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import plotly
+from plotly.offline import get_plotlyjs_version
 
+from rlguard_frontend import plotly_bundle
 from tests.conftest import new_run_id
 from tests.frontend.helpers import WAIT_MS, graph_selector, seed_run
 
-ASSETS = Path(__file__).resolve().parents[2] / "frontend" / "rlguard_frontend" / "assets"
+PLOTLY_BUNDLE = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 DARK_PAPER = "#161b22"
 
 
@@ -45,8 +48,9 @@ def test_run_page_comes_drawn_with_the_first_layout(dashboard: Any, page: Any) -
     assert run_id in layout and '"figure"' in layout
     pages_sent = [r for r in callbacks if r.status == 200 and '"app-page"' in r.text()]
     assert pages_sent == [], "the page callback must not build the page the layout brought"
-    assert not [url for url in requests if "plotly.min.js" in url], "the 4.8 MB bundle loaded"
-    assert page.evaluate("Plotly.version") == "4.1.1"
+    lazy = [url for url in requests if "async-plotlyjs" in url]
+    assert not lazy, "dcc.Graph fetched its own plotly.js: the package's was not loaded first"
+    assert page.evaluate("Plotly.version") == get_plotlyjs_version()
     assert page.console_errors == []
 
 
@@ -56,11 +60,11 @@ def test_dashboard_links_and_history_switch_pages(dashboard: Any, page: Any) -> 
     page.goto(f"{dashboard.url}/runs/{run_id}")
     _entropy_drawn(page)
     page.click("nav >> text=Runs")
-    page.get_by_text("1 run(s)").wait_for(timeout=WAIT_MS)
+    page.get_by_text("1 run", exact=True).wait_for(timeout=WAIT_MS)
     page.click("nav >> text=Compare")
     page.get_by_text("Pick two or more runs.").wait_for(timeout=WAIT_MS)
     page.go_back()
-    page.get_by_text("1 run(s)").wait_for(timeout=WAIT_MS)
+    page.get_by_text("1 run", exact=True).wait_for(timeout=WAIT_MS)
     page.go_back()
     _entropy_drawn(page)
     assert page.locator(".run-title").inner_text() == "grpo-demo"
@@ -84,10 +88,15 @@ def test_run_page_first_drawn_in_the_theme_last_chosen(dashboard: Any, page: Any
     assert page.console_errors == []
 
 
-def test_dashboard_sends_scripts_compressed(dashboard: Any) -> None:
-    bundle = (ASSETS / "plotly-basic.min.js").read_bytes()
+def test_dashboard_sends_the_plotly_packages_bundle_compressed(dashboard: Any) -> None:
+    bundle = PLOTLY_BUNDLE.read_bytes()
+    url = plotly_bundle.script_url("/")
+    assert url is not None and get_plotlyjs_version() in url
     with httpx.Client(base_url=dashboard.url, timeout=10) as http:
-        answer = http.get("/assets/plotly-basic.min.js", headers={"accept-encoding": "gzip"})
+        answer = http.get(url, headers={"accept-encoding": "gzip"})
+        page = http.get("/").text
     assert answer.headers["content-encoding"] == "gzip"
+    assert "immutable" in answer.headers["cache-control"]
     assert answer.num_bytes_downloaded < len(bundle) // 2
     assert answer.content == bundle
+    assert f'src="{url}"' in page  # loaded up front, with the page's other scripts

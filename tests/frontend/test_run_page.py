@@ -79,6 +79,9 @@ def test_run_page_last_step_advances_while_trainer_logs(
             f"{entropy}.data[0].x.at(-1) > {first + 20}",
             timeout=WAIT_MS,
         )
+        last_step = "document.querySelector('#run-last-step').innerText"
+        # the page may have opened before the first batch landed ("—"): the header catches up
+        page.wait_for_function(f"/^[0-9]+$/.test({last_step})", timeout=WAIT_MS)
         shown = int(page.inner_text("#run-last-step"))
         page.wait_for_function(
             f"Number(document.querySelector('#run-last-step').innerText) > {shown}", timeout=WAIT_MS
@@ -160,7 +163,8 @@ def test_run_page_patches_in_alert_raised_after_load_and_acts_on_it(
     page.wait_for_function(f"({entropy}?.data?.[0]?.x?.length ?? 0) > 0", timeout=WAIT_MS)
     assert plot_state(page, "entropy")["shapes"] == 2  # the start and 50 % guides
     alert_id = _insert_alert(dashboard, run_id)
-    page.wait_for_function(f"{entropy}.layout.shapes.length === 3", timeout=WAIT_MS)
+    # the guides, the alert's line (on every chart) and its range on this one
+    page.wait_for_function(f"{entropy}.layout.shapes.length === 4", timeout=WAIT_MS)
     state = plot_state(page, "entropy")
     assert state["customdata"] == [alert_id]
     assert state["lengths"] == [300, 1], "the patch adds the marker, the line is not resent"

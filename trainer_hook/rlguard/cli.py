@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 # name -> (module defining ``add_arguments(parser)`` and ``run(args) -> int``, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "up": ("rlguard_frontend.serve", "serve the API and the dashboard on one port"),
+    "up": ("rlguard_compose.serve", "serve the API and the dashboard on one port"),
     "server": ("rlguard_backend.serve", "serve the API alone"),
     "dashboard": ("rlguard_frontend.serve", "serve the dashboard alone against a remote API"),
     "db": ("rlguard_backend.serve", "database schema: upgrade, downgrade, current"),
@@ -33,7 +33,11 @@ def _load(name: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callabl
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        extra = "server" if module_name.startswith(("rlguard_backend", "rlguard_frontend")) else ""
+        extra = (
+            "server"
+            if module_name.startswith(("rlguard_backend", "rlguard_frontend", "rlguard_compose"))
+            else ""
+        )
         hint = f" (pip install 'rlguard[{extra}]')" if extra else ""
         raise SystemExit(f"rlguard {name}: cannot import {module_name}: {exc}{hint}") from exc
     return module.add_arguments, module.run

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import detection, repository
+from rlguard_backend import detection, markers, repository, run_fields
 from rlguard_backend.api.deps import (
     ADMIN,
     READ,
@@ -30,7 +30,11 @@ from rlguard_backend.schemas import (
     DetectResult,
     Heartbeat,
     HeartbeatIn,
+    MarkerList,
+    ProjectList,
+    ProjectPublic,
     RunCreate,
+    RunFieldList,
     RunList,
     RunPublic,
     RunRewind,
@@ -42,6 +46,7 @@ from rlguard_backend.schemas import (
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERROR_RESPONSES)
 projects = APIRouter(prefix="/v1/projects", tags=["runs"], responses=ERROR_RESPONSES)
+fields_router = APIRouter(prefix="/v1/run-fields", tags=["runs"], responses=ERROR_RESPONSES)
 
 
 def _public(session: Session, run_id: str) -> RunPublic:
@@ -98,6 +103,22 @@ async def delete_run(run_id: str, db: WriterDep) -> RunsDeleted:
         return RunsDeleted(deleted=deleted, run_ids=[run_id])
 
     return await db.write(remove)
+
+
+@projects.get("", response_model=ProjectList, dependencies=[READ])
+async def list_projects(db: DatabaseDep, identity: IdentityDep) -> ProjectList:
+    """Every project (a token's own when limited to one) with its unarchived runs, by name."""
+    only = project_filter(identity, None)
+
+    def read(session: Session) -> ProjectList:
+        query = select(Run.project, func.count()).where(Run.archived_at.is_(None))
+        if only is not None:
+            query = query.where(Run.project == only)
+        query = query.group_by(Run.project).order_by(Run.project)
+        found = [ProjectPublic(name=n, runs=c) for n, c in session.execute(query)]
+        return ProjectList(data=found, count=len(found))
+
+    return await db.read(read)
 
 
 @projects.delete("/{project}", response_model=RunsDeleted, dependencies=[ADMIN])
@@ -159,6 +180,28 @@ def _archive_project(session: Session, project: str, archived: bool) -> RunsArch
     return RunsArchived(archived=archived, run_ids=run_ids)
 
 
+MAX_FILTERS = 16
+SortParam = Annotated[
+    str | None,
+    Query(
+        max_length=2000,
+        description="comma-separated fields, '-' for descending: -last.reward_mean,name",
+    ),
+]
+FilterParam = Annotated[
+    list[str],
+    Query(
+        alias="filter",
+        description="repeatable <field>:<op>[:<value>], op one of "
+        f"{', '.join(run_fields.FILTER_OPS)}: config.lr:gt:0.0001",
+    ),
+]
+FieldsParam = Annotated[
+    str | None,
+    Query(max_length=4000, description="computed fields each run carries in values"),
+]
+
+
 @router.get("", response_model=RunList, dependencies=[READ])
 async def list_runs(
     db: DatabaseDep,
@@ -169,22 +212,71 @@ async def list_runs(
     archived: Annotated[bool, Query(description="true: the archived runs instead")] = False,
     limit: Limit = 50,
     offset: Offset = 0,
+    sort: SortParam = None,
+    filters: FilterParam = [],  # noqa: B006 (FastAPI copies defaults)
+    fields: FieldsParam = None,
 ) -> RunList:
-    """Runs newest first, filtered by project, status, tag; archived ones only on request."""
+    """Runs, newest first or by ``sort``, narrowed by ``filter``s; ``count`` is the total match.
+    Archived runs only on request.
+
+    Fields are those of ``rlguard_backend.run_fields``: the run's columns, ``config.<key>``,
+    ``summary.<key>``, ``hparam.<name>``, ``last.<signal>``, ``alerts.<severity>``, ``health``.
+    """
     project = project_filter(identity, project)
+    order, rules, shown = _parse_list_params(sort, filters, fields)
 
     def read(session: Session) -> RunList:
-        runs, count = repository.list_runs(
-            session,
-            project=project,
-            status=status,
-            tag=tag,
-            archived=archived,
-            limit=limit,
-            offset=offset,
-        )
-        tags = repository.run_tags(session, [r.id for r in runs])
-        return RunList(data=[repository.to_public(r, tags[r.id]) for r in runs], count=count)
+        try:
+            runs, count = repository.list_runs(
+                session,
+                project=project,
+                status=status,
+                tag=tag,
+                archived=archived,
+                limit=limit,
+                offset=offset,
+                sort=order,
+                filters=rules,
+                fields=shown,
+            )
+        except ValueError as exc:
+            raise InvalidField(["query", "filter"], str(exc)) from exc
+        tags = repository.run_tags(session, [r.id for r, _ in runs])
+        return RunList(data=[repository.to_row(r, tags[r.id], v) for r, v in runs], count=count)
+
+    return await db.read(read)
+
+
+def _parse_list_params(
+    sort: str | None, filters: list[str], fields: str | None
+) -> tuple[tuple[run_fields.SortKey, ...], list[run_fields.Filter], tuple[str, ...]]:
+    """The list's sort, filters and fields, or 422 naming the parameter and the fix."""
+    if len(filters) > MAX_FILTERS:
+        raise InvalidField(["query", "filter"], f"at most {MAX_FILTERS} filters")
+    parsers: list[tuple[str, Any]] = [
+        ("sort", lambda: run_fields.parse_sort(sort or "")),
+        ("filter", lambda: [run_fields.parse_filter(f) for f in filters]),
+        ("fields", lambda: run_fields.parse_fields(fields or "")),
+    ]
+    parsed = []
+    for name, parse in parsers:
+        try:
+            parsed.append(parse())
+        except ValueError as exc:
+            raise InvalidField(["query", name], str(exc)) from exc
+    return parsed[0], parsed[1], parsed[2]
+
+
+@fields_router.get("", response_model=RunFieldList, dependencies=[READ])
+async def list_run_fields(
+    db: DatabaseDep, identity: IdentityDep, project: str | None = None
+) -> RunFieldList:
+    """The fields runs can be listed, sorted and filtered by (config keys, signals …)."""
+    project = project_filter(identity, project)
+
+    def read(session: Session) -> RunFieldList:
+        found = repository.list_run_fields(session, project)
+        return RunFieldList(data=found, count=len(found))
 
     return await db.read(read)
 
@@ -193,6 +285,18 @@ async def list_runs(
 async def read_run(run_id: str, db: DatabaseDep) -> RunPublic:
     """One run with its tags."""
     return await db.read(lambda session: _public(session, run_id))
+
+
+@router.get("/{run_id}/markers", response_model=MarkerList, dependencies=[READ])
+async def read_markers(run_id: str, db: DatabaseDep) -> MarkerList:
+    """Restarts, rewinds and learning-rate changes (a jump of 5 % or more after a steady step)."""
+
+    def read(session: Session) -> MarkerList:
+        repository.get_run(session, run_id)
+        found = markers.run_markers(session, run_id)
+        return MarkerList(data=found, count=len(found))
+
+    return await db.read(read)
 
 
 @router.patch("/{run_id}", response_model=RunPublic, dependencies=[WRITE])

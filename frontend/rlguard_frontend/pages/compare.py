@@ -1,49 +1,258 @@
-"""The compare page: several runs overlaid per canonical signal, the legend naming the runs."""
+"""The compare page: runs overlaid (or grouped into bands) per signal, against a baseline run.
+
+Everything it shows lives in the URL (``compare_state``): a copied link opens the same view,
+and back/forward step through the views. Up to ``MAX_RUNS`` runs; the fewer points each the
+more runs there are, so 50 overlaid runs draw about as fast as two.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output, dcc, html
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from rlguard_backend.schemas import SeriesData
-from rlguard_frontend import figures, ids, run_data
+from rlguard_frontend import compare_data, figures, ids
 from rlguard_frontend.api_client import ApiClient, ApiError
+from rlguard_frontend.compare_data import MAX_RUNS, SIGNAL_UNITS, ComparedRun
+from rlguard_frontend.compare_state import CompareState
 from rlguard_frontend.controls import control_id, controls_bar
 from rlguard_frontend.pages.run_detail import GRAPH_CONFIG
 from rlguard_frontend.panel_views import view_from
-from rlguard_frontend.panels import PANELS
 from rlguard_frontend.traces import start_time
 
 PREFIX = "compare"
-MAX_RUNS = 8
-# signal -> axis unit, in registry order (the order of the panels on a run page)
-SIGNAL_UNITS: dict[str, str] = {}
-for _panel in PANELS:
-    SIGNAL_UNITS.update({s: _panel.unit for s in _panel.signals})
-    SIGNAL_UNITS.update({s: _panel.right_unit for s in _panel.right})
+BAND_OPTIONS = [{"label": " ±1 std", "value": "std"}, {"label": " min–max", "value": "minmax"}]
+GROUP_BINS = 500
 
 
-def layout(run_ids: list[str]) -> html.Div:
+def layout(query: str = "", client: ApiClient | None = None, theme: str | None = None) -> html.Div:
+    """The page as the URL's ``query`` describes it, drawn when a ``client`` is given (the
+    first layout then brings the charts: no round trip after the page starts)."""
+    state = CompareState.from_query(query)
+    drawn: tuple[Any, Any, Any, str] = ([], [], [], "")
+    if client is not None:
+        drawn = compare_view(client, state.with_changes(theme=state.theme or theme))
+    runs = list(state.runs[:MAX_RUNS])
     picker = dcc.Dropdown(
         id=ids.COMPARE_RUNS,
-        value=run_ids[:MAX_RUNS],
-        options=[{"label": r, "value": r} for r in run_ids[:MAX_RUNS]],
+        value=runs,
+        options=[{"label": r, "value": r} for r in runs],
         multi=True,
-        placeholder="pick runs to compare",
+        placeholder=f"pick runs to compare (up to {MAX_RUNS})",
         className="compare-picker",
+    )
+    grouping = html.Div(
+        [
+            html.Label([html.Span("baseline", className="control-label"), _baseline(state)]),
+            html.Label(
+                [
+                    html.Span("group by", className="control-label"),
+                    dcc.Dropdown(
+                        id=ids.COMPARE_GROUP_BY,
+                        value=list(state.group_by),
+                        options=[{"label": g, "value": g} for g in state.group_by],
+                        multi=True,
+                        placeholder="config keys (seed left out)",
+                        className="filter filter-wide",
+                    ),
+                ]
+            ),
+            dcc.RadioItems(
+                id=ids.COMPARE_BAND, options=BAND_OPTIONS, value=state.band, inline=True
+            ),
+            html.Label(
+                [
+                    html.Span("panels", className="control-label"),
+                    dcc.Dropdown(
+                        id=ids.COMPARE_SIGNALS,
+                        value=list(state.signals),
+                        options=[{"label": s, "value": s} for s in SIGNAL_UNITS],
+                        multi=True,
+                        placeholder="every signal the runs log",
+                        className="filter filter-wide",
+                    ),
+                ]
+            ),
+            html.Label(
+                [
+                    html.Span("steps", className="control-label"),
+                    _step_input(ids.COMPARE_FROM, state.from_step, "from"),
+                    _step_input(ids.COMPARE_TO, state.to_step, "to"),
+                ]
+            ),
+        ],
+        className="filters",
     )
     return html.Div(
         [
             html.H2("Compare runs"),
+            dcc.Store(id=ids.COMPARE_QUERY),
             picker,
-            controls_bar(PREFIX, live=False),
-            html.Div(id=ids.COMPARE_ERROR, className="error"),
-            html.Div(id=ids.COMPARE_GRID, className="compare-grid"),
+            grouping,
+            controls_bar(
+                PREFIX, live=False, smoothing=state.smoothing, log=state.log, xmode=state.xmode
+            ),
+            html.Div(drawn[3], id=ids.COMPARE_ERROR, className="error"),
+            html.Div(drawn[1], id=ids.COMPARE_DELTAS, className="compare-deltas"),
+            html.Div(drawn[0], id=ids.COMPARE_GRID, className="compare-grid"),
+            html.Details(
+                [html.Summary("config diff"), html.Div(drawn[2], id=ids.COMPARE_CONFIG)],
+                open=True,
+                className="compare-config",
+            ),
         ],
         className="compare-page",
     )
+
+
+def _baseline(state: CompareState) -> dcc.Dropdown:
+    value = state.baseline if state.baseline in state.runs else (state.runs or [None])[0]
+    return dcc.Dropdown(
+        id=ids.COMPARE_BASELINE,
+        value=value,
+        options=[{"label": r, "value": r} for r in state.runs],
+        clearable=False,
+        className="filter",
+    )
+
+
+def _step_input(element_id: str, value: int | None, placeholder: str) -> dcc.Input:
+    return dcc.Input(
+        id=element_id,
+        type="number",
+        min=0,
+        step=1,
+        value=value,
+        placeholder=placeholder,
+        debounce=True,
+        className="filter-input filter-step",
+    )
+
+
+def state_from(
+    runs: list[str] | None,
+    baseline: str | None,
+    group_by: list[str] | None,
+    signals: list[str] | None,
+    band: str | None,
+    smoothing: float | None,
+    log: list[str] | None,
+    xmode: str | None,
+    from_step: int | None,
+    to_step: int | None,
+    theme: str | None,
+) -> CompareState:
+    """The controls' values as one state (what the URL holds)."""
+    query = CompareState(
+        runs=tuple((runs or [])[:MAX_RUNS]),
+        baseline=baseline,
+        group_by=tuple(group_by or ()),
+        signals=tuple(signals or ()),
+        band=band or "std",
+        smoothing=float(smoothing or 0),
+        xmode=xmode or "step",
+        log=bool(log),
+        from_step=None if from_step is None else int(from_step),
+        to_step=None if to_step is None else int(to_step),
+        theme=theme,
+    ).to_query()
+    return CompareState.from_query(query)  # the same clean-up a pasted URL gets
+
+
+def compare_view(client: ApiClient, state: CompareState) -> tuple[Any, Any, Any, str]:
+    """(panel cards, delta table, config diff, error) for a state."""
+    if not state.runs:
+        return [html.P("Pick two or more runs.", className="empty")], [], [], ""
+    try:
+        runs = compare_data.read_runs(
+            client,
+            state.runs,
+            state.smoothing,
+            times=state.xmode != "step",
+            span=state.span,
+            signals=state.signals,
+        )
+        groups = _groups(client, state, runs) if state.group_by else None
+        baseline = state.baseline if state.baseline in state.runs else state.runs[0]
+        markers = [m.model_dump() for m in client.run_markers(baseline).data]
+    except ApiError as exc:
+        return [], [], [], str(exc)
+    if groups is not None:
+        cards = _band_cards(state, groups, markers)
+    else:
+        cards = _overlay_cards(state, runs, markers)
+    signals, rows = compare_data.deltas(runs, baseline, smoothed=state.smoothing > 0)
+    labels = run_labels({r.run.id: r.run.name for r in runs})
+    return cards, delta_table(signals, rows, labels), config_table([r.run for r in runs]), ""
+
+
+def _shown(state: CompareState) -> dict[str, str]:
+    """The panels' signals and units, in registry order: the chosen ones, or every one."""
+    return {s: u for s, u in SIGNAL_UNITS.items() if not state.signals or s in state.signals}
+
+
+def _groups(client: ApiClient, state: CompareState, runs: list[ComparedRun]) -> Any:
+    signals = [s for s in _shown(state) if any(s in r.series for r in runs)]
+    if not signals:
+        return []
+    return client.read_groups(
+        state.runs,
+        signals,
+        by=state.group_by,
+        smoothing=state.smoothing,
+        bins=GROUP_BINS,
+        **state.span,
+    ).data
+
+
+def _view(state: CompareState, t0: float | None = None) -> figures.View:
+    zoom = None
+    if state.from_step is not None and state.to_step is not None:
+        zoom = {"from": state.from_step, "to": state.to_step}
+    log = ["log"] if state.log else []
+    return view_from(state.smoothing, log, state.xmode, state.theme, zoom, t0)
+
+
+def _overlay_cards(
+    state: CompareState, runs: list[ComparedRun], markers: list[dict[str, Any]]
+) -> list[Any]:
+    """One card per signal, every run a line; the baseline's markers across each."""
+    labels = run_labels({r.run.id: r.run.name for r in runs})
+    view = _view(state)
+    cards = []
+    for signal, unit in _shown(state).items():
+        lines = [(labels[r.run.id], r.series.get(signal), start_time(r.series)) for r in runs]
+        if not any(series for _, series, _ in lines):
+            continue
+        figure = figures.compare_figure(signal, unit, lines, view, markers)
+        cards.append(_card(signal, figure))
+    return cards or [html.P("These runs share no canonical signal.", className="empty")]
+
+
+def _band_cards(state: CompareState, groups: list[Any], markers: list[dict[str, Any]]) -> list[Any]:
+    """One card per signal, every group a band; the baseline's markers across each."""
+    view = _view(state)
+    cards = []
+    for signal, unit in _shown(state).items():
+        bands = [(group_label(g.key, len(g.runs)), g.signals.get(signal)) for g in groups]
+        bands = [(label, b) for label, b in bands if b is not None and b.steps]
+        if bands:
+            figure = figures.band_figure(unit, bands, state.band, view, markers)
+            cards.append(_card(signal, figure))
+    return cards or [html.P("These runs share no canonical signal.", className="empty")]
+
+
+def _card(signal: str, figure: dict[str, Any]) -> html.Div:
+    return html.Div(
+        [html.H4(signal), dcc.Graph(figure=figure, config=GRAPH_CONFIG)], className="card"
+    )
+
+
+def group_label(key: dict[str, Any], runs: int) -> str:
+    """``"lr=0.001 · 5 runs"``: the group's values without the ``config.`` prefix."""
+    values = ", ".join(f"{k.removeprefix('config.')}={v}" for k, v in key.items()) or "all runs"
+    return f"{values} · {runs} run" + ("" if runs == 1 else "s")
 
 
 def run_labels(names: dict[str, str | None]) -> dict[str, str]:
@@ -57,64 +266,142 @@ def run_labels(names: dict[str, str | None]) -> dict[str, str]:
     }
 
 
-def signal_series(
-    client: ApiClient, run_id: str, smoothing: float, times: bool = True
-) -> dict[str, SeriesData]:
-    """Per canonical signal, the run's first key of that signal."""
-    chosen: dict[str, str] = {}
-    for key in client.list_keys(run_id).data:
-        if key.signal in SIGNAL_UNITS and key.signal not in chosen:
-            chosen[key.signal] = key.name
-    if not chosen:
-        return {}
-    answer = client.read_series(run_id, list(chosen.values()), smoothing=smoothing, times=times)
-    return {signal: answer.series[name] for signal, name in chosen.items()}
+def delta_table(signals: list[str], rows: list[dict[str, Any]], labels: dict[str, str]) -> Any:
+    """Last values and their % difference from the baseline run, as text cells."""
+    if not signals:
+        return []
+    head = html.Tr([html.Th("run"), *(html.Th(s) for s in signals)])
+    body = []
+    for row in rows:
+        name = labels.get(row["run"], row["run"])
+        cells = [html.Td([name, " (baseline)" if row["baseline"] else ""], title=row["run"])]
+        for signal in signals:
+            value, change = row[signal]
+            shown = "—" if value is None else f"{value:.4g}"
+            delta = "" if change is None else f" ({change:+.1f} %)"
+            cells.append(html.Td(shown + delta, className=_delta_class(change)))
+        body.append(html.Tr(cells))
+    caption = html.Caption("last values (smoothed when smoothing is on), % vs the baseline")
+    return html.Table([caption, html.Thead(head), html.Tbody(body)], className="delta-table")
+
+
+def _delta_class(change: float | None) -> str:
+    if change is None or abs(change) < 1:
+        return "delta"
+    return "delta delta-up" if change > 0 else "delta delta-down"
+
+
+def config_table(runs: list[Any]) -> Any:
+    """The config keys whose values differ between the runs (nested keys flattened)."""
+    diff = compare_data.config_diff(runs)
+    if not diff:
+        return html.P("The configs do not differ.", className="empty")
+    head = html.Tr([html.Th("config key"), *(html.Th(r.name or r.id) for r in runs)])
+    body = [html.Tr([html.Td(key), *(html.Td(v) for v in values)]) for key, values in diff]
+    return html.Table([html.Thead(head), html.Tbody(body)], className="config-table")
+
+
+def run_choices(client: ApiClient, selected: list[str] | None) -> list[dict[str, str]]:
+    """The newest runs to pick from, and the picked ones even when older."""
+    try:
+        runs = client.list_runs(limit=1000).data
+    except ApiError:
+        raise PreventUpdate from None
+    options = [{"label": f"{r.name or r.id} · {r.project}", "value": r.id} for r in runs]
+    known = {r.id for r in runs}
+    return options + [{"label": r, "value": r} for r in selected or [] if r not in known]
+
+
+def grouping_choices(
+    client: ApiClient, run_ids: list[str] | None, baseline: str | None, chosen: list[str] | None
+) -> tuple[list[dict[str, str]], Any, list[dict[str, str]]]:
+    """Baseline options and value, and the config keys the picked runs can be grouped by."""
+    run_ids = (run_ids or [])[:MAX_RUNS]
+    try:
+        runs = [client.get_run(r) for r in run_ids]
+    except ApiError:
+        raise PreventUpdate from None
+    labels = run_labels({r.id: r.name for r in runs})
+    options = [{"label": labels[r.id], "value": r.id} for r in runs]
+    keys = list(dict.fromkeys([*(chosen or []), *compare_data.group_keys(runs)]))
+    value = baseline if baseline in run_ids else (run_ids[0] if run_ids else None)
+    keep = no_update if value == baseline else value  # an unchanged value redraws nothing
+    return options, keep, [{"label": k.removeprefix("config."), "value": k} for k in keys]
 
 
 def register(app: Dash, client: ApiClient) -> None:
     smoothing, log, xaxis = (control_id(PREFIX, n) for n in (ids.SMOOTHING, ids.LOG, ids.XAXIS))
-
-    @app.callback(Output(ids.COMPARE_RUNS, "options"), Input(ids.COMPARE_RUNS, "value"))
-    def list_run_options(selected: list[str] | None) -> list[dict[str, str]]:
-        try:
-            runs = client.list_runs(limit=500).data
-        except ApiError:
-            raise PreventUpdate from None
-        options = [{"label": f"{r.name or r.id} · {r.project}", "value": r.id} for r in runs]
-        known = {r.id for r in runs}
-        return options + [{"label": r, "value": r} for r in selected or [] if r not in known]
-
-    @app.callback(
-        Output(ids.COMPARE_GRID, "children"),
-        Output(ids.COMPARE_ERROR, "children"),
+    controls = [
         Input(ids.COMPARE_RUNS, "value"),
+        Input(ids.COMPARE_BASELINE, "value"),
+        Input(ids.COMPARE_GROUP_BY, "value"),
+        Input(ids.COMPARE_SIGNALS, "value"),
+        Input(ids.COMPARE_BAND, "value"),
         Input(smoothing, "value"),
         Input(log, "value"),
         Input(xaxis, "value"),
-        Input(ids.THEME, "data"),
+        Input(ids.COMPARE_FROM, "value"),
+        Input(ids.COMPARE_TO, "value"),
+    ]
+
+    @app.callback(Output(ids.COMPARE_RUNS, "options"), Input(ids.COMPARE_RUNS, "value"))
+    def list_run_options(selected: list[str] | None) -> list[dict[str, str]]:
+        return run_choices(client, selected)
+
+    @app.callback(
+        Output(ids.COMPARE_BASELINE, "options"),
+        Output(ids.COMPARE_BASELINE, "value"),
+        Output(ids.COMPARE_GROUP_BY, "options"),
+        Input(ids.COMPARE_RUNS, "value"),
+        State(ids.COMPARE_BASELINE, "value"),
+        State(ids.COMPARE_GROUP_BY, "value"),
     )
-    def draw_compare(run_ids, smooth, log_on, xmode, theme) -> tuple:
-        run_ids = (run_ids or [])[:MAX_RUNS]
-        if not run_ids:
-            return [html.P("Pick two or more runs.", className="empty")], ""
-        try:
-            labels = run_labels({r: client.get_run(r).name for r in run_ids})
-            times = run_data.needs_times(xmode)
-            data = {r: signal_series(client, r, smooth or 0, times) for r in run_ids}
-        except ApiError as exc:
-            return [], str(exc)
-        starts = {r: start_time(series) for r, series in data.items()}
-        view = view_from(smooth, log_on, xmode, theme, None)
-        cards: list[Any] = []
-        for signal, unit in SIGNAL_UNITS.items():
-            runs = [(labels[r], data[r].get(signal), starts[r]) for r in run_ids]
-            if not any(series for _, series, _ in runs):
-                continue
-            figure = figures.compare_figure(signal, unit, runs, view)
-            cards.append(
-                html.Div(
-                    [html.H4(signal), dcc.Graph(figure=figure, config=GRAPH_CONFIG)],
-                    className="card",
-                )
-            )
-        return cards or [html.P("These runs share no canonical signal.", className="empty")], ""
+    def list_grouping(run_ids, baseline, chosen) -> tuple:
+        return grouping_choices(client, run_ids, baseline, chosen)
+
+    @app.callback(
+        Output(ids.COMPARE_GRID, "children"),
+        Output(ids.COMPARE_DELTAS, "children"),
+        Output(ids.COMPARE_CONFIG, "children"),
+        Output(ids.COMPARE_ERROR, "children"),
+        *controls,
+        Input(ids.THEME, "data"),
+        prevent_initial_call=True,  # the layout came drawn
+    )
+    def draw_compare(*values: Any) -> tuple:
+        return compare_view(client, state_from(*values))
+
+    @app.callback(
+        Output(ids.COMPARE_QUERY, "data"),
+        *controls,
+        State(ids.THEME, "data"),  # carried into the link with the next change of view
+        State(ids.URL, "search"),
+        prevent_initial_call=True,
+    )
+    def keep_in_url(*values: Any) -> dict[str, str]:
+        """Each change of view becomes a history entry: back/forward and copied links work."""
+        if len(ctx.triggered) != 1:
+            raise PreventUpdate  # the page was just built (from this URL): nothing changed
+        return url_for(state_from(*values[:-1]), values[-1])
+
+    # The URL lives in the app's shell; only this page's own store may drive it from here.
+    app.clientside_callback(
+        "function(url) { return url ? [url.search, url.shown] : "
+        "[window.dash_clientside.no_update, window.dash_clientside.no_update]; }",
+        Output(ids.URL, "search"),
+        Output(ids.PAGE_SHOWN, "data", allow_duplicate=True),
+        Input(ids.COMPARE_QUERY, "data"),
+        prevent_initial_call=True,
+    )
+
+
+def url_for(state: CompareState, search: str | None) -> dict[str, str]:
+    """The URL search and page location of a state; unchanged when the URL already says it.
+
+    The theme alone makes no history entry: a link carries the viewer's theme, a toggle does
+    not add a step to back/forward.
+    """
+    query = state.to_query()
+    if CompareState.from_query(search).with_changes(theme=state.theme) == state:
+        raise PreventUpdate
+    return {"search": f"?{query}", "shown": f"/compare?{query}" if query else "/compare"}

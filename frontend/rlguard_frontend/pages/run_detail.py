@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -10,7 +9,7 @@ from dash import ALL, ClientsideFunction, Dash, Input, Output, State, ctx, dcc, 
 from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import RunPublic
-from rlguard_frontend import alert_views, ids, panel_views, run_data, run_state, traces
+from rlguard_frontend import alert_views, ids, run_callbacks, run_data, run_state, traces
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.controls import control_id, controls_bar
 from rlguard_frontend.pages import run_alerts
@@ -19,7 +18,6 @@ from rlguard_frontend.panels import PANELS
 
 PREFIX = "run"
 PANEL_MAX_POINTS = run_data.PANEL_MAX_POINTS
-LIVE_REDRAW_AFTER_POINTS = 1500  # then refetch downsampled history: traces stay ~2,000 points
 GRAPH_CONFIG: Any = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
 
 
@@ -229,17 +227,7 @@ def register(app: Dash, client: ApiClient) -> None:
         prevent_initial_call=True,  # the layout came with all of it
     )
     def refresh_run(_tick: int | None, run_id: str, previous: dict[str, Any] | None) -> tuple:
-        try:
-            run = client.get_run(run_id)
-            plan = run_data.make_plan(client, run, previous)
-        except ApiError as exc:
-            return no_update, str(exc), no_update, no_update, no_update
-        if plan == previous:
-            return header(run), "", no_update, no_update, no_update
-        if previous and all(plan[k] == previous[k] for k in ("panels", "minis")):
-            return header(run), "", plan, no_update, no_update  # a guide moved: redraw in place
-        cards, minis = panel_cards(plan)  # drawn by draw_panels, which the new plan triggers
-        return header(run), "", plan, cards, minis
+        return run_callbacks.refresh_run(client, run_id, previous, panel_cards, header)
 
     @app.callback(
         Output({"type": ids.PANEL_GRAPH, "panel": ALL}, "figure"),
@@ -256,17 +244,10 @@ def register(app: Dash, client: ApiClient) -> None:
     )
     def draw_panels(plan, smooth, log_on, xmode, zoom, theme, _redraw, run_id) -> tuple:
         panel_ids = [o["id"]["panel"] for o in ctx.outputs_list[0]]
-        if not plan or not panel_ids:
-            raise PreventUpdate
-        try:
-            series = run_data.read_drawn_series(
-                client, run_id, plan, float(smooth or 0), zoom, panel_ids, xmode
-            )
-            alerts = client.list_alerts(run_id).data
-        except ApiError:
-            raise PreventUpdate from None
-        view = view_from(smooth, log_on, xmode, theme, zoom, traces.start_time(series))
-        return run_data.draw(panel_ids, plan, series, alerts, view, frozen=bool(zoom))
+        controls = {"smoothing": smooth, "log": log_on, "xmode": xmode, "zoom": zoom}
+        return run_callbacks.draw_panels(
+            client, run_id, panel_ids, plan, {**controls, "theme": theme}
+        )
 
     # Live points reach the graphs through a store and a browser-side step: it drops every point
     # at or before a trace's last x, so a tick answered after a redraw (or two ticks in flight
@@ -293,39 +274,11 @@ def register(app: Dash, client: ApiClient) -> None:
         prevent_initial_call=True,
     )
     def extend_panels(_tick, state, live_on, smooth, xmode, run_id, redraw, graphs) -> tuple:
-        if not state or not live_on or state["frozen"]:
-            raise PreventUpdate
-        cursor: dict[str, int] = state["cursor"]
-        if not cursor:
-            raise PreventUpdate
-        try:
-            answer = client.read_series(
-                run_id,
-                list(cursor),
-                after_step=min(cursor.values()),
-                max_points=PANEL_MAX_POINTS,
-                times=run_data.needs_times(xmode),
-            )
-        except ApiError:
-            raise PreventUpdate from None
-        view = view_from(smooth, None, xmode, None, None, state["t0"])
-        payloads, appended = [], 0
-        for graph in graphs:  # the order the browser-side step receives them in
-            trace_map = state["traces"].get(graph["panel"], {})
-            payload, moved, tails, count = panel_views.extension(
-                trace_map, cursor, state["tails"], answer.series, view
-            )
-            cursor = {**cursor, **moved}
-            state["tails"].update(tails)
-            appended = max(appended, count)
-            payloads.append(payload)
-        if appended == 0:
-            raise PreventUpdate
-        state = {**state, "cursor": cursor, "appended": state["appended"] + appended}
-        live = {"tick": _tick, "payloads": payloads}
-        if state["appended"] > LIVE_REDRAW_AFTER_POINTS:
-            return live, state, (redraw or 0) + 1
-        return live, state, no_update
+        controls = {"live": bool(live_on), "smoothing": smooth, "xmode": xmode}
+        live, state, redraw_now = run_callbacks.extend_panels(
+            client, run_id, state, graphs, controls
+        )
+        return {"tick": _tick, **live}, state, (redraw or 0) + 1 if redraw_now else no_update
 
     @app.callback(
         Output(ids.RUN_ZOOM, "data"),
@@ -337,19 +290,8 @@ def register(app: Dash, client: ApiClient) -> None:
         prevent_initial_call=True,
     )
     def share_zoom(_relayouts, _reset, xmode, current) -> tuple:
-        if ctx.triggered_id == ids.RUN_ZOOM_RESET:
-            return None, "all steps"
-        event = ctx.triggered[0]["value"] or {}
-        if xmode != "step" or not isinstance(event, dict):
-            raise PreventUpdate
-        if event.get("xaxis.autorange"):
-            return (None, "all steps") if current else (no_update, no_update)
-        if "xaxis.range[0]" not in event:
-            raise PreventUpdate
-        lo = max(0, math.floor(float(event["xaxis.range[0]"])))
-        hi = math.ceil(float(event["xaxis.range[1]"]))
-        zoom = {"from": lo, "to": max(hi, lo)}
-        return (no_update, no_update) if zoom == current else (zoom, f"steps {lo}–{hi}")
+        reset = ctx.triggered_id == ids.RUN_ZOOM_RESET
+        return run_callbacks.shared_zoom(ctx.triggered[0]["value"], reset, xmode, current)
 
     @app.callback(
         Output({"type": ids.MINI_BODY, "panel": ALL}, "children"),

@@ -1,50 +1,132 @@
-"""The runs page: every run with its status, progress and open alerts; pick runs to compare."""
+"""The runs page: a grid of every run, paged, sorted and filtered by the API; pick runs to compare.
+
+The grid (AG Grid's infinite row model) asks for the rows it shows; ``grid_rows`` turns that
+request into one ``GET /api/v1/runs`` with ``sort``, ``filter`` and ``fields``, so thousands of
+runs cost a page of rows each. Columns come from the runs' configs and summaries
+(``GET /api/v1/run-fields``), chosen and pinned by the viewer.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
+from datetime import datetime, timezone
 from typing import Any
 
-from dash import Dash, Input, Output, dcc, html
-from dash.dash_table.DataTable import DataTable
+import dash_ag_grid as dag
+from dash import Dash, Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
 
-from rlguard_backend.schemas import RUN_STATUSES, AlertPublic, RunPublic
+from rlguard_backend.schemas import RUN_STATUSES, RunFieldPublic, RunRow
 from rlguard_frontend import ids, run_state
 from rlguard_frontend.api_client import ApiClient, ApiError
 
 STATUS_FILTERS = (*RUN_STATUSES, "stale")
-SEVERITIES = ("critical", "warn", "info")
+PAGE_ROWS = 50
+REFRESH_EVERY_TICKS = 10  # rows refetched this often even when no run was added
 MARKDOWN_SPECIALS = "\\`*_{}[]()#+-.!<>|"
-COLUMNS: Any = [
-    {"name": "run", "id": "link", "presentation": "markdown"},
-    {"name": "project", "id": "project"},
-    {"name": "name", "id": "name"},
-    {"name": "status", "id": "status"},
-    {"name": "tags", "id": "tags"},
-    {"name": "last step", "id": "last_step", "type": "numeric"},
-    {"name": "updated", "id": "age"},
-    *({"name": s, "id": s, "type": "numeric"} for s in SEVERITIES),
-]
-# Okabe–Ito, as on the panels: bluish green running, orange stale, vermillion crashed / failed
-STATUS_COLOURS = {
-    "running": "#009E73",
-    "stale": "#E69F00",
-    "crashed": "#D55E00",
-    "failed": "#D55E00",
+# Shown unless the viewer picks others: what explains a run's limiters, and how it is doing.
+DEFAULT_COLUMNS = (
+    "hparam.lr",
+    "hparam.kl_coef",
+    "hparam.clip_ratio",
+    "hparam.kl_placement",
+    "last.reward_mean",
+    "last.entropy",
+    "alerts.open",
+)
+NUMERIC_HPARAMS = ("hparam.lr", "hparam.kl_coef", "hparam.clip_ratio")
+NUMERIC_PREFIXES = ("last.", "alerts.")  # always numbers: their filter is known up front
+HEADERS = {
+    "hparam.lr": "learning rate",
+    "hparam.kl_coef": "β (KL coef)",
+    "hparam.clip_ratio": "clip ε",
+    "hparam.kl_placement": "KL placement",
+    "last.reward_mean": "last reward",
+    "last.entropy": "last entropy",
+    "alerts.open": "open alerts",
 }
-SEVERITY_COLOURS = {"critical": "#D55E00", "warn": "#E69F00", "info": "#56B4E9"}
-STATUS_STYLES = [
+# AG Grid filter types → the API's filter ops
+GRID_OPS = {
+    "equals": "eq",
+    "notEqual": "ne",
+    "lessThan": "lt",
+    "lessThanOrEqual": "le",
+    "greaterThan": "gt",
+    "greaterThanOrEqual": "ge",
+    "contains": "contains",
+    "startsWith": "startswith",
+    "blank": "blank",
+    "notBlank": "notblank",
+}
+TEXT_FILTER = {
+    "filter": "agTextColumnFilter",
+    "filterParams": {
+        "filterOptions": ["contains", "equals", "notEqual", "startsWith", "blank", "notBlank"],
+        "maxNumConditions": 1,
+        "buttons": ["reset"],
+    },
+}
+NUMBER_FILTER = {
+    "filter": "agNumberColumnFilter",
+    "filterParams": {
+        "filterOptions": [
+            "equals",
+            "notEqual",
+            "lessThan",
+            "lessThanOrEqual",
+            "greaterThan",
+            "greaterThanOrEqual",
+            "inRange",
+            "blank",
+            "notBlank",
+        ],
+        "maxNumConditions": 1,
+        "buttons": ["reset"],
+    },
+}
+# 4 significant digits, as the panels' hover labels show them; text stays text.
+NUMBER_FORMAT = {
+    "function": "typeof params.value === 'number' ? "
+    "String(Number(params.value.toPrecision(4))) : params.value"
+}
+FIXED_COLUMNS: list[dict[str, Any]] = [
     {
-        "if": {"filter_query": f'{{status}} = "{status}"', "column_id": "status"},
-        "color": colour,
-        "fontWeight": 600,
-    }
-    for status, colour in STATUS_COLOURS.items()
+        "headerName": "run",
+        "colId": "id",
+        "field": "link",
+        "cellRenderer": "markdown",
+        "pinned": "left",
+        "minWidth": 200,
+        **TEXT_FILTER,
+    },
+    {"headerName": "name", "colId": "name", "field": "name", "minWidth": 150, **TEXT_FILTER},
+    {"headerName": "project", "colId": "project", "field": "project", **TEXT_FILTER},
+    {"headerName": "status", "colId": "status", "field": "status", "filter": False},
+    {
+        "headerName": "health",
+        "colId": "health",
+        "field": "health",
+        "cellClassRules": {
+            f"health-{level}": f"params.value === '{level}'" for level in ("critical", "warn")
+        },
+        **TEXT_FILTER,
+    },
+    {"headerName": "last step", "colId": "last_step", "field": "last_step", **NUMBER_FILTER},
+    {"headerName": "updated", "colId": "updated_at", "field": "age", "filter": False},
+    {"headerName": "tags", "colId": "tags", "field": "tags", "sortable": False, "filter": False},
 ]
-SEVERITY_STYLES = [
-    {"if": {"filter_query": f"{{{s}}} > 0", "column_id": s}, "color": colour, "fontWeight": 700}
-    for s, colour in SEVERITY_COLOURS.items()
-]
+GRID_OPTIONS: dict[str, Any] = {
+    "rowModelType": "infinite",
+    "pagination": True,
+    "paginationPageSize": PAGE_ROWS,
+    "paginationPageSizeSelector": False,
+    "cacheBlockSize": PAGE_ROWS,
+    "maxBlocksInCache": 20,
+    "suppressFieldDotNotation": True,  # "config.lr" is one field, not a path into the row
+    "rowSelection": {"mode": "multiRow", "checkboxes": True, "headerCheckbox": False},
+    "domLayout": "autoHeight",
+    "suppressColumnVirtualisation": True,  # a few dozen columns: all rendered, all findable
+    "suppressCellFocus": True,
+}
 
 
 def layout() -> html.Div:
@@ -63,33 +145,173 @@ def layout() -> html.Div:
         ],
         className="filters",
     )
-    table = DataTable(
+    choosers = html.Div(
+        [
+            dcc.Dropdown(
+                id=ids.RUNS_COLUMNS,
+                options=[{"label": HEADERS[c], "value": c} for c in DEFAULT_COLUMNS],
+                value=list(DEFAULT_COLUMNS),
+                multi=True,
+                placeholder="columns: config and summary keys, last values, alerts",
+                className="filter filter-wide",
+            ),
+            dcc.Dropdown(
+                id=ids.RUNS_PINNED,
+                options=[],
+                value=[],
+                multi=True,
+                placeholder="pin columns",
+                className="filter",
+            ),
+        ],
+        className="filters",
+    )
+    grid = dag.AgGrid(
         id=ids.RUNS_TABLE,
-        columns=COLUMNS,
-        data=[],
-        sort_action="native",
-        sort_by=[{"column_id": "age", "direction": "asc"}],
-        row_selectable="multi",
-        selected_row_ids=[],
-        page_size=50,
-        markdown_options={"html": False, "link_target": "_self"},
-        style_as_list_view=True,
-        style_cell={"textAlign": "left", "fontFamily": "inherit", "padding": "6px 10px"},
-        style_data_conditional=STATUS_STYLES + SEVERITY_STYLES,
-        css=[{"selector": ".dash-spreadsheet td div", "rule": "line-height: 1.4;"}],
+        columnDefs=column_defs(list(DEFAULT_COLUMNS), [], {}),
+        defaultColDef={
+            "sortable": True,
+            "resizable": True,
+            "floatingFilter": True,
+            "minWidth": 110,
+        },
+        rowModelType="infinite",
+        dashGridOptions=GRID_OPTIONS,
+        getRowId="params.data.id",
+        columnSize="autoSize",
+        className="ag-theme-quartz runs-grid",
     )
     return html.Div(
-        [html.H2("Runs"), filters, html.Div(id=ids.RUNS_ERROR, className="error"), table],
+        [
+            html.H2("Runs"),
+            dcc.Store(id=ids.RUNS_TOTAL),
+            dcc.Store(id=ids.RUNS_KINDS, data={}),
+            dcc.Store(id=ids.RUNS_REFRESHED),
+            filters,
+            choosers,
+            html.Div(id=ids.RUNS_ERROR, className="error"),
+            grid,
+        ],
         className="runs-page",
     )
+
+
+def column_defs(
+    columns: list[str], pinned: list[str], kinds: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The fixed columns, then the chosen ones; pinned ones stay at the left while scrolling."""
+    defs = []
+    for column in FIXED_COLUMNS:
+        pin = "left" if column["colId"] in pinned or column.get("pinned") else None
+        defs.append({**column, "pinned": pin})
+    for field in columns:
+        numeric = (
+            kinds.get(field) == "number"
+            or field in NUMERIC_HPARAMS
+            or field.startswith(NUMERIC_PREFIXES)
+        )
+        defs.append(
+            {
+                "headerName": HEADERS.get(field, field),
+                "headerTooltip": field,
+                "colId": field,
+                "field": field,
+                "pinned": "left" if field in pinned else None,
+                "valueFormatter": NUMBER_FORMAT,
+                **(NUMBER_FILTER if numeric else TEXT_FILTER),
+            }
+        )
+    return defs
+
+
+def api_filters(filter_model: dict[str, Any] | None) -> list[str]:
+    """AG Grid's filter model as the API's ``field:op:value`` filters.
+
+    >>> api_filters({"hparam.lr": {"filterType": "number", "type": "inRange",
+    ...                            "filter": 1e-6, "filterTo": 3e-6}})
+    ['hparam.lr:ge:1e-06', 'hparam.lr:le:3e-06']
+    >>> api_filters({"name": {"filterType": "text", "type": "blank"}})
+    ['name:blank']
+    """
+    out: list[str] = []
+    for field, model in (filter_model or {}).items():
+        for condition in model.get("conditions") or [model]:
+            kind = condition.get("type")
+            value, upper = condition.get("filter"), condition.get("filterTo")
+            if kind == "inRange" and value is not None and upper is not None:
+                out += [f"{field}:ge:{value}", f"{field}:le:{upper}"]
+            elif kind in ("blank", "notBlank"):
+                out.append(f"{field}:{GRID_OPS[kind]}")
+            elif kind in GRID_OPS and value is not None:
+                out.append(f"{field}:{GRID_OPS[kind]}:{value}")
+    return out
+
+
+def api_sort(sort_model: list[dict[str, Any]] | None) -> list[str]:
+    """AG Grid's sort model as the API's sort fields (``-`` for descending)."""
+    return [
+        ("-" if item.get("sort") == "desc" else "") + str(item["colId"])
+        for item in sort_model or []
+        if item.get("colId") and item["colId"] != "tags"
+    ]
+
+
+def status_filters(status: str | None, now: datetime | None = None) -> tuple[str | None, list[str]]:
+    """The API status and filters for the status picker; stale runs are running but silent."""
+    if status != "stale":
+        return (status or None), []
+    quiet_since = (now or datetime.now(timezone.utc)) - run_state.STALE_AFTER
+    return "running", [f"updated_at:lt:{quiet_since.isoformat()}"]
+
+
+def grid_rows(
+    client: ApiClient,
+    request: dict[str, Any] | None,
+    project: str | None,
+    tag: str | None,
+    status: str | None,
+    columns: list[str] | None,
+) -> tuple[dict[str, Any], str, str]:
+    """The rows a grid request asks for, the count line and an error (or ``""``)."""
+    request = request or {}
+    start = int(request.get("startRow") or 0)
+    end = int(request.get("endRow") or start + PAGE_ROWS)
+    api_status, extra = status_filters(status)
+    fields = ["health", *(columns or [])]
+    filters = api_filters(request.get("filterModel")) + extra
+    try:
+        answer = client.list_runs(
+            project=project or None,
+            status=api_status,
+            tag=tag or None,
+            limit=max(1, min(1000, end - start)),
+            offset=start,
+            sort=api_sort(request.get("sortModel")),
+            filters=filters,
+            fields=fields,
+        )
+        narrowed = bool(filters or project or tag or status)
+        total = client.list_runs(limit=1).count if narrowed else answer.count
+    except ApiError as exc:
+        return {"rowData": [], "rowCount": 0}, "", str(exc)
+    rows = [run_row(run) for run in answer.data]
+    return {"rowData": rows, "rowCount": answer.count}, count_text(answer.count, total), ""
+
+
+def count_text(matching: int, total: int) -> str:
+    """``"2,000 runs"``, or ``"37 of 2,000 runs match"`` when filters narrow the list."""
+    if matching == total:
+        return f"{total:,} run" + ("" if total == 1 else "s")
+    return f"{matching:,} of {total:,} runs match"
 
 
 def _markdown_text(value: str) -> str:
     return "".join(f"\\{c}" if c in MARKDOWN_SPECIALS else c for c in value)
 
 
-def run_row(run: RunPublic, open_alerts: Counter[tuple[str, str]]) -> dict[str, Any]:
+def run_row(run: RunRow) -> dict[str, Any]:
     return {
+        **run.values,
         "id": run.id,
         "link": f"[{_markdown_text(run.id)}](/runs/{run.id})",
         "project": run.project,
@@ -98,53 +320,124 @@ def run_row(run: RunPublic, open_alerts: Counter[tuple[str, str]]) -> dict[str, 
         "tags": ", ".join(run.tags),
         "last_step": run.last_step,
         "age": run_state.age(run.last_heartbeat_at or run.updated_at),
-        **{s: open_alerts[(run.id, s)] for s in SEVERITIES},
     }
 
 
-def run_rows(
-    runs: list[RunPublic], alerts: list[AlertPublic], status: str | None
-) -> list[dict[str, Any]]:
-    open_alerts: Counter[tuple[str, str]] = Counter(
-        (a.run_id, a.severity) for a in alerts if a.status == "open"
+def column_options(
+    fields: list[RunFieldPublic], chosen: list[str] | None
+) -> tuple[list[dict[str, str]], dict[str, str]]:
+    """Column choices (the chosen first) and each field's kind, for the filters it gets."""
+    fixed = {c["colId"] for c in FIXED_COLUMNS}
+    kinds: dict[str, str] = {f.name: str(f.kind) for f in fields}
+    names = list(dict.fromkeys([*(chosen or []), *(f.name for f in fields if f.name not in fixed)]))
+    options = [{"label": HEADERS.get(n, n), "value": n} for n in names]
+    return options, kinds
+
+
+def pin_options(columns: list[str] | None) -> list[dict[str, str]]:
+    fixed = [(c["colId"], c["headerName"]) for c in FIXED_COLUMNS if not c.get("pinned")]
+    chosen = [(c, HEADERS.get(c, c)) for c in columns or []]
+    return [{"label": label, "value": value} for value, label in fixed + chosen]
+
+
+def runs_total(client: ApiClient, tick: int | None, known: dict[str, int] | None) -> dict[str, int]:
+    """How many runs exist, and a refresh counter the grid refetches its rows on."""
+    try:
+        total = client.list_runs(limit=1).count
+    except ApiError:
+        raise PreventUpdate from None
+    known = known or {"total": -1, "refresh": 0}
+    due = (tick or 0) % REFRESH_EVERY_TICKS == 0
+    if total == known["total"] and not due:
+        raise PreventUpdate
+    return {"total": total, "refresh": known["refresh"] + 1}
+
+
+def compare_link(selected: list[dict[str, Any]] | None) -> Any:
+    run_ids = [row["id"] for row in selected or [] if row and row.get("id")]
+    if not run_ids:
+        return html.Span("tick runs to compare", className="hint")
+    return dcc.Link(
+        f"compare {len(run_ids)} run(s) →",
+        href=f"/compare?runs={','.join(run_ids)}",
+        className="button",
     )
-    rows = [run_row(run, open_alerts) for run in runs]
-    return [r for r in rows if status in (None, "", r["status"])]
 
 
 def register(app: Dash, client: ApiClient) -> None:
     @app.callback(
-        Output(ids.RUNS_TABLE, "data"),
+        Output(ids.RUNS_TABLE, "getRowsResponse"),
         Output(ids.RUNS_COUNT, "children"),
         Output(ids.RUNS_ERROR, "children"),
-        Output(ids.RUNS_PROJECT, "options"),
+        Input(ids.RUNS_TABLE, "getRowsRequest"),
+        State(ids.RUNS_PROJECT, "value"),
+        State(ids.RUNS_TAG, "value"),
+        State(ids.RUNS_STATUS, "value"),
+        State(ids.RUNS_COLUMNS, "value"),
+    )
+    def serve_rows(request, project, tag, status, columns) -> tuple:
+        return grid_rows(client, request, project, tag, status, columns)
+
+    @app.callback(
+        Output(ids.RUNS_TOTAL, "data"),
         Input(ids.TICK, "n_intervals"),
+        State(ids.RUNS_TOTAL, "data"),
+    )
+    def watch_total(tick: int | None, known: dict[str, int] | None) -> dict[str, int]:
+        return runs_total(client, tick, known)
+
+    @app.callback(
+        Output(ids.RUNS_PROJECT, "options"),
+        Output(ids.RUNS_COLUMNS, "options"),
+        Output(ids.RUNS_KINDS, "data"),
+        Input(ids.RUNS_PROJECT, "value"),
+        State(ids.RUNS_COLUMNS, "value"),
+    )
+    def list_choices(project: str | None, chosen: list[str] | None) -> tuple:
+        try:
+            projects = client.list_projects().data
+            fields = client.list_run_fields(project or None).data
+        except ApiError:
+            raise PreventUpdate from None
+        options, kinds = column_options(fields, chosen)
+        return [{"label": p.name, "value": p.name} for p in projects], options, kinds
+
+    @app.callback(
+        Output(ids.RUNS_TABLE, "columnDefs"),
+        Output(ids.RUNS_PINNED, "options"),
+        Input(ids.RUNS_COLUMNS, "value"),
+        Input(ids.RUNS_PINNED, "value"),
+        Input(ids.RUNS_KINDS, "data"),
+        State(ids.RUNS_TABLE, "columnDefs"),
+        prevent_initial_call=True,
+    )
+    def choose_columns(columns, pinned, kinds, shown) -> tuple:
+        defs = column_defs(columns or [], pinned or [], kinds or {})
+        if defs == shown:
+            raise PreventUpdate  # new column definitions would reset the viewer's sort
+        return defs, pin_options(columns)
+
+    # Any change of what the rows are made from refetches them (the grid keeps its page).
+    app.clientside_callback(
+        """function() {
+            const id = arguments[arguments.length - 1];
+            try {
+                dash_ag_grid.getApi(id).refreshInfiniteCache();
+            } catch (e) {  // not started yet: it asks for its first rows when it starts
+                return window.dash_clientside.no_update;
+            }
+            return Date.now();
+        }""",
+        Output(ids.RUNS_REFRESHED, "data"),
+        Input(ids.RUNS_TOTAL, "data"),
         Input(ids.RUNS_PROJECT, "value"),
         Input(ids.RUNS_TAG, "value"),
         Input(ids.RUNS_STATUS, "value"),
+        Input(ids.RUNS_COLUMNS, "value"),
+        State(ids.RUNS_TABLE, "id"),
+        prevent_initial_call=True,
     )
-    def refresh_runs(
-        _tick: int | None, project: str | None, tag: str | None, status: str | None
-    ) -> tuple:
-        api_status = status if status in RUN_STATUSES else "running" if status == "stale" else None
-        try:
-            runs = client.list_runs(
-                project=project or None, status=api_status, tag=tag or None
-            ).data
-            alerts = client.list_alerts(status="open").data
-            projects = sorted({r.project for r in client.list_runs().data})
-        except ApiError as exc:
-            return [], "", str(exc), []
-        rows = run_rows(runs, alerts, status)
-        options = [{"label": p, "value": p} for p in projects]
-        return rows, f"{len(rows)} run(s)", "", options
 
-    @app.callback(Output(ids.RUNS_COMPARE, "children"), Input(ids.RUNS_TABLE, "selected_row_ids"))
-    def link_compare(selected: list[str] | None) -> Any:
-        if not selected:
-            return html.Span("select runs to compare", className="hint")
-        return dcc.Link(
-            f"compare {len(selected)} run(s) →",
-            href=f"/compare?runs={','.join(selected)}",
-            className="button",
-        )
+    @app.callback(Output(ids.RUNS_COMPARE, "children"), Input(ids.RUNS_TABLE, "selectedRows"))
+    def link_compare(selected: list[dict[str, Any]] | None) -> Any:
+        return compare_link(selected)

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 def _start_service(host: str, port: int) -> str:
     """API and dashboard on one port in this process (SQLite at ./.rlguard unless configured)."""
     try:
-        serve = importlib.import_module("rlguard_frontend.serve")
+        serve = importlib.import_module("rlguard_compose.serve")
     except ImportError as exc:
         raise SystemExit(f"rlguard demo --serve needs the server extra: {exc}") from exc
     try:

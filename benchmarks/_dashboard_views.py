@@ -1,0 +1,266 @@
+"""The many-runs views of benchmarks/dashboard.py: compare overlay, grouped bands, runs table.
+
+Each scenario times the first complete render in real Chromium from ``page.goto`` and, as
+its baseline in the same run, the same page over a small slice of the same data (2 runs
+instead of 50, the runs overlaid instead of grouped, 50 runs instead of 5,000).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import httpx
+
+# The keys of the stability panels, verl-style (the run page benchmark adds a policy loss).
+COMPARE_KEYS = (
+    "actor/entropy",
+    "actor/ppo_kl",
+    "actor/kl_loss",
+    "actor/pg_clipfrac",
+    "actor/pg_clipfrac_lower",
+    "critic/score/mean",
+    "response_length/mean",
+    "response_length/clip_ratio",
+    "actor/grad_norm",
+)
+GROUP_KEYS = ("actor/entropy", "critic/score/mean", "actor/ppo_kl", "actor/pg_clipfrac")
+BATCH_STEPS = 1000
+# Complete: every card on the compare page has its plot, each with at least %d mean/raw lines.
+COMPARE_DRAWN_JS = """([role, lines]) => {
+    const cards = document.querySelectorAll('.compare-grid .card').length;
+    const plots = [...document.querySelectorAll('.compare-grid .js-plotly-plot')];
+    return cards > 0 && plots.length === cards && plots.every(p => p.data &&
+        p.data.filter(t => t.meta && t.meta.role === role && t.x.length > 0).length >= lines);
+}"""
+# Responses of the Dash callbacks and layout, decoded bytes, recorded from navigation start.
+RESPONSES_JS = """(() => {
+    window.__answers = [];
+    const realFetch = window.fetch;
+    window.fetch = async (url, opts) => {
+        const response = await realFetch(url, opts);
+        if (String(url).includes('_dash-')) {
+            const body = await response.clone().text();
+            window.__answers.push({end: performance.now(), bytes: body.length});
+        }
+        return response;
+    };
+})()"""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each scenario is (``quick`` for the smoke test)."""
+
+    compare_runs: int = 50
+    compare_steps: int = 2000
+    groups: int = 5
+    seeds: int = 5
+    group_steps: int = 20_000
+    table_runs: int = 5000
+    samples: int = 3
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(
+            compare_runs=6,
+            compare_steps=200,
+            groups=2,
+            seeds=2,
+            group_steps=500,
+            table_runs=120,
+            samples=1,
+        )
+
+
+def _post_run(http: httpx.Client, run_id: str, config: dict[str, Any], rows: Any) -> None:
+    body = {"id": run_id, "project": "bench-views", "name": run_id, "config": config}
+    http.post("/api/v1/runs", json=body).raise_for_status()
+    rows = list(rows)
+    for start in range(0, len(rows), BATCH_STEPS):
+        batch = {"batch_id": f"b{start}", "steps": rows[start : start + BATCH_STEPS]}
+        packed = gzip.compress(json.dumps(batch).encode())
+        headers = {"content-encoding": "gzip", "content-type": "application/json"}
+        http.post(
+            f"/api/v1/runs/{run_id}/batches", content=packed, headers=headers
+        ).raise_for_status()
+
+
+def seed_compare(base: str, sizes: Sizes) -> list[str]:
+    """``compare_runs`` runs of ``compare_steps`` steps logging the stability panels' keys."""
+    run_ids = [f"cmp-{i:03d}" for i in range(sizes.compare_runs)]
+    with httpx.Client(base_url=base, timeout=120) as http:
+        for i, run_id in enumerate(run_ids):
+            rows = (
+                {
+                    "step": s,
+                    "values": {
+                        k: math.sin(s / (40 + j) + i) * 0.1 + j for j, k in enumerate(COMPARE_KEYS)
+                    },
+                }
+                for s in range(sizes.compare_steps)
+            )
+            _post_run(http, run_id, {"lr": 1e-6 * (1 + i % 5), "seed": i}, rows)
+    return run_ids
+
+
+def seed_groups(base: str, sizes: Sizes) -> list[str]:
+    """``groups`` learning rates × ``seeds`` seeds of ``group_steps`` steps each."""
+    run_ids = []
+    with httpx.Client(base_url=base, timeout=120) as http:
+        for g in range(sizes.groups):
+            for seed in range(sizes.seeds):
+                run_id = f"grp-{g}-{seed}"
+                rows = (
+                    {
+                        "step": s,
+                        "values": {
+                            k: math.exp(-s / (5000 + 1000 * g)) + 0.05 * math.sin(s / 9 + seed) + j
+                            for j, k in enumerate(GROUP_KEYS)
+                        },
+                    }
+                    for s in range(sizes.group_steps)
+                )
+                _post_run(http, run_id, {"optim": {"lr": 1e-6 * (g + 1)}, "seed": seed}, rows)
+                run_ids.append(run_id)
+    return run_ids
+
+
+def seed_table(database_url: str, count: int, project: str) -> None:
+    """``count`` runs with headline configs, written straight into the service's database."""
+    from rlguard_backend.db import make_engine, make_session_factory, write_session
+    from rlguard_backend.models import Run
+
+    engine = make_engine(database_url)
+    now = datetime.now(timezone.utc)
+    placements = ("loss", "reward", "none")
+    with write_session(make_session_factory(engine)) as session:
+        for i in range(count):
+            config = {
+                "lr": 1e-7 * (1 + i % 50),
+                "kl_coef": 0.001 * (i % 7),
+                "clip_ratio": 0.2 + 0.01 * (i % 3),
+                "kl_placement": placements[i % 3],
+                "seed": i % 5,
+            }
+            session.add(
+                Run(
+                    id=f"{project}-{i:05d}",
+                    project=project,
+                    name=f"sweep-{i:05d}",
+                    status="finished",
+                    config=config,
+                    summary={},
+                    created_at=now - timedelta(seconds=i),
+                    updated_at=now,
+                )
+            )
+        session.commit()
+    engine.dispose()
+
+
+def _open(browser: Any, url: str, ready: str, arg: Any = None) -> tuple[float, int, Any]:
+    """Seconds from goto until ``ready`` holds, Dash bytes received by then, and the page."""
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    context.add_init_script(RESPONSES_JS)
+    page = context.new_page()
+    started = time.perf_counter()
+    page.goto(url)
+    page.wait_for_function(ready, arg=arg, timeout=120_000, polling="raf")
+    elapsed = time.perf_counter() - started
+    done = page.evaluate("performance.now()")
+    answers = page.evaluate("window.__answers")
+    return elapsed, sum(a["bytes"] for a in answers if a["end"] <= done), page
+
+
+def _median_render(browser: Any, url: str, ready: str, arg: Any, samples: int) -> dict[str, Any]:
+    times, sizes = [], []
+    for _ in range(samples):
+        elapsed, size, page = _open(browser, url, ready, arg)
+        times.append(elapsed)
+        sizes.append(size)
+        page.context.close()
+    return {
+        "first_render_s": round(statistics.median(times), 3),
+        "samples_s": [round(t, 3) for t in times],
+        "dash_responses_bytes": max(sizes),
+    }
+
+
+def compare_overlay(browser: Any, base: str, run_ids: list[str], samples: int) -> dict[str, Any]:
+    """The compare page over every run, and over two of them (the baseline)."""
+    url = f"{base}/compare?runs="
+    many = _median_render(
+        browser, url + ",".join(run_ids), COMPARE_DRAWN_JS, ["raw", len(run_ids)], samples
+    )
+    two = _median_render(
+        browser, url + ",".join(run_ids[:2]), COMPARE_DRAWN_JS, ["raw", 2], samples
+    )
+    return {"runs": len(run_ids), **many, "goal_s": 2.0, "baseline_2_runs": two}
+
+
+def grouped_bands(
+    browser: Any, base: str, run_ids: list[str], groups: int, samples: int
+) -> dict[str, Any]:
+    """The runs grouped by learning rate (one band each), and overlaid ungrouped (baseline)."""
+    url = f"{base}/compare?runs={','.join(run_ids)}"
+    banded = _median_render(
+        browser, url + "&group=config.optim.lr", COMPARE_DRAWN_JS, ["mean", groups], samples
+    )
+    with httpx.Client(base_url=base, timeout=120) as http:
+        params = {
+            "runs": ",".join(run_ids),
+            "by": "config.optim.lr",
+            "signals": "entropy,reward_mean,ppo_kl,clipfrac",
+        }
+        started = time.perf_counter()
+        answer = http.get("/api/v1/groups", params=params)
+        api_s = time.perf_counter() - started
+    overlaid = _median_render(browser, url, COMPARE_DRAWN_JS, ["raw", len(run_ids)], samples)
+    return {
+        "groups": groups,
+        "runs": len(run_ids),
+        **banded,
+        "groups_api_s": round(api_s, 3),
+        "groups_api_bytes": len(answer.content),
+        "goal_s": 2.0,
+        "baseline_overlaid": overlaid,
+    }
+
+
+GRID_READY_JS = """(text) => [...document.querySelectorAll('.runs-count')]
+    .some(e => e.innerText === text)
+    && document.querySelectorAll('.ag-center-cols-container .ag-row').length > 0"""
+
+
+def runs_table(browser: Any, base: str, total: int, samples: int) -> dict[str, Any]:
+    """First render of the runs grid over ``total`` runs and one filter typed into it."""
+    first, filtered = [], []
+    for _ in range(samples):
+        elapsed, _, page = _open(browser, f"{base}/", GRID_READY_JS, f"{total:,} runs")
+        first.append(elapsed)
+        name_filter = page.locator(".ag-floating-filter[aria-colindex='3'] input")
+        started = time.perf_counter()
+        name_filter.fill("sweep-0004")  # 10 of every 10,000: sweep-00040 … sweep-00049
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.runs-count')].some("
+            "e => e.innerText.includes(' runs match'))"
+            " && [...document.querySelectorAll('.ag-center-cols-container .ag-row "
+            "[col-id=\"name\"]')].every(c => c.innerText.startsWith('sweep-0004'))",
+            timeout=60_000,
+            polling="raf",
+        )
+        filtered.append(time.perf_counter() - started)
+        page.context.close()
+    return {
+        "runs": total,
+        "first_render_s": round(statistics.median(first), 3),
+        "filter_s": round(statistics.median(filtered), 3),
+        "goal_s": 1.0,
+    }

@@ -1,0 +1,100 @@
+"""Vertical markers across every chart of a run, and y axes that stay readable.
+
+Markers: restarts, rewinds and learning-rate changes (``GET /runs/{id}/markers``, kept in
+the page's plan) as dashed lines labelled at the top; the run's alerts as thin lines in
+their severity's colour, merged where closer than about a pixel.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlguard_backend.schemas import AlertPublic, SeriesData
+from rlguard_frontend import traces
+
+MARKER_COLOURS = {"restart": "#7f8790", "rewind": "#7f8790", "lr_change": "#CC79A7"}
+MARKER_TEXT = {"restart": "restart", "rewind": "rewind", "lr_change": "lr"}
+SEVERITY_COLOURS = {"critical": "#D55E00", "warn": "#E69F00", "info": "#56B4E9"}
+MERGE_BUCKETS = 500  # alert lines (and ranges) closer than 1/500 of the drawn steps: one
+FLAT_SPAN = 1e-9  # lines varying less than this (relative) are drawn as flat
+FLAT_PAD = 0.5  # … around their value ± half of it
+
+
+def marker_overlay(
+    markers: Sequence[Mapping[str, Any]],
+    alerts: Sequence[AlertPublic],
+    anchor: SeriesData,
+    view: Any,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(shapes, annotations) of a run's markers and alert lines on one chart."""
+    shapes: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
+    for marker in markers:
+        x = traces.step_to_x(marker["step"], anchor.steps, anchor.times, view.xmode, view.t0)
+        if x is None:
+            continue
+        colour = MARKER_COLOURS.get(marker["kind"], "#7f8790")
+        shapes.append(_vertical(x, colour, "dash", 1.2))
+        notes.append(_label(x, MARKER_TEXT.get(marker["kind"], marker["kind"]), marker, colour))
+    for step, severity in alert_steps(alerts, anchor.steps):
+        x = traces.step_to_x(step, anchor.steps, anchor.times, view.xmode, view.t0)
+        if x is not None:
+            shapes.append(_vertical(x, SEVERITY_COLOURS.get(severity, "#999999"), "dot", 1))
+    return shapes, notes
+
+
+def alert_steps(alerts: Sequence[AlertPublic], steps: Sequence[int]) -> list[tuple[int, str]]:
+    """Each alert's first step with its severity; one per ~pixel, the worst kept."""
+    gap = (steps[-1] - steps[0]) / MERGE_BUCKETS if len(steps) > 1 else 0
+    rank = {"critical": 0, "warn": 1, "info": 2}
+    kept: list[tuple[int, str]] = []
+    for alert in sorted(alerts, key=lambda a: (a.first_step, rank.get(a.severity, 3))):
+        if kept and alert.first_step - kept[-1][0] <= gap:
+            continue
+        kept.append((alert.first_step, alert.severity))
+    return kept
+
+
+def flat_range(values: Sequence[float | None]) -> list[float] | None:
+    """An explicit y range for a (near) constant line: Plotly's own gives ticks like
+    0.0030000001 that no margin fits. None when the line varies."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return None
+    low, high = min(finite), max(finite)
+    scale = max(abs(low), abs(high))
+    if high - low > FLAT_SPAN * max(scale, 1e-300):
+        return None
+    pad = FLAT_PAD * scale if scale > 0 else 1.0
+    return [low - pad, high + pad]
+
+
+def _vertical(x: Any, colour: str, dash: str, width: float) -> dict[str, Any]:
+    return {
+        "type": "line",
+        "xref": "x",
+        "x0": x,
+        "x1": x,
+        "yref": "paper",
+        "y0": 0,
+        "y1": 1,
+        "layer": "below",
+        "line": {"color": colour, "width": width, "dash": dash},
+    }
+
+
+def _label(x: Any, text: str, marker: Mapping[str, Any], colour: str) -> dict[str, Any]:
+    return {
+        "text": text,
+        "hovertext": f"{marker['label']} (step {marker['step']})",
+        "xref": "x",
+        "x": x,
+        "xanchor": "left",
+        "yref": "paper",
+        "y": 1,
+        "yanchor": "top",
+        "showarrow": False,
+        "font": {"size": 9, "color": colour},
+    }

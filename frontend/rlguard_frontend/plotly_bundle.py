@@ -1,0 +1,53 @@
+"""plotly.js as the ``plotly`` package ships it, served by the dashboard once compressed.
+
+``dcc.Graph`` draws with ``window.Plotly`` when a script has loaded it; without one it fetches
+its own copy lazily, after the page has started. Loading the package's bundle up front, with
+the other scripts, saves that wait; it is gzip'd once and cached by browsers for good (the
+URL names its version).
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+from importlib import resources
+
+import flask
+
+ROUTE = "_rlguard/plotly-{version}.min.js"
+GZIP_LEVEL = 6
+CACHE_FOR_S = 365 * 24 * 3600
+
+
+def _bundle() -> resources.abc.Traversable:
+    return resources.files("plotly") / "package_data" / "plotly.min.js"
+
+
+def script_url(prefix: str) -> str | None:
+    """Where the dashboard serves the bundle, or None when the package ships none."""
+    if not _bundle().is_file():
+        return None
+    from plotly.offline import get_plotlyjs_version
+
+    return prefix + ROUTE.format(version=get_plotlyjs_version())
+
+
+@functools.cache
+def _compressed() -> tuple[bytes, bytes]:
+    raw = _bundle().read_bytes()
+    return raw, gzip.compress(raw, GZIP_LEVEL)
+
+
+def install(server: flask.Flask, url: str) -> None:
+    """Serve the bundle at ``url`` (from ``script_url``) on the dashboard's Flask server."""
+
+    @server.route(url, endpoint="rlguard_plotly_js")
+    def plotly_js() -> flask.Response:
+        raw, packed = _compressed()
+        gzipped = "gzip" in flask.request.headers.get("Accept-Encoding", "")
+        response = flask.Response(packed if gzipped else raw, mimetype="text/javascript")
+        if gzipped:
+            response.headers["Content-Encoding"] = "gzip"
+        response.headers["Vary"] = "Accept-Encoding"
+        response.headers["Cache-Control"] = f"public, max-age={CACHE_FOR_S}, immutable"
+        return response

@@ -1,0 +1,155 @@
+"""Grouped bands: alignment of different step grids (pure) and GET /api/v1/groups (both DBs)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import pytest
+
+from rlguard_backend.groups import Points, aligned, band, bin_edges
+from rlguard_backend.series import debiased_ema
+from tests.conftest import RunningServer, new_run_id
+
+
+def _points(steps: list[int], values: list[float]) -> Points:
+    return Points(np.array(steps, dtype=np.int64), np.array(values, dtype=float))
+
+
+@pytest.mark.parametrize(
+    ("steps", "values", "bins", "expected"),
+    [
+        ([0, 1, 2, 3], [1, 3, 5, 7], 2, [2.0, 6.0]),  # a bin's mean of the points in it
+        ([0, 3], [0, 6], 4, [0.0, 3.0, 5.0, 6.0]),  # no point in a bin: its centre interpolated
+        ([0, 1], [4, 4], 2, [4.0, math.nan]),  # past the run's last step: nothing made up
+        ([2, 3], [4, 4], 4, [math.nan, math.nan, 4.0, 4.0]),  # nor before its first
+        ([], [], 2, [math.nan, math.nan]),
+    ],
+)
+def test_groups_aligned_means_interpolates_inside_and_never_extrapolates(
+    steps: list[int], values: list[float], bins: int, expected: list[float]
+) -> None:
+    got = aligned(_points(steps, values), bin_edges(0, 3, bins))
+    assert np.allclose(got, expected, equal_nan=True)
+
+
+def test_groups_band_is_over_the_runs_present_in_each_bin() -> None:
+    edges = bin_edges(0, 3, 4)
+    runs = [_points([0, 1, 2, 3], [1, 1, 1, 1]), _points([0, 1, 2, 3], [3, 3, 3, 3])]
+    runs.append(_points([0, 1], [5, 5]))  # stopped early
+    result = band(runs, edges)
+    assert result.n == [3, 3, 2, 2]
+    assert result.mean == [3.0, 3.0, 2.0, 2.0]
+    assert result.min == [1.0, 1.0, 1.0, 1.0] and result.max == [5.0, 5.0, 3.0, 3.0]
+    assert result.std[0] == 2.0 and result.std[2] == pytest.approx(math.sqrt(2), rel=1e-5)
+
+
+def test_groups_points_smooth_before_dropping_non_finite() -> None:
+    steps, values = np.array([0, 1, 2]), np.array([1.0, math.nan, 3.0])
+    points = Points.of(steps, values, smoothing=0.5)
+    assert points.steps.tolist() == [0, 2]
+    assert points.values.tolist() == [1.0, pytest.approx((0.5 * 1 + 3) * 0.5 / 0.75)]
+
+
+@pytest.mark.parametrize("weight", [0.01, 0.5, 0.9, 0.99])
+def test_series_debiased_ema_closed_form_matches_the_step_by_step_recursion(weight: float) -> None:
+    rng = np.random.default_rng(7)
+    values: list[float | None] = [float(v) for v in rng.normal(3, 2, 5000)]
+    values[10] = None
+    values[11] = math.inf
+    values.append(1e200)  # past what the closed form holds: the step-by-step path
+    expected, accumulator, count = [], 0.0, 0
+    for value in values:
+        if value is None or not math.isfinite(value):
+            expected.append(value)
+            continue
+        accumulator = accumulator * weight + (1 - weight) * value
+        count += 1
+        expected.append(accumulator / (1 - weight**count))
+    got = debiased_ema(values, weight)
+    assert got[10] is None and got[11] == math.inf
+    finite = [i for i, v in enumerate(expected) if v is not None and math.isfinite(v)]
+    assert [got[i] for i in finite] == pytest.approx([expected[i] for i in finite], rel=1e-9)
+
+
+@pytest.fixture
+def http(db_server: RunningServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=db_server.url, timeout=30) as client:
+        yield client
+
+
+def _seed(http: httpx.Client, project: str, lr: float, seed: int, every: int, last: int) -> str:
+    run_id = new_run_id("grp")
+    body = {"id": run_id, "project": project, "config": {"optim": {"lr": lr}, "seed": seed}}
+    http.post("/api/v1/runs", json=body).raise_for_status()
+    base = 1000 * lr
+    steps = [
+        {"step": s, "values": {"actor/entropy": base + seed, "critic/score/mean": seed}}
+        for s in range(0, last + 1, every)
+    ]
+    batch = {"batch_id": "b", "steps": steps}
+    http.post(f"/api/v1/runs/{run_id}/batches", json=batch).raise_for_status()
+    return run_id
+
+
+def test_groups_endpoint_one_band_per_config_value_with_the_right_mean(
+    http: httpx.Client,
+) -> None:
+    project = new_run_id("groups")
+    runs = [
+        _seed(http, project, lr, seed, 1 + seed, 99) for lr in (1e-3, 3e-3) for seed in (0, 1, 2)
+    ]
+    params = {"runs": ",".join(runs), "by": "config.optim.lr", "signals": "entropy", "bins": 10}
+    answer = http.get("/api/v1/groups", params=params)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert [g["key"] for g in body["data"]] == [
+        {"config.optim.lr": 1e-3},
+        {"config.optim.lr": 3e-3},
+    ]
+    assert [g["runs"] for g in body["data"]] == [runs[:3], runs[3:]]
+    for group, base in zip(body["data"], (1.0, 3.0), strict=True):
+        entropy = group["signals"]["entropy"]
+        assert len(entropy["steps"]) == 10 and set(entropy["n"]) == {3}
+        assert entropy["mean"] == pytest.approx([base + 1] * 10)
+        assert entropy["std"] == pytest.approx([1.0] * 10)
+        assert entropy["min"] == pytest.approx([base] * 10)
+        assert entropy["max"] == pytest.approx([base + 2] * 10)
+
+
+def test_groups_endpoint_without_by_is_one_group_and_counts_early_stops(
+    http: httpx.Client,
+) -> None:
+    project = new_run_id("groups")
+    runs = [_seed(http, project, 1e-3, 0, 1, 99), _seed(http, project, 1e-3, 2, 1, 49)]
+    params = {"runs": ",".join(runs), "signals": "entropy,reward_mean", "bins": 4}
+    body = http.get("/api/v1/groups", params=params).json()
+    (group,) = body["data"]
+    assert group["key"] == {} and group["runs"] == runs
+    assert group["signals"]["reward_mean"]["n"] == [2, 2, 1, 1]
+    assert group["signals"]["reward_mean"]["mean"] == [1.0, 1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("params", "parameter"),
+    [
+        ({"runs": "", "signals": "entropy"}, "runs"),
+        ({"runs": "a", "signals": "entropyy"}, "signals"),
+        ({"runs": "a", "signals": "entropy", "by": "colour"}, "by"),
+        ({"runs": "a", "signals": "entropy", "smoothing": "1"}, "smoothing"),
+        ({"runs": "a", "signals": "entropy", "from_step": "9", "to_step": "3"}, "to_step"),
+    ],
+)
+def test_groups_endpoint_bad_parameters_are_422_naming_them(
+    http: httpx.Client, params: dict[str, str], parameter: str
+) -> None:
+    answer = http.get("/api/v1/groups", params=params)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["loc"] == ["query", parameter]
+
+
+def test_groups_endpoint_unknown_run_is_404(http: httpx.Client) -> None:
+    answer = http.get("/api/v1/groups", params={"runs": "no-such-run", "signals": "entropy"})
+    assert answer.status_code == 404 and "no-such-run" in answer.json()["detail"]

@@ -1,0 +1,184 @@
+"""The pages' callbacks as plain functions over a real API (uvicorn, SQLite): no browser."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from dash.exceptions import PreventUpdate
+
+from rlguard_frontend import run_callbacks, run_data
+from rlguard_frontend.api_client import ApiClient
+from rlguard_frontend.compare_state import CompareState
+from rlguard_frontend.pages import compare, runs
+from tests.conftest import RunningServer, new_run_id
+from tests.frontend.helpers import seed_run
+
+
+@pytest.fixture
+def client(server: RunningServer) -> Iterator[ApiClient]:
+    yield ApiClient(f"{server.url}/api")
+
+
+@pytest.fixture
+def sweep(server: RunningServer) -> list[str]:
+    """Four runs: lr 1e-3 / 2e-3 × seed 0 / 1; entropy = 1000·lr + seed."""
+    project = new_run_id("cb")
+    run_ids = []
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        for lr in (1e-3, 2e-3):
+            for seed in (0, 1):
+                run_id = new_run_id("cb")
+                config = {"optim": {"lr": lr}, "seed": seed}
+                body = {"id": run_id, "project": project, "name": run_id, "config": config}
+                http.post("/api/v1/runs", json=body).raise_for_status()
+                rows = [
+                    {"step": s, "values": {"actor/entropy": 1000 * lr + seed}} for s in range(50)
+                ]
+                batch = {"batch_id": "b", "steps": rows}
+                http.post(f"/api/v1/runs/{run_id}/batches", json=batch).raise_for_status()
+                run_ids.append(run_id)
+    return run_ids
+
+
+def test_runs_grid_rows_answers_the_grids_request_from_the_api(
+    client: ApiClient, sweep: list[str]
+) -> None:
+    request = {
+        "startRow": 0,
+        "endRow": 50,
+        "sortModel": [{"colId": "hparam.lr", "sort": "desc"}],
+        "filterModel": {
+            "last.entropy": {"filterType": "number", "type": "greaterThan", "filter": 1.5}
+        },
+    }
+    response, count, error = runs.grid_rows(client, request, None, None, None, ["hparam.lr"])
+    assert error == ""
+    assert [r["id"] for r in response["rowData"]] == [sweep[3], sweep[2], sweep[1]]
+    assert response["rowCount"] == 3 and count == "3 of 4 runs match"
+    assert [r["hparam.lr"] for r in response["rowData"]] == [2e-3, 2e-3, 1e-3]
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        (
+            {"name": {"filterType": "text", "type": "contains", "filter": "a:b"}},
+            ["name:contains:a:b"],
+        ),
+        ({"x": {"filterType": "number", "type": "lessThan", "filter": 3}}, ["x:lt:3"]),
+        (
+            {"x": {"operator": "AND", "conditions": [{"type": "equals", "filter": 1}]}},
+            ["x:eq:1"],
+        ),
+        ({"x": {"filterType": "text", "type": "equals"}}, []),  # nothing typed yet
+        (None, []),
+    ],
+)
+def test_runs_api_filters_translate_the_grids_filter_model(
+    model: dict[str, Any] | None, expected: list[str]
+) -> None:
+    assert runs.api_filters(model) == expected
+
+
+def test_compare_view_groups_bands_and_diffs_configs(client: ApiClient, sweep: list[str]) -> None:
+    state = CompareState(runs=tuple(sweep), group_by=("config.optim.lr",))
+    cards, deltas, config, error = compare.compare_view(client, state)
+    assert error == "" and "(baseline)" in str(deltas)
+    (entropy,) = [c for c in cards if c.children[0].children == "entropy"]
+    figure = entropy.children[1].figure
+    means = [t for t in figure["data"] if t.get("meta", {}).get("role") == "mean"]
+    assert [t["name"] for t in means] == ["optim.lr=0.001 · 2 runs", "optim.lr=0.002 · 2 runs"]
+    assert [set(t["y"]) for t in means] == [{1.5}, {2.5}]
+    assert "optim.lr" in str(config) and "seed" in str(config)
+
+
+def test_compare_url_for_pushes_only_real_changes() -> None:
+    state = CompareState(runs=("a", "b"), band="minmax", theme="dark")
+    assert compare.url_for(state, "?runs=a,b") == {
+        "search": "?runs=a%2Cb&band=minmax&theme=dark",
+        "shown": "/compare?runs=a%2Cb&band=minmax&theme=dark",
+    }
+    with pytest.raises(PreventUpdate):
+        compare.url_for(state, "?runs=a,b&band=minmax")  # the theme alone is no new view
+
+
+def test_compare_grouping_choices_leave_seeds_out(client: ApiClient, sweep: list[str]) -> None:
+    options, baseline, keys = compare.grouping_choices(client, sweep, None, None)
+    assert [o["value"] for o in options] == sweep and baseline == sweep[0]
+    assert [k["value"] for k in keys] == ["config.optim.lr"]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("", CompareState()),
+        (
+            "runs=a,b,a&smooth=7&x=sideways&from=-3&to=9",
+            CompareState(runs=("a", "b"), smoothing=0.99, to_step=9),
+        ),
+        ("band=minmax&log=1&theme=blue", CompareState(band="minmax", log=True)),
+    ],
+)
+def test_compare_state_reads_any_query_into_a_sane_view(query: str, expected: CompareState) -> None:
+    assert CompareState.from_query(query) == expected
+    assert CompareState.from_query(expected.to_query()) == expected
+
+
+def test_run_draw_panels_and_extend_panels_without_a_browser(
+    server: RunningServer, client: ApiClient
+) -> None:
+    run_id = new_run_id("cbrun")
+    seed_run(server.url, run_id, steps=100)
+    plan = run_data.make_plan(client, client.get_run(run_id), None)
+    (entropy,), cursor = run_callbacks.draw_panels(
+        client, run_id, ["entropy"], plan, {"smoothing": 0.5, "xmode": "step"}
+    )
+    roles = [t["meta"]["role"] for t in entropy["data"]]
+    assert roles == ["raw", "smooth", "alerts"] and len(entropy["data"][0]["x"]) == 100
+    assert cursor["cursor"] == {"actor/entropy": 99}
+    with pytest.raises(PreventUpdate):  # nothing new past the cursor
+        run_callbacks.extend_panels(client, run_id, cursor, [{"panel": "entropy"}], {"live": True})
+    more = [{"step": 100, "values": {"actor/entropy": 0.1}}]
+    httpx.post(f"{server.url}/api/v1/runs/{run_id}/batches", json={"batch_id": "m", "steps": more})
+    live, state, redraw = run_callbacks.extend_panels(
+        client, run_id, cursor, [{"panel": "entropy"}], {"live": True, "smoothing": 0.5}
+    )
+    ((update, indices),) = live["payloads"]
+    assert update["x"][0] == [100] and indices == [0, 1]
+    assert state["cursor"]["actor/entropy"] == 100 and redraw is False
+
+
+@pytest.mark.parametrize(
+    ("event", "reset", "expected"),
+    [
+        (
+            {"xaxis.range[0]": 10.4, "xaxis.range[1]": 50.2},
+            False,
+            ({"from": 10, "to": 51}, "steps 10–51"),
+        ),
+        ({"xaxis.autorange": True}, False, (None, "all steps")),
+        ({}, True, (None, "all steps")),
+    ],
+)
+def test_run_shared_zoom_follows_a_relayout_or_a_reset(
+    event: dict[str, Any], reset: bool, expected: tuple[Any, Any]
+) -> None:
+    assert run_callbacks.shared_zoom(event, reset, "step", {"from": 0, "to": 5}) == expected
+
+
+def test_compare_view_draws_the_baselines_markers_on_every_panel(
+    server: RunningServer, client: ApiClient, sweep: list[str]
+) -> None:
+    rewind = {"resume_from_step": 30}
+    httpx.post(f"{server.url}/api/v1/runs/{sweep[1]}/rewind", json=rewind).raise_for_status()
+    for group_by in ((), ("config.optim.lr",)):
+        state = CompareState(runs=tuple(sweep), baseline=sweep[1], group_by=group_by)
+        cards, _, _, error = compare.compare_view(client, state)
+        assert error == "" and cards
+        for card in cards:
+            layout = card.children[1].figure["layout"]
+            assert [s["x0"] for s in layout["shapes"]] == [30], group_by
+            assert [a.get("hovertext") for a in layout["annotations"]] == ["rewind (step 30)"]
