@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
     WithJsonSchema,
     model_validator,
 )
@@ -39,13 +40,14 @@ def _no_nul(value: str) -> str:
 NONFINITE_FROM_WIRE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
-def _wire_number(value: Any) -> Any:
+def _wire_number(value: Any, info: ValidationInfo) -> Any:
     """A JSON number, or one of the strings "NaN", "Infinity", "-Infinity". Refused: true and
-    false, any other string, and a number too large for a 64-bit float (it parses as
-    infinity; an infinite value travels as the string)."""
+    false, any other string, and in a JSON body a number too large for a 64-bit float (it
+    parses as infinity; an infinite value travels as the string). Python floats validated in
+    process may be non-finite."""
     kind = type(value)
     if kind is float:
-        if value - value == 0.0:  # finite
+        if value - value == 0.0 or info.mode == "python":
             return value
         raise ValueError(
             'number out of the range of a 64-bit float; send the string "Infinity" or '
@@ -574,8 +576,8 @@ def _finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _sample_number(value: Any) -> Any:
-    return None if value is None else _wire_number(value)
+def _sample_number(value: Any, info: ValidationInfo) -> Any:
+    return None if value is None else _wire_number(value, info)
 
 
 SampleNumber = Annotated[

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,6 @@ from playwright.sync_api import expect
 from tests.conftest import new_run_id
 from tests.frontend.helpers import WAIT_MS
 
-DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 HOSTILE = "<img src=x onerror=alert(1)>"
 LRS = (1e-3, 3e-3)
 SEEDS = (0, 1, 2)
@@ -109,8 +107,6 @@ def test_compare_groups_draw_one_band_per_config_value_with_the_right_mean(
     assert page.locator(".config-table").get_by_text("seed", exact=True).count() == 1
     assert page.locator(".delta-table").get_by_text("(baseline)").count() == 1
     page.screenshot(path=str(artifacts_dir / "compare-groups.png"), full_page=True)
-    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
-    shutil.copy(artifacts_dir / "compare-groups.png", DOCS_IMAGES / "compare-groups.png")
     assert dialogs == [] and page.locator("img[src='x']").count() == 0
     assert page.console_errors == []
 
