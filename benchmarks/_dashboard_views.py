@@ -12,6 +12,7 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -132,30 +133,40 @@ def seed_groups(base: str, sizes: Sizes) -> list[str]:
     return run_ids
 
 
-def seed_table(database_url: str, count: int, project: str) -> None:
-    """``count`` runs with headline configs, written straight into the service's database."""
+def headline_config(i: int) -> dict[str, Any]:
+    """The config of the ``i``-th run of a sweep: a few learning rates, β, ε and placements."""
+    placements = ("loss", "reward", "none")
+    return {
+        "lr": 1e-7 * (1 + i % 50),
+        "kl_coef": 0.001 * (i % 7),
+        "clip_ratio": 0.2 + 0.01 * (i % 3),
+        "kl_placement": placements[i % 3],
+        "seed": i % 5,
+    }
+
+
+def seed_table(
+    database_url: str,
+    count: int,
+    project: str,
+    config_of: Callable[[int], dict[str, Any]] = headline_config,
+    name: str = "sweep-{i:05d}",
+) -> None:
+    """``count`` finished runs, newest first by index, written straight into the database."""
     from rlguard_backend.db import make_engine, make_session_factory, write_session
     from rlguard_backend.models import Run
 
     engine = make_engine(database_url)
     now = datetime.now(timezone.utc)
-    placements = ("loss", "reward", "none")
     with write_session(make_session_factory(engine)) as session:
         for i in range(count):
-            config = {
-                "lr": 1e-7 * (1 + i % 50),
-                "kl_coef": 0.001 * (i % 7),
-                "clip_ratio": 0.2 + 0.01 * (i % 3),
-                "kl_placement": placements[i % 3],
-                "seed": i % 5,
-            }
             session.add(
                 Run(
                     id=f"{project}-{i:05d}",
                     project=project,
-                    name=f"sweep-{i:05d}",
+                    name=name.format(i=i),
                     status="finished",
-                    config=config,
+                    config=config_of(i),
                     summary={},
                     created_at=now - timedelta(seconds=i),
                     updated_at=now,

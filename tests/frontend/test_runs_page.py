@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from rlguard_backend.db import write_session
-from rlguard_backend.models import Run
+from benchmarks._dashboard_views import seed_table
 from tests.conftest import new_run_id
 
 WAIT_MS = 20_000
@@ -60,29 +58,9 @@ def test_runs_page_live_picks_up_new_run(dashboard: Any, page: Any) -> None:
 HOSTILE = "<img src=x onerror=alert(1)>"
 
 
-def _add_runs(dashboard: Any, count: int) -> str:
-    """``count`` runs of a fresh project, straight into the service's database."""
-    project = new_run_id("sweep")
-    now = datetime.now(timezone.utc)
-    with write_session(dashboard.app.state.session_factory) as session:
-        for i in range(count):
-            config = {"lr": (i + 1) * 1e-6, "kl_placement": "loss" if i % 2 else "reward"}
-            if i == 7:
-                config = {**config, "kl_placement": HOSTILE, HOSTILE: "key"}
-            session.add(
-                Run(
-                    id=f"{project}-{i:04d}",
-                    project=project,
-                    name=f"run-{i:04d}",
-                    status="finished",
-                    config=config,
-                    summary={},
-                    created_at=now - timedelta(seconds=i),
-                    updated_at=now,
-                )
-            )
-        session.commit()
-    return project
+def _config(i: int) -> dict[str, Any]:
+    config = {"lr": (i + 1) * 1e-6, "kl_placement": "loss" if i % 2 else "reward"}
+    return {**config, "kl_placement": HOSTILE, HOSTILE: "key"} if i == 7 else config
 
 
 NAMES_JS = (
@@ -98,9 +76,9 @@ def _grid_names(page: Any) -> list[str]:
 
 
 def test_runs_grid_pages_sorts_and_filters_two_thousand_runs_on_the_server(
-    dashboard: Any, page: Any, artifacts_dir: Path
+    dashboard: Any, page: Any, artifacts_dir: Path, sqlite_url: str
 ) -> None:
-    _add_runs(dashboard, 2000)
+    seed_table(sqlite_url, 2000, new_run_id("sweep"), config_of=_config, name="run-{i:04d}")
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.goto(dashboard.url + "/")
