@@ -1,5 +1,6 @@
-"""The point store is one seam: every read and write of points goes through ``storage.STORE``,
-so another engine can take over by implementing ``PointStore``."""
+"""The point store is one seam: every read and write of points (ingest, series, groups, rewinds,
+backtests) goes through ``storage.STORE``, so another engine can take over by implementing
+``PointStore``."""
 
 from __future__ import annotations
 
@@ -67,6 +68,8 @@ def test_storage_ingest_reads_rewinds_and_backtests_go_through_the_store(
         params={"keys": "loss", "max_points": 20, "include_times": "true"},
     ).json()
     assert len(thin["series"]["loss"]["steps"]) <= 40
+    bands = client.get("/api/v1/groups", params={"runs": run_id, "signals": "entropy"})
+    assert bands.status_code == 200, bands.text
     rewound = client.post(f"/api/v1/runs/{run_id}/rewind", json={"resume_from_step": 99})
     assert rewound.status_code == 200
     detected = client.post(f"/api/v1/runs/{run_id}/detect", json={"apply": False})
