@@ -112,13 +112,20 @@ PRESETS: dict[str, PresetConfig] = {
         PresetConfig(
             name="adaptive-kl",
             description="in-reward KL with verl's adaptive controller holding KL near its target",
-            lr=3e-3,
+            # lr 3e-3 with four updates per batch moved the policy past 1.5x its per-update KL
+            # budget in single steps; lr 1e-3, two updates and 16 prompts per step do not. The
+            # horizon doubles with the sequences per step (128), keeping the controller's
+            # largest step at 0.2 * 128 / 400 = 6.4 % per step.
+            lr=1e-3,
+            ppo_epochs=1,
+            groups=16,
+            sft_p_correct=0.7,
             kl_placement="reward",
             kl_estimator="k1",
             kl_coef=0.5,
             kl_ctrl_type="adaptive",
             kl_target=0.1,
-            kl_horizon=200,
+            kl_horizon=400,
         ),
     ]
 }
