@@ -1,8 +1,21 @@
 """The detectors on each demo preset, trained for real on CPU: 5 seeds, full length (200 steps).
 
 The presets named healthy must raise no WARN or CRITICAL alert; each failure preset must raise
-its own alert inside a stated window (DETECTORS v2 §2). The presets that do not yet train as
-their name says are marked xfail with what the detectors see: the fix belongs to the preset.
+its own alert inside a stated window (DETECTORS v2 §2).
+
+Alerts changed on purpose (#15 §2), each by fixing the preset, not a rule: the rules fired on
+what the runs really did.
+- healthy: kl_spike WARN gone (seeds 1, 2, 4: one update at 0.028-0.045, x11-14 the running
+  median, four updates per batch with KL-Cov's unclipped ratio) and kl_runaway WARN gone (seeds
+  2, 3, 4: KL x1.6-3.8 over 50 steps while the reward trend stood still, t 0.7-1.7). Now two
+  updates per batch, 16 prompts, a 70 %-right warm-up and beta 1.5: KL settles near 0.06.
+- adaptive-kl: kl_spike CRITICAL gone (seeds 0-3: single updates at 0.077-0.15, past 1.5x the
+  0.05 budget at lr 3e-3) and kl_runaway WARN gone (seeds 0, 2, 3). Now lr 1e-3, two updates per
+  batch, 16 prompts, horizon 400: beta dips while KL ramps up, then holds KL near 0.1.
+- runaway-kl: kl_runaway WARN now opens on every seed (before: on 2 of 5, at KL's 0.5 level,
+  while the reward rose 0.2 -> 0.6 and KL settled near 0.4, which is no runaway). Now the policy
+  is too small to learn the sums (d = 8): KL climbs x1.9-110 in 50 steps while the reward gains
+  at most 0.15; entropy_collapse may follow (it gives the same few answers to every prompt).
 """
 
 from __future__ import annotations
@@ -45,28 +58,7 @@ def _first(events: list[AlertEvent], key: str, severity: str) -> int | None:
     return next((e.last_step for e in reached if e.action != "resolve"), None)
 
 
-NOT_YET_HEALTHY = (
-    "the preset's per-update KL jumps past ×10 its running median and half its "
-    "ppo_kl_target (kl_spike WARN), and its KL to the reference keeps growing with a reward too "
-    "noisy to count as rising (kl_runaway WARN on 2 of 5 seeds): the preset needs tuning"
-)
-NOT_YET_ADAPTIVE = (
-    "lr 3e-3 moves the policy past 1.5x its ppo_kl_target in single updates (kl_spike "
-    "CRITICAL, the SB3 / Spinning Up early-stop line) on 4 of 5 seeds: the preset needs tuning"
-)
-NOT_YET_RUNAWAY = (
-    "KL to the reference rises and settles (peak ~0.65, then ~0.4) while reward rises: no "
-    "runaway to detect on 3 of 5 seeds; the preset needs a weaker penalty or a flat reward"
-)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param("healthy", marks=pytest.mark.xfail(reason=NOT_YET_HEALTHY, strict=True)),
-        pytest.param("adaptive-kl", marks=pytest.mark.xfail(reason=NOT_YET_ADAPTIVE, strict=True)),
-    ],
-)
+@pytest.mark.parametrize("name", ["healthy", "adaptive-kl"])
 def test_healthy_presets_raise_no_warning(
     alerts: dict[tuple[str, int], list[AlertEvent]], name: str
 ) -> None:
@@ -79,14 +71,8 @@ def test_healthy_presets_raise_no_warning(
         ("collapse", "entropy_collapse", "critical", 10, 40),
         ("entropy-blowup", "entropy_blowup", "warn", 15, 45),
         ("kl-too-strong", "kl_penalty_strong", "warn", 30, 120),
-        pytest.param(
-            "runaway-kl",
-            "kl_runaway",
-            "warn",
-            60,
-            200,
-            marks=pytest.mark.xfail(reason=NOT_YET_RUNAWAY, strict=True),
-        ),
+        # the growth rule needs 50 steps of KL history: first WARN seen at 55-116 (20 seeds)
+        ("runaway-kl", "kl_runaway", "warn", 50, 130),
     ],
 )
 def test_failure_presets_raise_their_alert_in_its_window(

@@ -50,7 +50,7 @@ def test_demo_cli_streams_preset_into_service(server: RunningServer) -> None:
         worst = http.get(
             f"/api/v1/runs/{run['id']}/samples", params={"step": STEPS, "sort": "reward"}
         ).json()
-    assert samples["count"] == STEPS * 64  # 8 groups of 8 responses: the default budget
+    assert samples["count"] == STEPS * 64  # the default budget: 64 of the 16 x 8 responses
     assert samples["data"][0]["prompt"].endswith("=") and samples["data"][0]["step"] == 1
     assert worst["count"] == 64 and worst["data"][0]["reward"] <= worst["data"][-1]["reward"]
     for name in ("actor/entropy", "actor/ppo_kl", "actor/pg_clipfrac", "critic/score/mean"):

@@ -80,7 +80,7 @@ def test_pass_at_k_table(n: int, c: int, k: int, expected: float) -> None:
 
 def test_run_config_carries_detector_context() -> None:
     config = PRESETS["adaptive-kl"].run_config(planned_steps=200)
-    assert config["updates_per_batch"] == 4 and config["sequences_per_step"] == 64
+    assert config["updates_per_batch"] == 2 and config["sequences_per_step"] == 128  # 1 x 2, 16 x 8
     assert config["kl_placement"] == "reward" and config["kl_ctrl_type"] == "adaptive"
     assert (config["planned_steps"], config["preset"]) == (200, "adaptive-kl")
     for key in [

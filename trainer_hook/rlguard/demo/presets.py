@@ -69,10 +69,19 @@ PRESETS: dict[str, PresetConfig] = {
     for p in [
         PresetConfig(
             name="healthy",
-            description="k3+ KL loss and KL-Cov: reward rises, entropy declines gently",
+            description="k3+ KL loss, KL-Cov: reward rises, KL settles, entropy declines gently",
+            # One epoch of two minibatches: two updates per batch keep single updates small
+            # (with four, one step in 200 moved the policy ×11-14 its usual KL). 16 prompts and a
+            # warm-up that is right 70 % of the time give a reward the policy can follow, and
+            # β = 1.5 makes the KL settle (≈0.06) within ~50 steps instead of creeping up for
+            # 200 while the reward plateaus.
+            lr=2e-3,
+            ppo_epochs=1,
+            groups=16,
+            sft_p_correct=0.7,
             kl_placement="loss",
             kl_estimator="k3+",
-            kl_coef=0.5,
+            kl_coef=1.5,
             loss_mode="kl_cov",
         ),
         PresetConfig(
@@ -84,10 +93,18 @@ PRESETS: dict[str, PresetConfig] = {
         ),
         PresetConfig(
             name="runaway-kl",
-            description="verl's default KL loss (low_var_kl, 0.001) is too weak: KL keeps growing",
+            description=(
+                "a policy too small to learn the sums, under verl's default KL loss (low_var_kl, "
+                "0.001): reward stays flat while KL to the reference keeps climbing"
+            ),
+            # With d = 32 the policy learns: KL rises with the reward and settles (≈0.4), which
+            # is no runaway. With d = 8 updates buy no reward; the policy drifts onto a few
+            # answers given to every prompt (huggingface/trl#204: "same output for every
+            # query") and a 0.001 penalty does not hold it.
             kl_placement="loss",
             kl_estimator="low_var_kl",
             kl_coef=0.001,
+            model={"d_model": 8, "layers": 2},
         ),
         PresetConfig(
             name="kl-too-strong",
@@ -104,13 +121,20 @@ PRESETS: dict[str, PresetConfig] = {
         PresetConfig(
             name="adaptive-kl",
             description="in-reward KL with verl's adaptive controller holding KL near its target",
-            lr=3e-3,
+            # lr 3e-3 with four updates per batch moved the policy past 1.5x its per-update KL
+            # budget in single steps; lr 1e-3, two updates and 16 prompts per step do not. The
+            # horizon doubles with the sequences per step (128), keeping the controller's
+            # largest step at 0.2 * 128 / 400 = 6.4 % per step.
+            lr=1e-3,
+            ppo_epochs=1,
+            groups=16,
+            sft_p_correct=0.7,
             kl_placement="reward",
             kl_estimator="k1",
             kl_coef=0.5,
             kl_ctrl_type="adaptive",
             kl_target=0.1,
-            kl_horizon=200,
+            kl_horizon=400,
         ),
     ]
 }
