@@ -51,7 +51,9 @@ def _get(url: str, path: str, token: str | None, method: str = "GET") -> tuple[i
     parts = urllib.parse.urlsplit(url)
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     connection = cls(parts.hostname or "127.0.0.1", parts.port, timeout=TIMEOUT_S)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     try:
         connection.request(method, parts.path.rstrip("/") + path, body=b"{}", headers=headers)
         response = connection.getresponse()
