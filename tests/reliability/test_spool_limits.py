@@ -69,7 +69,9 @@ def test_spool_limit_drops_oldest_samples_then_points_and_tells_the_service(
     try:
         warned = [line for line in trainer.stderr.splitlines() if WARNINGS[limit] in line]
         assert len(warned) == 1, trainer.stderr[-3000:]
-        assert final["logged"] == sum(len(values) for _, values in logged)  # training went on
+        # training went on; each step also carries the share the hook read from its samples
+        assert final["logged"] - final["sample_signal_points"] == sum(len(v) for _, v in logged)
+        assert final["sample_signal_points"] == len(logged)
         run = api(service.url, "GET", "/runs/spool-limit")
         assert run["dropped"] == {
             "points": final["dropped"],
@@ -82,7 +84,7 @@ def test_spool_limit_drops_oldest_samples_then_points_and_tells_the_service(
         assert series == {
             k: {s: v for s, v in e.items() if s >= first_point} for k, e in expected.items()
         }
-        assert final["dropped"] == sum(len(v) for s, v in logged if s < first_point)
+        assert final["dropped"] == sum(len(v) + 1 for s, v in logged if s < first_point)
         samples = stored_samples(service.url, "spool-limit")
         first_sample = _suffix(set(samples), all_steps)
         assert first_sample >= first_point  # the samples went first

@@ -22,6 +22,9 @@ MAX_RUNS = 200
 MAX_GROUP_FIELDS = 4
 MAX_SIGNALS = 24
 Step = Annotated[int | None, Query(ge=0, le=2**62)]
+_SIGNAL = "(" + "|".join(sorted(run_fields.SIGNAL_NAMES)) + ")"
+# The pattern tells schema readers (and fuzzers) what is taken; the check below words a refusal.
+SIGNALS_PATTERN = f"^{_SIGNAL}(,{_SIGNAL})*$"
 
 
 @router.get("", response_model=GroupList, dependencies=[READ])
@@ -29,7 +32,14 @@ async def read_groups(
     db: DatabaseDep,
     identity: IdentityDep,
     runs: Annotated[str, Query(max_length=30_000, description="comma-separated run ids")],
-    signals: Annotated[str, Query(max_length=2000, description="canonical signals: entropy,…")],
+    signals: Annotated[
+        str,
+        Query(
+            max_length=2000,
+            description="canonical signals: entropy,…",
+            json_schema_extra={"pattern": SIGNALS_PATTERN},
+        ),
+    ],
     by: Annotated[str, Query(max_length=2000, description="run fields: config.lr,…")] = "",
     smoothing: Annotated[float, Query(ge=0, lt=1)] = 0.0,
     bins: Annotated[int, Query(ge=2, le=5000)] = 500,
