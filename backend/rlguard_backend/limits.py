@@ -27,8 +27,12 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from rlguard_backend.config import Settings
 
-REASONS = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large"}
-REASONS[503] = "Service Unavailable"
+REASONS = {
+    400: "Bad Request",
+    408: "Request Timeout",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
 HEADER_OVERHEAD_BYTES = 4  # ": " and CRLF of each header line
 
 

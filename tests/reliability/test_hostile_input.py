@@ -39,6 +39,7 @@ BATCHES = "/api/v1/runs/target/batches"
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    """One service for the module, whose peak memory over all of it is checked at the end."""
     env = {
         "RLGUARD_REQUEST_HEAD_TIMEOUT_S": str(HEAD_TIMEOUT_S),
         "RLGUARD_REQUEST_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
@@ -47,9 +48,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess
     started = ServiceProcess(tmp_path_factory.mktemp("hostile") / "rlguard.db", env=env).start()
     api(started.url, "POST", "/runs", {"id": "target", "project": "hostile"})
     assert started.proc is not None
-    started.start_rss_mb = rss_mb(started.proc.pid)  # type: ignore[attr-defined]
+    at_start = rss_mb(started.proc.pid)
     yield started
-    assert rss_mb(started.proc.pid, "VmHWM") - started.start_rss_mb < PEAK_GROWTH_MB  # type: ignore[attr-defined]
+    assert rss_mb(started.proc.pid, "VmHWM") - at_start < PEAK_GROWTH_MB
     started.stop()
 
 

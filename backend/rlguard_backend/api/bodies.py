@@ -36,12 +36,14 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def documented_body(model: type[BaseModel], example: dict[str, Any]) -> dict[str, Any]:
+def documented_body(
+    model: type[BaseModel], example: dict[str, Any], required: bool = True
+) -> dict[str, Any]:
     """``openapi_extra`` for an endpoint that reads its JSON (or gzip) body itself."""
     schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
     return {
         "requestBody": {
-            "required": True,
+            "required": required,
             "content": {"application/json": {"schema": schema, "example": example}},
         }
     }

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import detection, markers, repository, run_fields
+from rlguard_backend import detection, ingest, markers, repository, run_fields
+from rlguard_backend.api.bodies import documented_body
 from rlguard_backend.api.deps import (
     ADMIN,
     READ,
@@ -315,12 +316,22 @@ async def update_run(
     return await db.write(update)
 
 
-@router.post("/{run_id}/heartbeat", response_model=Heartbeat, dependencies=[WRITE])
-async def heartbeat(run_id: str, db: WriterDep, data: HeartbeatIn | None = None) -> Heartbeat:
-    """Liveness; ``drops`` records what a trainer process dropped without delivering."""
+HEARTBEAT_EXAMPLE = {"drops": {"process": "5f0c9e", "points": 1200, "steps": 0, "samples": 64}}
+
+
+@router.post(
+    "/{run_id}/heartbeat",
+    response_model=Heartbeat,
+    dependencies=[WRITE],
+    openapi_extra=documented_body(HeartbeatIn, HEARTBEAT_EXAMPLE, required=False),
+)
+async def heartbeat(run_id: str, request: Request, db: WriterDep) -> Heartbeat:
+    """Liveness; ``drops`` records what a trainer process dropped without delivering. The
+    body is optional and read as JSON whatever its Content-Type (older clients send none)."""
+    raw = await request.body()
+    drops = ingest.parse_body(HeartbeatIn, raw, "drops").drops if raw.strip() else None
 
     def beat(session: Session) -> Heartbeat:
-        drops = data.drops if data is not None else None
         run = repository.heartbeat(session, repository.get_run(session, run_id), drops)
         session.commit()
         assert run.last_heartbeat_at is not None
