@@ -176,9 +176,11 @@ def summarise(rows: list[dict[str, Any]], tool: str) -> dict[str, Any]:
 @contextlib.contextmanager
 def running_service() -> Iterator[str]:
     """A real ``rlguard server`` on a throwaway SQLite file; its base URL."""
-    with tempfile.TemporaryDirectory() as folder:
-        with service(sqlite_url(Path(folder), "public-logs.db")) as url:
-            yield url
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        service(sqlite_url(Path(folder), "public-logs.db")) as url,
+    ):
+        yield url
 
 
 def run(cases: list[dict[str, Any]]) -> dict[str, Any]:

@@ -2,10 +2,10 @@
 
 Formats: verl console logs (3-decimal and full-repr values, ``np.float64(...)``, ANSI-coloured
 Ray prefixes), verl ``file`` logger JSONL, TRL/transformers console dicts (and ms-swift's, printed
-as JSON objects) and ``trainer_state.json`` log history, OpenRLHF ``✨ Global step N: {...}`` lines, TensorBoard event
-directories and CSV. ``detect_format`` picks one from the path and, for text logs, from which
-reader would take the most lines of the file as steps (a verl log opens with its printed config,
-dict-shaped lines that alone would pass for TRL's).
+as JSON objects) and ``trainer_state.json`` log history, OpenRLHF ``✨ Global step N: {...}``
+lines, TensorBoard event directories and CSV. ``detect_format`` picks one from the path and, for
+text logs, from which reader would take the most lines of the file as steps (a verl log opens
+with its printed config, dict-shaped lines that alone would pass for TRL's).
 """
 
 from __future__ import annotations
