@@ -84,7 +84,7 @@ def run_rlwatch_verl_keys(case: Mapping[str, Any], records: Records) -> dict[str
     return _rlwatch_monitor(case, fed)
 
 
-def _rlwatch_monitor(case: Mapping[str, Any], steps: list[tuple[int, dict[str, float]]]) -> dict:
+def _rlwatch_monitor(case: Mapping[str, Any], steps: Records) -> dict[str, Any]:
     """An rlwatch monitor at its default config fed these steps; the alerts its store kept."""
     from rlwatch.config import RLWatchConfig
     from rlwatch.core import RLWatch
