@@ -5,7 +5,9 @@
   dropped here), fed every step through its veRL tracker's key map; the alerts are what its
   store kept (after its own cooldown). Its TRL callback maps the same fields its detectors read
   (entropy, kl, reward, reward_std, loss, grad_norm) from these logs' TRL keys, so one map serves
-  both and the benchmark need not import transformers.
+  both and the benchmark need not import transformers. Its veRL map expects names these verl
+  logs do not print, so ``rlwatch_verl_keys`` runs it again with verl's names filling the
+  fields its map left empty (``VERL_NAMES_FOR_RLWATCH``).
 - ``rldoctor`` (PyPI, Apache-2.0): ``LiveMonitor`` at its defaults (first check after 60
   logged steps, then every 25) gives the first step it would have flagged live; ``diagnose``
   over the whole log gives its post-hoc verdict, which decides detected or not (it is a
