@@ -5,7 +5,7 @@ from __future__ import annotations
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import median, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, never
+from rlguard_backend.stability.rules import NEVER, Detector, Facts, Rule
 
 CLIP_ADVICE = [
     "Lower the learning rate.",
@@ -123,7 +123,7 @@ class ClipFraction(Detector):
             "clip_inactive",
             signals=(),
             fires=lambda d, v: "info" if d._announce else None,
-            clears=never,
+            clears=NEVER,
             describe=_describe_inactive,
             advice=["Use more updates per batch only if you want the clip to act."],
         ),
@@ -147,7 +147,7 @@ class ClipFraction(Detector):
             "clipfrac",
             signals=("clipfrac", "ppo_kl"),
             fires=_saturated,
-            clears=lambda d, v: (v.smoothed["clipfrac"] or 0.0) < d.thresholds["clear"],
+            clears=(lambda d, v: (v.smoothed["clipfrac"] or 0.0) < d.thresholds["clear"],),
             describe=_describe_saturated,
             advice=CLIP_ADVICE,
             applies=lambda d, v: v.finite("clipfrac") is not None,

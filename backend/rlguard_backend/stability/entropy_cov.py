@@ -62,7 +62,7 @@ class EntropyCovLeading(Detector):
             "entropy_cov_leading",
             signals=("cov_logp_adv", "entropy"),
             fires=_leading,
-            clears=lambda d, v: d._share < d.thresholds["clear_share"],
+            clears=(lambda d, v: d._share < d.thresholds["clear_share"],),
             describe=_describe,
             advice=[
                 "Consider Clip-Cov / KL-Cov (policy_loss.loss_mode=clip_cov|kl_cov) before "

@@ -12,7 +12,7 @@ import math
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, median, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, never
+from rlguard_backend.stability.rules import NEVER, Detector, Facts, Rule
 
 UP_ADVICE = [
     "Raise the target or horizon only deliberately.",
@@ -193,7 +193,7 @@ class KlController(Detector):
             "kl_controller",
             signals=("reward_kl_coef", "reward_kl_penalty", "kl_ref_seq"),
             fires=_runaway,
-            clears=lambda d, v: d.unsaturated_streak >= d._needed,
+            clears=(lambda d, v: d.unsaturated_streak >= d._needed,),
             clear_steps=1,  # the clear rule counts N_sat steps itself
             describe=_describe_runaway,
             advice=lambda d, severity: UP_ADVICE if d.saturated_sign > 0 else DOWN_ADVICE,
@@ -203,7 +203,7 @@ class KlController(Detector):
             "kl_controller_units",
             signals=("reward_kl_penalty", "kl_ref_seq"),
             fires=_units,
-            clears=never,
+            clears=NEVER,
             clear_steps=1,
             describe=_describe_units,
             advice=[

@@ -34,28 +34,33 @@ class Rule:
     describe: Callable[[Any, StepView, Severity], tuple[str, Facts]]  # message, evidence
     advice: Sequence[str] | Callable[[Any, Severity], Sequence[str]]  # (detector, severity)
     persistence: str | int = 1  # steps in a row `fires` must hold: a threshold name or a count
-    # The clear rule, held clear_steps steps in a row; None: `fires` does not hold.
-    clears: Callable[[Any, StepView], bool] | None = None
+    # The clear rule: any of these conditions held clear_steps steps in a row (each counted on
+    # its own); none: `fires` does not hold.
+    clears: tuple[Callable[[Any, StepView], bool], ...] = ()
     clear_steps: str | int = "clear_steps"
     applies: Callable[[Any, StepView], bool] | None = None  # the steps it runs at (None: all)
 
 
 def never(detector: Any, view: StepView) -> bool:
-    """The clear rule of an alert that stays open once raised (it fires once)."""
+    """The clear condition of an alert that stays open once raised (it fires once)."""
     return False
 
 
+NEVER = (never,)
+
+
 class RuleProgress:
-    """A rule's streaks: steps in a row it fired, and its clear rule held; `active` from the
-    step it fires until its clear rule resolves it."""
+    """A rule's streaks: steps in a row it fired, and each of its clear conditions held;
+    `active` from the step it fires until its clear rule resolves it."""
 
     __slots__ = ("active", "calm", "streak")
 
-    def __init__(self, streak: int = 0, calm: int = 0, active: bool = False) -> None:
-        self.streak, self.calm, self.active = streak, calm, active
+    def __init__(self, conditions: int) -> None:
+        self.streak, self.calm, self.active = 0, [0] * max(conditions, 1), False
 
     def dump(self) -> list[Any]:
-        return [self.streak, self.calm, self.active]
+        """[streak, calm streaks, active], as JSON takes it."""
+        return [self.streak, list(self.calm), self.active]
 
 
 _CONFIG_ATTRIBUTES = frozenset({"context", "thresholds", "open_keys", "progress"})
@@ -82,7 +87,7 @@ class Detector:
         self.thresholds = thresholds
         # Keys of this detector's open alerts, kept up to date by the suite's AlertBook.
         self.open_keys: set[str] = set() if open_keys is None else open_keys
-        self.progress = {rule.key: RuleProgress() for rule in self.rules}
+        self.progress = {rule.key: RuleProgress(len(rule.clears)) for rule in self.rules}
         self.start()
         # Per rule, what evaluate() reads at every step, looked up once.
         self._steps = [
@@ -116,13 +121,16 @@ class Detector:
                 continue
             severity = fires(self, view)
             progress.streak = 0 if severity is None else progress.streak + 1
-            calm = severity is None if clears is None else clears(self, view)
-            progress.calm = progress.calm + 1 if calm else 0
+            calm = progress.calm
+            if not clears:
+                calm[0] = calm[0] + 1 if severity is None else 0
+            for index, condition in enumerate(clears):
+                calm[index] = calm[index] + 1 if condition(self, view) else 0
             if severity is not None and progress.streak >= persistence:
                 progress.active = True
                 if view.emits(self.id, rule.key, severity):
                     said.append(self._verdict(rule, view, severity))
-            elif progress.calm >= clear_steps:
+            elif max(calm) >= clear_steps:
                 progress.active = False
                 if rule.key in self.open_keys:
                     said.append(Verdict(rule.key))
@@ -140,7 +148,7 @@ class Detector:
     def load(self, state: dict[str, Any]) -> None:
         for key, (streak, calm, active) in state["progress"].items():
             progress = self.progress[key]
-            progress.streak, progress.calm, progress.active = streak, calm, active
+            progress.streak, progress.calm, progress.active = streak, list(calm), active
         for name, value in state.items():
             if name != "progress":
                 setattr(self, name, _load(getattr(self, name, None), value))
