@@ -31,12 +31,13 @@ class ClipFraction(Detector):
         self._announce = False  # this step: clip_inactive says so, once
         self._warn_at = 0.0  # this step's warn level
 
+    needs = (({"clipfrac"}, "no clip fraction logged (actor/pg_clipfrac, clip_ratio/region_mean)"),)
+
     def missing(self, seen: frozenset[str]) -> str | None:
-        if "clipfrac" not in seen:
-            return "no clip fraction logged (actor/pg_clipfrac, clip_ratio/region_mean)"
-        if self.context.updates_per_batch is None:
-            return "no updates_per_batch in run config: cannot tell if clipping is inert"
-        return None
+        """Also degraded without updates_per_batch: whether clipping is inert is unknown."""
+        unknown = self.context.updates_per_batch is None
+        why = "no updates_per_batch in run config: cannot tell if clipping is inert"
+        return super().missing(seen) or (why if unknown else None)
 
     def observe(self, view: StepView) -> bool:
         self._announce = self.context.updates_per_batch == 1 and not self.inactive_announced

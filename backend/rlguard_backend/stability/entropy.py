@@ -37,14 +37,14 @@ class EntropyCollapse(Detector):
         self.fit_sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # n, sum x, sum y, sum xx, sum xy
         self.entropy_history = Lookback(int(self.thresholds["rise_window_steps"]))
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if "entropy" not in seen:
-            return "no entropy logged (actor/entropy, entropy, ...): E1-E4 disabled"
-        if "reward_mean" not in seen:
-            return "no reward logged: E1/E2 one level weaker, E3 disabled"
-        if "frac_zero_std" not in seen:
-            return "no zero-std group fraction logged: E3 stays INFO, E2 uses length and rho only"
-        return None
+    needs = (
+        ({"entropy"}, "no entropy logged (actor/entropy, entropy, ...): E1-E4 disabled"),
+        ({"reward_mean"}, "no reward logged: E1/E2 one level weaker, E3 disabled"),
+        (
+            {"frac_zero_std"},
+            "no zero-std group fraction logged: E3 stays INFO, E2 uses length and rho only",
+        ),
+    )
 
     def observe(self, view: StepView) -> bool:
         entropy, rho = view.finite("entropy"), view.rho

@@ -22,10 +22,9 @@ class EntropyCovLeading(Detector):
         self.covariances = Window(int(self.thresholds["window_points"]))
         self._share = 0.0  # of positive covariances in the window, this step
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if "cov_logp_adv" not in seen:
-            return "optional probe probe/cov_logp_adv not logged: no leading indicator"
-        return None
+    needs = (
+        ({"cov_logp_adv"}, "optional probe probe/cov_logp_adv not logged: no leading indicator"),
+    )
 
     def observe(self, view: StepView) -> bool:
         covariance = view.finite("cov_logp_adv")

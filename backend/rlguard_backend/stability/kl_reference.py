@@ -59,12 +59,10 @@ class KlRunaway(Detector):
         self._before: float | None = None
         self._share: float | None = None
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if not seen & READS:
-            return "no KL to the reference logged (actor/kl_loss, actor/reward_kl_penalty, kl)"
-        if "reward_mean" not in seen:
-            return "no reward logged: growth rule one level weaker"
-        return None
+    needs = (
+        (READS, "no KL to the reference logged (actor/kl_loss, actor/reward_kl_penalty, kl)"),
+        ({"reward_mean"}, "no reward logged: growth rule one level weaker"),
+    )
 
     def observe(self, view: StepView) -> bool:
         kl = smoothed_kl(view)

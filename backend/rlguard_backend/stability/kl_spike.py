@@ -45,12 +45,13 @@ class KlSpike(Detector):
         self._typical: float | None = None
         self._clip_falling = False
 
+    needs = (({"ppo_kl"}, "no per-update KL logged (actor/ppo_kl): only the grad-norm rule runs"),)
+
     def missing(self, seen: frozenset[str]) -> str | None:
-        if "ppo_kl" not in seen:
-            return "no per-update KL logged (actor/ppo_kl): only the grad-norm rule runs"
-        if self.context.updates_per_batch is None:
-            return "no updates_per_batch (ppo_epochs) in run config: KL rules one level weaker"
-        return None
+        """Also degraded without updates_per_batch: the KL rules are one level weaker."""
+        unknown = self.context.updates_per_batch is None
+        why = "no updates_per_batch (ppo_epochs) in run config: KL rules one level weaker"
+        return super().missing(seen) or (why if unknown else None)
 
     def observe(self, view: StepView) -> bool:
         self._observe_grad(view.finite("grad_norm"))

@@ -30,10 +30,12 @@ class LearningSignal(Detector):
     def start(self) -> None:
         self.zero_grads = Window(int(self.thresholds["zero_grad_points"]))
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if not seen & {"frac_zero_std", "grad_norm"}:
-            return "no zero-std group fraction or grad norm logged: disabled"
-        return None
+    needs = (
+        (
+            {"frac_zero_std", "grad_norm"},
+            "no zero-std group fraction or grad norm logged: disabled",
+        ),
+    )
 
     def observe(self, view: StepView) -> bool:
         grad = view.finite("grad_norm")

@@ -27,12 +27,10 @@ class LengthHacking(Detector):
         self.truncation_history = Lookback(int(self.thresholds["rise_lookback_steps"]))
         self._ratio = 1.0  # this step's length over its start
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if "response_length" not in seen:
-            return "no response length logged: disabled"
-        if "response_clip_ratio" not in seen:
-            return "no truncation ratio logged: blow-up rule disabled"
-        return None
+    needs = (
+        ({"response_length"}, "no response length logged: disabled"),
+        ({"response_clip_ratio"}, "no truncation ratio logged: blow-up rule disabled"),
+    )
 
     def observe(self, view: StepView) -> bool:
         ratio = view.length_ratio

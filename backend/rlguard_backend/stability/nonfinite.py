@@ -69,10 +69,12 @@ class NonFinite(Detector):
         self._bad = self._nonfinite_fields(view) if scan else {}
         return True
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if not seen & {*WATCHED_SIGNALS, "grad_norm"}:
-            return "none of the watched statistics (losses, KL, entropy, reward, grad norm) logged"
-        return None
+    needs = (
+        (
+            {*WATCHED_SIGNALS, "grad_norm"},
+            "none of the watched statistics (losses, KL, entropy, reward, grad norm) logged",
+        ),
+    )
 
     def _nonfinite_fields(self, view: StepView) -> dict[str, float | str]:
         """Raw key -> JSON-safe value of every non-finite watched field (grad norm included)."""

@@ -11,7 +11,7 @@ rules read (``observe``).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -79,6 +79,9 @@ class Detector:
     # Canonical signals a run must log at least one of for evaluate() to do anything; None:
     # it runs on every step (some of its rules count steps without their signal).
     reads: ClassVar[frozenset[str] | None] = None
+    # (signals, why): the first entry none of whose signals the run logged says why the
+    # detector is degraded or disabled (missing()).
+    needs: ClassVar[tuple[tuple[Set[str], str], ...]] = ()
 
     def __init__(
         self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
@@ -138,7 +141,7 @@ class Detector:
 
     def missing(self, seen: frozenset[str]) -> str | None:
         """Why this detector is degraded or disabled, or None when it runs fully."""
-        return None
+        return next((why for signals, why in self.needs if not seen & signals), None)
 
     def dump(self) -> dict[str, Any]:
         state = {name: _dump(value) for name, value in vars(self).items() if _is_state(name)}

@@ -49,10 +49,7 @@ class SampleQuality(Detector):
             "sample_repetition": self.repetition_start,
         }
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if not seen & set(TEXT_SIGNALS):
-            return "no samples logged with responses: disabled"
-        return None
+    needs = ((set(TEXT_SIGNALS), "no samples logged with responses: disabled"),)
 
     def observe(self, view: StepView) -> bool:
         half_life = self.thresholds["half_life"]
