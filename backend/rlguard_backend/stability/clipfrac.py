@@ -22,6 +22,7 @@ class ClipFraction(Detector):
     id = "clipfrac"
 
     def start(self) -> None:
+        """The clip-baseline points, the two saturation streaks, the one-off inactive note."""
         self.baseline_points: list[float] = []
         self.inactive_announced = False
         self.warn_streak = 0  # steps in a row c̄ > the warn level
@@ -40,6 +41,7 @@ class ClipFraction(Detector):
         return super().missing(seen) or (why if unknown else None)
 
     def observe(self, view: StepView) -> bool:
+        """Count the saturation streaks against this step's warn level (after warmup)."""
         self._announce = self.context.updates_per_batch == 1 and not self.inactive_announced
         self.inactive_announced = self.inactive_announced or self._announce
         clipfrac = view.finite("clipfrac")

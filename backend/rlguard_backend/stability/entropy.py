@@ -33,6 +33,7 @@ class EntropyCollapse(Detector):
     reads = frozenset({"entropy"})
 
     def start(self) -> None:
+        """The fit sums of R = b - a*exp(H) and the smoothed entropy's history."""
         # Running sums for the least-squares fit R = b - a * exp(H) (EM's empirical law).
         self.fit_sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # n, sum x, sum y, sum xx, sum xy
         self.entropy_history = Lookback(int(self.thresholds["rise_window_steps"]))
@@ -47,6 +48,7 @@ class EntropyCollapse(Detector):
     )
 
     def observe(self, view: StepView) -> bool:
+        """Fold the entropy into its history and the ceiling fit; False until rho is known."""
         entropy, rho = view.finite("entropy"), view.rho
         if entropy is None or rho is None:
             return False

@@ -19,6 +19,7 @@ class EntropyCovLeading(Detector):
     reads = frozenset({"cov_logp_adv"})
 
     def start(self) -> None:
+        """The window of the last covariances."""
         self.covariances = Window(int(self.thresholds["window_points"]))
         self._share = 0.0  # of positive covariances in the window, this step
 
@@ -27,6 +28,7 @@ class EntropyCovLeading(Detector):
     )
 
     def observe(self, view: StepView) -> bool:
+        """Add the covariance and its window's positive share; False when none is logged."""
         covariance = view.finite("cov_logp_adv")
         if covariance is None:
             return False

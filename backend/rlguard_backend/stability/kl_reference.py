@@ -53,6 +53,7 @@ class KlRunaway(Detector):
     reads = READS
 
     def start(self) -> None:
+        """The streak of steps KL grew, accelerating, with no reward gain."""
         self.growth_streak = 0  # steps in a row KL grew, accelerating, with no reward gain
         # This step's smoothed KL, its value lookback_steps ago, their ratio, penalty share.
         self._kl, self._growth = 0.0, 1.0
@@ -65,6 +66,7 @@ class KlRunaway(Detector):
     )
 
     def observe(self, view: StepView) -> bool:
+        """This step's KL, its growth over the lookback and the penalty share."""
         kl = smoothed_kl(view)
         if kl is None:
             return False
@@ -181,11 +183,13 @@ class KlPenalty(Detector):
     reads = READS
 
     def start(self) -> None:
+        """This step's KL, beta, penalty share and reward verdict, set by observe()."""
         self._kl, self._beta = 0.0, 0.0  # this step's smoothed KL and beta
         self._share: float | None = None  # this step's penalty share (in-reward KL)
         self._stagnant = False
 
     def missing(self, seen: frozenset[str]) -> str | None:
+        """Disabled without a KL coefficient (logged or configured) or without reward."""
         if not seen & {"kl_coef", "reward_kl_coef"} and self.context.kl_coef is None:
             return "no KL coefficient logged or in run config (kl_coef): disabled"
         if "reward_mean" not in seen:
@@ -193,6 +197,7 @@ class KlPenalty(Detector):
         return None
 
     def observe(self, view: StepView) -> bool:
+        """This step's KL, beta and penalty share; False without a positive beta."""
         kl, beta = smoothed_kl(view), current_beta(view, self.context)
         if kl is None or not beta or beta <= 0:
             return False

@@ -28,6 +28,7 @@ class KlSpike(Detector):
     reads = frozenset({"grad_norm", "ppo_kl", "clipfrac"})
 
     def start(self) -> None:
+        """The windows of |ppo_kl|, grad norms and clip fractions, and the KL budget."""
         size = int(self.thresholds["history_points"])
         self.ppo_kls = SortedWindow(size)
         self.grads = SortedWindow(size)
@@ -54,6 +55,7 @@ class KlSpike(Detector):
         return super().missing(seen) or (why if unknown else None)
 
     def observe(self, view: StepView) -> bool:
+        """Judge this step's grad norm and |ppo_kl| against the windows, then add them."""
         self._observe_grad(view.finite("grad_norm"))
         ppo_kl = view.finite("ppo_kl")
         self._size = None if ppo_kl is None else abs(ppo_kl)

@@ -24,6 +24,7 @@ class LengthHacking(Detector):
     reads = frozenset({"response_length"})
 
     def start(self) -> None:
+        """The smoothed truncation share's history."""
         self.truncation_history = Lookback(int(self.thresholds["rise_lookback_steps"]))
         self._ratio = 1.0  # this step's length over its start
 
@@ -33,6 +34,7 @@ class LengthHacking(Detector):
     )
 
     def observe(self, view: StepView) -> bool:
+        """This step's length ratio and truncation history; False without a length ratio."""
         ratio = view.length_ratio
         if view.finite("response_length") is None or ratio is None:
             return False

@@ -95,6 +95,7 @@ class RewardState:
 
     @property
     def range(self) -> float:
+        """r_max - r_min."""
         return self.r_max - self.r_min
 
     def change(self) -> str:
@@ -114,6 +115,7 @@ class RewardState:
         return f"reward is not improving (trend t = {trend.t_stat:.2f} {points})"
 
     def evidence(self) -> dict[str, Any]:
+        """The reward facts every reward-judging alert carries."""
         facts: dict[str, Any] = {
             "reward_gain": rounded(self.gain),
             "reward_improving": self.improving,
@@ -220,6 +222,7 @@ class Observations:
         }
 
     def load(self, state: dict[str, Any]) -> None:
+        """Continue from a dump()ed state."""
         self.first_step = state["first_step"]
         view = self.view
         for name, ema in state["emas"].items():

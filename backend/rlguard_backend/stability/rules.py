@@ -144,11 +144,13 @@ class Detector:
         return next((why for signals, why in self.needs if not seen & signals), None)
 
     def dump(self) -> dict[str, Any]:
+        """The detector's state (its non-setting attributes and rule streaks), JSON-safe."""
         state = {name: _dump(value) for name, value in vars(self).items() if _is_state(name)}
         state["progress"] = {key: progress.dump() for key, progress in self.progress.items()}
         return state
 
     def load(self, state: dict[str, Any]) -> None:
+        """Continue from a dump()ed state."""
         for key, (streak, calm, active) in state["progress"].items():
             progress = self.progress[key]
             progress.streak, progress.calm, progress.active = streak, list(calm), active

@@ -39,6 +39,7 @@ class SampleQuality(Detector):
     reads = frozenset(TEXT_SIGNALS)
 
     def start(self) -> None:
+        """The text signals' EMAs and start values."""
         # EMAs (plain values) and starts (primitives) each in attributes of their own: a
         # detector's state is its attributes
         self.smoothed: dict[str, float | None] = dict.fromkeys(TEXT_SIGNALS)
@@ -52,6 +53,7 @@ class SampleQuality(Detector):
     needs = ((set(TEXT_SIGNALS), "no samples logged with responses: disabled"),)
 
     def observe(self, view: StepView) -> bool:
+        """Smooth the text signals and take their starts; False before warmup."""
         half_life = self.thresholds["half_life"]
         for name in TEXT_SIGNALS:
             value = view.finite(name)

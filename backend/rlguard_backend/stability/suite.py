@@ -87,6 +87,7 @@ class DetectorSuite:
 
     @property
     def last_step(self) -> int | None:
+        """The last step fed (None before the first)."""
         return self._last_step
 
     def feed(self, step: int, values: Mapping[str, float]) -> list[AlertEvent]:
