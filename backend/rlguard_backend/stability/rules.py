@@ -22,6 +22,7 @@ from rlguard_backend.stability.primitives import json_safe
 from rlguard_backend.stability.thresholds import Thresholds
 
 Facts = dict[str, Any]
+Condition = Callable[[Any, StepView], bool]  # (detector, view): whether it holds this step
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Rule:
     persistence: str | int = 1  # steps in a row `fires` must hold: a threshold name or a count
     # The clear rule: any of these conditions held clear_steps steps in a row (each counted on
     # its own); none: `fires` does not hold.
-    clears: tuple[Callable[[Any, StepView], bool], ...] = ()
+    clears: tuple[Condition, ...] = ()
     clear_steps: str | int = "clear_steps"
     applies: Callable[[Any, StepView], bool] | None = None  # the steps it runs at (None: all)
 
@@ -50,17 +51,32 @@ NEVER = (never,)
 
 
 class RuleProgress:
-    """A rule's streaks: steps in a row it fired, and each of its clear conditions held;
-    `active` from the step it fires until its clear rule resolves it."""
+    """A rule's streaks: steps in a row it fired, and its clear rule held (the longest of its
+    conditions' streaks, each kept in `calms` when it has several); `active` from the step it
+    fires until its clear rule resolves it."""
 
-    __slots__ = ("active", "calm", "streak")
+    __slots__ = ("active", "calm", "calms", "streak")
 
     def __init__(self, conditions: int) -> None:
-        self.streak, self.calm, self.active = 0, [0] * max(conditions, 1), False
+        self.streak, self.calm, self.active = 0, 0, False
+        self.calms = [0] * conditions if conditions > 1 else None
+
+    def longest(self, conditions: tuple[Condition, ...], detector: Any, view: StepView) -> int:
+        """Count each condition's streak at this step; the longest."""
+        calms = self.calms
+        assert calms is not None
+        for index, condition in enumerate(conditions):
+            calms[index] = calms[index] + 1 if condition(detector, view) else 0
+        return max(calms)
 
     def dump(self) -> list[Any]:
-        """[streak, calm streaks, active], as JSON takes it."""
-        return [self.streak, list(self.calm), self.active]
+        """[streak, calm, active, calms], as JSON takes it."""
+        return [self.streak, self.calm, self.active, self.calms and list(self.calms)]
+
+    def load(self, state: list[Any]) -> None:
+        """Continue from a dump()ed state."""
+        self.streak, self.calm, self.active, calms = state
+        self.calms = calms and list(calms)
 
 
 _CONFIG_ATTRIBUTES = frozenset({"context", "thresholds", "open_keys", "progress"})
@@ -98,7 +114,7 @@ class Detector:
                 rule,
                 rule.applies,
                 rule.fires,
-                rule.clears,
+                _clear_rule(rule.clears),
                 self.progress[rule.key],
                 self._count(rule.persistence),
                 self._count(rule.clear_steps),
@@ -124,16 +140,16 @@ class Detector:
                 continue
             severity = fires(self, view)
             progress.streak = 0 if severity is None else progress.streak + 1
-            calm = progress.calm
-            if not clears:
-                calm[0] = calm[0] + 1 if severity is None else 0
-            for index, condition in enumerate(clears):
-                calm[index] = calm[index] + 1 if condition(self, view) else 0
+            if isinstance(clears, tuple):  # several conditions: each counted on its own
+                progress.calm = progress.longest(clears, self, view)
+            else:
+                calm = severity is None if clears is None else clears(self, view)
+                progress.calm = progress.calm + 1 if calm else 0
             if severity is not None and progress.streak >= persistence:
                 progress.active = True
                 if view.emits(self.id, rule.key, severity):
                     said.append(self._verdict(rule, view, severity))
-            elif max(calm) >= clear_steps:
+            elif progress.calm >= clear_steps:
                 progress.active = False
                 if rule.key in self.open_keys:
                     said.append(Verdict(rule.key))
@@ -151,9 +167,8 @@ class Detector:
 
     def load(self, state: dict[str, Any]) -> None:
         """Continue from a dump()ed state."""
-        for key, (streak, calm, active) in state["progress"].items():
-            progress = self.progress[key]
-            progress.streak, progress.calm, progress.active = streak, list(calm), active
+        for key, progress in state["progress"].items():
+            self.progress[key].load(progress)
         for name, value in state.items():
             if name != "progress":
                 setattr(self, name, _load(getattr(self, name, None), value))
@@ -165,6 +180,11 @@ class Detector:
         message, evidence = rule.describe(self, view, severity)
         advice = rule.advice(self, severity) if callable(rule.advice) else rule.advice
         return Verdict(rule.key, severity, message=message, evidence=evidence, advice=list(advice))
+
+
+def _clear_rule(clears: tuple[Condition, ...]) -> Condition | tuple[Condition, ...] | None:
+    """What evaluate() counts: no condition (None), the one condition, or all of several."""
+    return clears if len(clears) > 1 else (clears[0] if clears else None)
 
 
 def _is_state(name: str) -> bool:
