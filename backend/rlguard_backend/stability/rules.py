@@ -51,9 +51,9 @@ NEVER = (never,)
 
 
 class RuleProgress:
-    """A rule's streaks: steps in a row it fired, and its clear rule held (the longest of its
-    conditions' streaks, each kept in `calms` when it has several); `active` from the step it
-    fires until its clear rule resolves it."""
+    """A rule's streaks: steps in a row it fired, and its clear rule held (each condition's
+    own streak in `calms` when it has several); `active` from the step it fires until its
+    clear rule resolves it."""
 
     __slots__ = ("active", "calm", "calms", "streak")
 
@@ -109,18 +109,7 @@ class Detector:
         self.progress = {rule.key: RuleProgress(len(rule.clears)) for rule in self.rules}
         self.start()
         # Per rule, what evaluate() reads at every step, looked up once.
-        self._steps = [
-            (
-                rule,
-                rule.applies,
-                rule.fires,
-                _clear_rule(rule.clears),
-                self.progress[rule.key],
-                self._count(rule.persistence),
-                self._count(rule.clear_steps),
-            )
-            for rule in self.rules
-        ]
+        self._steps = [self._plan(rule) for rule in self.rules]
 
     def start(self) -> None:
         """Set the state before the first step (its thresholds and context are set)."""
@@ -140,11 +129,8 @@ class Detector:
                 continue
             severity = fires(self, view)
             progress.streak = 0 if severity is None else progress.streak + 1
-            if isinstance(clears, tuple):  # several conditions: each counted on its own
-                progress.calm = progress.longest(clears, self, view)
-            else:
-                calm = severity is None if clears is None else clears(self, view)
-                progress.calm = progress.calm + 1 if calm else 0
+            calm = severity is None if clears is None else clears(self, view)
+            progress.calm = progress.calm + 1 if calm else 0
             if severity is not None and progress.streak >= persistence:
                 progress.active = True
                 if view.emits(self.id, rule.key, severity):
@@ -173,6 +159,21 @@ class Detector:
             if name != "progress":
                 setattr(self, name, _load(getattr(self, name, None), value))
 
+    def _plan(self, rule: Rule) -> tuple[Any, ...]:
+        """What evaluate() reads for `rule`. With several clear conditions, its clear rule is
+        "one condition held clear_steps in a row" (each counted by its RuleProgress), held once."""
+        progress, clear_steps = self.progress[rule.key], self._count(rule.clear_steps)
+        clears: Condition | None = rule.clears[0] if rule.clears else None
+        if len(rule.clears) > 1:
+            conditions, needed = rule.clears, clear_steps
+
+            def clears(detector: Any, view: StepView) -> bool:
+                return progress.longest(conditions, detector, view) >= needed
+
+            clear_steps = 1
+        persistence = self._count(rule.persistence)
+        return rule, rule.applies, rule.fires, clears, progress, persistence, clear_steps
+
     def _count(self, limit: str | int) -> int | float:
         return self.thresholds[limit] if isinstance(limit, str) else limit
 
@@ -180,11 +181,6 @@ class Detector:
         message, evidence = rule.describe(self, view, severity)
         advice = rule.advice(self, severity) if callable(rule.advice) else rule.advice
         return Verdict(rule.key, severity, message=message, evidence=evidence, advice=list(advice))
-
-
-def _clear_rule(clears: tuple[Condition, ...]) -> Condition | tuple[Condition, ...] | None:
-    """What evaluate() counts: no condition (None), the one condition, or all of several."""
-    return clears if len(clears) > 1 else (clears[0] if clears else None)
 
 
 def _is_state(name: str) -> bool:
