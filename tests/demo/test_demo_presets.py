@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 from rlguard.demo import ALL, PRESETS, TrainResult
 from rlguard.demo.parallel import train_parallel
 from rlguard.demo.task import VOCAB
+from rlguard_backend.stability import DEFAULTS
 
 STEPS = 120
 VERL_KEYS = [
@@ -82,11 +83,19 @@ def test_preset_runaway_kl_keeps_growing(runs: dict[str, TrainResult]) -> None:
     assert runs["runaway-kl"].series("actor/kl_coef")[-1] == pytest.approx(0.001)
 
 
+def _late(result: TrainResult, key: str) -> float:
+    values = result.series(key)[STEPS // 2 :]
+    return sum(values) / len(values)
+
+
 def test_preset_kl_too_strong_pins_kl_and_flattens_reward(runs: dict[str, TrainResult]) -> None:
+    """KL to the reference held below the level at which D5 calls the policy unmoved, over the
+    whole second half, while the healthy run (same seed) settles above it; reward flat."""
     strong = runs["kl-too-strong"]
     penalty = strong.series("actor/reward_kl_penalty")
     assert sum(penalty) / len(penalty) < 0.03
-    assert _end(strong, "probe/kl_to_ref") < 0.2 * _end(runs["healthy"], "probe/kl_to_ref")
+    unmoved = DEFAULTS["kl_penalty"]["small_kl"]
+    assert _late(strong, "probe/kl_to_ref") < unmoved < _late(runs["healthy"], "probe/kl_to_ref")
     assert abs(_end(strong, "critic/score/mean") - _start(strong, "critic/score/mean")) < 0.06
     assert _end(runs["healthy"], "critic/score/mean") > _end(strong, "critic/score/mean") + 0.1
 

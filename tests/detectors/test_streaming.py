@@ -9,6 +9,7 @@ import math
 import pytest
 
 from rlguard_backend.stability import DetectorSuite
+from rlguard_backend.stability.suite import STATE_VERSION
 
 from .scenarios import SCENARIOS, Scenario
 
@@ -143,6 +144,19 @@ def test_suite_events_json_serialisable_strictly() -> None:
 def test_suite_init_rejects_state_of_other_version() -> None:
     with pytest.raises(ValueError, match="version"):
         DetectorSuite(state={"version": 999})
+
+
+def test_suite_init_rejects_state_of_the_previous_version() -> None:
+    """A state of version 7 (each KL detector with a history of its own) is not half-read:
+    the caller is told to drop it, and the service rebuilds from the stored steps."""
+    scenario = next(s for s in SCENARIOS if s.name == "S4_runaway_kl")
+    suite = DetectorSuite(scenario.config)
+    suite.feed_many(scenario.run(SEED)[:80])
+    state = json.loads(json.dumps(suite.dump_state()))
+    assert state["version"] == STATE_VERSION == 8
+    state["version"] = 7
+    with pytest.raises(ValueError, match="version 7 is not 8; drop the stored state"):
+        DetectorSuite(scenario.config, state=state)
 
 
 def test_suite_readable_keeps_what_feed_reads_and_nothing_else() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import median, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, never
+from rlguard_backend.stability.rules import NEVER, Detector, Facts, Rule
 
 CLIP_ADVICE = [
     "Lower the learning rate.",
@@ -22,6 +22,7 @@ class ClipFraction(Detector):
     id = "clipfrac"
 
     def start(self) -> None:
+        """The clip-baseline points, the two saturation streaks, the one-off inactive note."""
         self.baseline_points: list[float] = []
         self.inactive_announced = False
         self.warn_streak = 0  # steps in a row c̄ > the warn level
@@ -31,14 +32,16 @@ class ClipFraction(Detector):
         self._announce = False  # this step: clip_inactive says so, once
         self._warn_at = 0.0  # this step's warn level
 
+    needs = (({"clipfrac"}, "no clip fraction logged (actor/pg_clipfrac, clip_ratio/region_mean)"),)
+
     def missing(self, seen: frozenset[str]) -> str | None:
-        if "clipfrac" not in seen:
-            return "no clip fraction logged (actor/pg_clipfrac, clip_ratio/region_mean)"
-        if self.context.updates_per_batch is None:
-            return "no updates_per_batch in run config: cannot tell if clipping is inert"
-        return None
+        """Also degraded without updates_per_batch: whether clipping is inert is unknown."""
+        unknown = self.context.updates_per_batch is None
+        why = "no updates_per_batch in run config: cannot tell if clipping is inert"
+        return super().missing(seen) or (why if unknown else None)
 
     def observe(self, view: StepView) -> bool:
+        """Count the saturation streaks against this step's warn level (after warmup)."""
         self._announce = self.context.updates_per_batch == 1 and not self.inactive_announced
         self.inactive_announced = self.inactive_announced or self._announce
         clipfrac = view.finite("clipfrac")
@@ -123,7 +126,7 @@ class ClipFraction(Detector):
             "clip_inactive",
             signals=(),
             fires=lambda d, v: "info" if d._announce else None,
-            clears=never,
+            clears=NEVER,
             describe=_describe_inactive,
             advice=["Use more updates per batch only if you want the clip to act."],
         ),
@@ -147,7 +150,7 @@ class ClipFraction(Detector):
             "clipfrac",
             signals=("clipfrac", "ppo_kl"),
             fires=_saturated,
-            clears=lambda d, v: (v.smoothed["clipfrac"] or 0.0) < d.thresholds["clear"],
+            clears=(lambda d, v: (v.smoothed["clipfrac"] or 0.0) < d.thresholds["clear"],),
             describe=_describe_saturated,
             advice=CLIP_ADVICE,
             applies=lambda d, v: v.finite("clipfrac") is not None,

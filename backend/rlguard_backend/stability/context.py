@@ -21,11 +21,7 @@ class RunContext:
     """What the detectors know about the run's setup; None means the config did not say."""
 
     updates_per_batch: float | None = None  # U, optimizer updates per rollout batch
-    clip_low: float | None = None
-    clip_high: float | None = None
-    clip_dual: float | None = None
     kl_placement: str | None = None  # "reward" | "loss" | "none"
-    kl_estimator: str | None = None
     kl_coef: float | None = None
     kl_controller: str | None = None  # "fixed" | "adaptive"
     kl_target: float | None = None
@@ -42,19 +38,9 @@ class RunContext:
     def from_config(cls, config: Mapping[str, Any] | None) -> RunContext:
         """Parse a run config; unknown keys are ignored, malformed known ones raise ValueError."""
         config = config or {}
-        clip = _number(config, "clip_ratio", _VERL_ACTOR + "clip_ratio", "epsilon", "eps_clip")
         return cls(
             updates_per_batch=_updates_per_batch(config),
-            clip_low=_number(config, "clip_ratio_low", _VERL_ACTOR + "clip_ratio_low") or clip,
-            clip_high=_number(
-                config, "clip_ratio_high", _VERL_ACTOR + "clip_ratio_high", "epsilon_high"
-            )
-            or clip,
-            clip_dual=_number(config, "clip_ratio_c", _VERL_ACTOR + "clip_ratio_c"),
             kl_placement=_kl_placement(config),
-            kl_estimator=_text(
-                config, "kl_estimator", _VERL_ACTOR + "kl_loss_type", "algorithm.kl_penalty"
-            ),
             kl_coef=_kl_coef(config),
             kl_controller=_kl_controller(config),
             kl_target=_number(config, "kl_target", _VERL_KL_CTRL + "target_kl", "target"),

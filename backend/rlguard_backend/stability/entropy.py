@@ -33,28 +33,25 @@ class EntropyCollapse(Detector):
     reads = frozenset({"entropy"})
 
     def start(self) -> None:
-        self.recovered_streak = 0  # steps in a row with rho > clear_ratio
-        self.improving_streak = 0  # steps in a row with an improving reward trend
+        """The fit sums of R = b - a*exp(H) and the smoothed entropy's history."""
         # Running sums for the least-squares fit R = b - a * exp(H) (EM's empirical law).
         self.fit_sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # n, sum x, sum y, sum xx, sum xy
         self.entropy_history = Lookback(int(self.thresholds["rise_window_steps"]))
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if "entropy" not in seen:
-            return "no entropy logged (actor/entropy, entropy, ...): E1-E4 disabled"
-        if "reward_mean" not in seen:
-            return "no reward logged: E1/E2 one level weaker, E3 disabled"
-        if "frac_zero_std" not in seen:
-            return "no zero-std group fraction logged: E3 stays INFO, E2 uses length and rho only"
-        return None
+    needs = (
+        ({"entropy"}, "no entropy logged (actor/entropy, entropy, ...): E1-E4 disabled"),
+        ({"reward_mean"}, "no reward logged: E1/E2 one level weaker, E3 disabled"),
+        (
+            {"frac_zero_std"},
+            "no zero-std group fraction logged: E3 stays INFO, E2 uses length and rho only",
+        ),
+    )
 
     def observe(self, view: StepView) -> bool:
+        """Fold the entropy into its history and the ceiling fit; False until rho is known."""
         entropy, rho = view.finite("entropy"), view.rho
         if entropy is None or rho is None:
             return False
-        th = self.thresholds
-        self.recovered_streak = self.recovered_streak + 1 if rho > th["clear_ratio"] else 0
-        self.improving_streak = self.improving_streak + 1 if view.reward.improving else 0
         smoothed = view.smoothed["entropy"]
         if smoothed is not None:
             self.entropy_history.push(view.step, smoothed)
@@ -88,10 +85,6 @@ class EntropyCollapse(Detector):
         if (spent and severe) or (identical and unsolved):
             return "critical"
         return "warn" if spent else None
-
-    def _recovered(self, view: StepView) -> bool:
-        clear_steps = self.thresholds["clear_steps"]
-        return self.recovered_streak >= clear_steps or self.improving_streak >= clear_steps
 
     def _describe_collapse(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         facts = self._facts(view)
@@ -230,8 +223,11 @@ class EntropyCollapse(Detector):
             signals=("entropy", "reward_mean", "frac_zero_std", "response_length"),
             fires=lambda d, v: capped(d._collapse_severity(v), not v.reward.known),
             persistence="persistence",
-            clears=_recovered,
-            clear_steps=1,  # _recovered counts its own steps
+            # rho back above clear_ratio, or the reward trend improving
+            clears=(
+                lambda d, v: (v.rho or 0.0) > d.thresholds["clear_ratio"],
+                lambda d, v: v.reward.improving,
+            ),
             describe=_describe_collapse,
             advice=COLLAPSE_ADVICE,
         ),

@@ -19,15 +19,16 @@ class EntropyCovLeading(Detector):
     reads = frozenset({"cov_logp_adv"})
 
     def start(self) -> None:
+        """The window of the last covariances."""
         self.covariances = Window(int(self.thresholds["window_points"]))
         self._share = 0.0  # of positive covariances in the window, this step
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if "cov_logp_adv" not in seen:
-            return "optional probe probe/cov_logp_adv not logged: no leading indicator"
-        return None
+    needs = (
+        ({"cov_logp_adv"}, "optional probe probe/cov_logp_adv not logged: no leading indicator"),
+    )
 
     def observe(self, view: StepView) -> bool:
+        """Add the covariance and its window's positive share; False when none is logged."""
         covariance = view.finite("cov_logp_adv")
         if covariance is None:
             return False
@@ -62,7 +63,7 @@ class EntropyCovLeading(Detector):
             "entropy_cov_leading",
             signals=("cov_logp_adv", "entropy"),
             fires=_leading,
-            clears=lambda d, v: d._share < d.thresholds["clear_share"],
+            clears=(lambda d, v: d._share < d.thresholds["clear_share"],),
             describe=_describe,
             advice=[
                 "Consider Clip-Cov / KL-Cov (policy_loss.loss_mode=clip_cov|kl_cov) before "

@@ -12,7 +12,7 @@ import math
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, median, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule, never
+from rlguard_backend.stability.rules import NEVER, Detector, Facts, Rule
 
 UP_ADVICE = [
     "Raise the target or horizon only deliberately.",
@@ -30,6 +30,7 @@ class KlController(Detector):
     reads = frozenset({"reward_kl_coef"})
 
     def start(self) -> None:
+        """The controller's start beta, previous point, saturation streaks and units check."""
         self.beta_start: float | None = None
         self.previous: list[float] | None = None  # [step, beta, kl]
         self.adaptive_seen = False
@@ -47,6 +48,7 @@ class KlController(Detector):
         self._units_ratio: float | None = None  # median KL/target, the step it is checked
 
     def missing(self, seen: frozenset[str]) -> str | None:
+        """Disabled for a fixed controller or without beta; notes the assumed target or rate."""
         if self.context.kl_controller == "fixed":
             return "fixed KL controller in run config: disabled"
         if "reward_kl_coef" not in seen:
@@ -59,6 +61,7 @@ class KlController(Detector):
         return "; ".join(notes) or None
 
     def observe(self, view: StepView) -> bool:
+        """Replay the controller law and count saturation; False until beta is seen to adapt."""
         # The KL the controller sees: old TRL's per-sequence sum, else per-token in-reward KL.
         beta = view.finite("reward_kl_coef")
         kl = view.finite("kl_ref_seq") or view.finite("reward_kl_penalty")
@@ -193,7 +196,7 @@ class KlController(Detector):
             "kl_controller",
             signals=("reward_kl_coef", "reward_kl_penalty", "kl_ref_seq"),
             fires=_runaway,
-            clears=lambda d, v: d.unsaturated_streak >= d._needed,
+            clears=(lambda d, v: d.unsaturated_streak >= d._needed,),
             clear_steps=1,  # the clear rule counts N_sat steps itself
             describe=_describe_runaway,
             advice=lambda d, severity: UP_ADVICE if d.saturated_sign > 0 else DOWN_ADVICE,
@@ -203,7 +206,7 @@ class KlController(Detector):
             "kl_controller_units",
             signals=("reward_kl_penalty", "kl_ref_seq"),
             fires=_units,
-            clears=never,
+            clears=NEVER,
             clear_steps=1,
             describe=_describe_units,
             advice=[

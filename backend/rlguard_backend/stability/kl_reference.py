@@ -9,7 +9,7 @@ from __future__ import annotations
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import Lookback, rounded
+from rlguard_backend.stability.primitives import rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule
 
 READS = frozenset({"kl_loss", "reward_kl_penalty", "kl_ref_seq"})  # kl_ref comes from these
@@ -53,34 +53,32 @@ class KlRunaway(Detector):
     reads = READS
 
     def start(self) -> None:
-        self.history = Lookback(int(self.thresholds["lookback_steps"]))
+        """The streak of steps KL grew, accelerating, with no reward gain."""
         self.growth_streak = 0  # steps in a row KL grew, accelerating, with no reward gain
         # This step's smoothed KL, its value lookback_steps ago, their ratio, penalty share.
         self._kl, self._growth = 0.0, 1.0
         self._before: float | None = None
         self._share: float | None = None
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if not seen & READS:
-            return "no KL to the reference logged (actor/kl_loss, actor/reward_kl_penalty, kl)"
-        if "reward_mean" not in seen:
-            return "no reward logged: growth rule one level weaker"
-        return None
+    needs = (
+        (READS, "no KL to the reference logged (actor/kl_loss, actor/reward_kl_penalty, kl)"),
+        ({"reward_mean"}, "no reward logged: growth rule one level weaker"),
+    )
 
     def observe(self, view: StepView) -> bool:
+        """This step's KL, its growth over the lookback and the penalty share."""
         kl = smoothed_kl(view)
         if kl is None:
             return False
         th = self.thresholds
-        self.history.push(view.step, kl)
-        before = self.history.ago(view.step, th["lookback_steps"])
+        before = view.kl_ago(view.step, th["lookback_steps"])
         growth = 1.0 if before is None else (kl / before if before > 0 else float("inf"))
         self._kl, self._before, self._growth = kl, before, growth
         growing = (
             view.warm
             and kl >= th["floor"]
             and growth >= th["growth"]
-            and self._accelerating(view.step, kl, before)
+            and self._accelerating(view, kl, before)
             and not view.reward.rising
         )
         self.growth_streak = self.growth_streak + 1 if growing else 0
@@ -89,9 +87,9 @@ class KlRunaway(Detector):
             self._share = penalty_share(view, current_beta(view, self.context))
         return True
 
-    def _accelerating(self, step: int, kl: float, before: float | None) -> bool:
+    def _accelerating(self, view: StepView, kl: float, before: float | None) -> bool:
         """Not decelerating: k̄_t - k̄_{t-25} >= k̄_{t-25} - k̄_{t-50}."""
-        middle = self.history.ago(step, self.thresholds["lookback_steps"] / 2)
+        middle = view.kl_ago(view.step, self.thresholds["lookback_steps"] / 2)
         return before is not None and middle is not None and kl - middle >= middle - before
 
     def _growth_degraded(self, view: StepView, severity: Severity | None) -> bool:
@@ -150,8 +148,10 @@ class KlRunaway(Detector):
             "kl_runaway",
             signals=("kl_ref", "reward_mean"),
             fires=_runaway,
-            clears=lambda d, v: (
-                d._growth < d.thresholds["clear_growth"] and d._kl < d.thresholds["level_warn"]
+            clears=(
+                lambda d, v: (
+                    d._growth < d.thresholds["clear_growth"] and d._kl < d.thresholds["level_warn"]
+                ),
             ),
             describe=_describe_runaway,
             advice=RUNAWAY_ADVICE,
@@ -183,12 +183,13 @@ class KlPenalty(Detector):
     reads = READS
 
     def start(self) -> None:
-        self.history = Lookback(int(self.thresholds["binding_lookback_steps"]))
+        """This step's KL, beta, penalty share and reward verdict, set by observe()."""
         self._kl, self._beta = 0.0, 0.0  # this step's smoothed KL and beta
         self._share: float | None = None  # this step's penalty share (in-reward KL)
         self._stagnant = False
 
     def missing(self, seen: frozenset[str]) -> str | None:
+        """Disabled without a KL coefficient (logged or configured) or without reward."""
         if not seen & {"kl_coef", "reward_kl_coef"} and self.context.kl_coef is None:
             return "no KL coefficient logged or in run config (kl_coef): disabled"
         if "reward_mean" not in seen:
@@ -196,10 +197,10 @@ class KlPenalty(Detector):
         return None
 
     def observe(self, view: StepView) -> bool:
+        """This step's KL, beta and penalty share; False without a positive beta."""
         kl, beta = smoothed_kl(view), current_beta(view, self.context)
         if kl is None or not beta or beta <= 0:
             return False
-        self.history.push(view.step, kl)
         active = view.steps_since_start >= self.thresholds["min_step"] and view.reward.known
         self._stagnant = active and view.reward.stagnant
         self._kl, self._beta, self._share = kl, beta, None
@@ -237,13 +238,13 @@ class KlPenalty(Detector):
 
     def _binding(self, view: StepView) -> Severity | None:
         th, kl = self.thresholds, self._kl
-        before = self.history.ago(view.step, th["binding_lookback_steps"])
+        before = view.kl_ago(view.step, th["binding_lookback_steps"])
         flat = before is not None and before > 0 and abs(kl / before - 1) < th["binding_flatness"]
         return "info" if self._stagnant and kl >= th["small_kl"] and flat else None
 
     def _describe_binding(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         kl, streak = self._kl, self.progress["kl_binding"].streak
-        before = self.history.ago(view.step, self.thresholds["binding_lookback_steps"])
+        before = view.kl_ago(view.step, self.thresholds["binding_lookback_steps"])
         message = (
             f"KL is binding — consider a reference reset: KL has stayed at {kl:.3g} "
             f"nats/token while reward has not improved for {streak} points."
@@ -260,7 +261,7 @@ class KlPenalty(Detector):
             signals=("kl_ref", "kl_coef", "reward_kl_coef", "reward_mean", "entropy"),
             fires=_strong,
             persistence="persistence",
-            clears=lambda d, v: v.reward.improving,
+            clears=(lambda d, v: v.reward.improving,),
             describe=_describe_strong,
             advice=STRONG_ADVICE,
         ),
@@ -269,7 +270,7 @@ class KlPenalty(Detector):
             signals=("kl_ref", "kl_coef", "reward_kl_coef", "reward_mean"),
             fires=_binding,
             persistence="binding_persistence",
-            clears=lambda d, v: v.reward.improving,
+            clears=(lambda d, v: v.reward.improving,),
             describe=_describe_binding,
             advice=STRONG_ADVICE[3:],
         ),

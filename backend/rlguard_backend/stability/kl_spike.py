@@ -28,6 +28,7 @@ class KlSpike(Detector):
     reads = frozenset({"grad_norm", "ppo_kl", "clipfrac"})
 
     def start(self) -> None:
+        """The windows of |ppo_kl|, grad norms and clip fractions, and the KL budget."""
         size = int(self.thresholds["history_points"])
         self.ppo_kls = SortedWindow(size)
         self.grads = SortedWindow(size)
@@ -45,14 +46,16 @@ class KlSpike(Detector):
         self._typical: float | None = None
         self._clip_falling = False
 
+    needs = (({"ppo_kl"}, "no per-update KL logged (actor/ppo_kl): only the grad-norm rule runs"),)
+
     def missing(self, seen: frozenset[str]) -> str | None:
-        if "ppo_kl" not in seen:
-            return "no per-update KL logged (actor/ppo_kl): only the grad-norm rule runs"
-        if self.context.updates_per_batch is None:
-            return "no updates_per_batch (ppo_epochs) in run config: KL rules one level weaker"
-        return None
+        """Also degraded without updates_per_batch: the KL rules are one level weaker."""
+        unknown = self.context.updates_per_batch is None
+        why = "no updates_per_batch (ppo_epochs) in run config: KL rules one level weaker"
+        return super().missing(seen) or (why if unknown else None)
 
     def observe(self, view: StepView) -> bool:
+        """Judge this step's grad norm and |ppo_kl| against the windows, then add them."""
         self._observe_grad(view.finite("grad_norm"))
         ppo_kl = view.finite("ppo_kl")
         self._size = None if ppo_kl is None else abs(ppo_kl)

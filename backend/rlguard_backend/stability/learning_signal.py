@@ -28,14 +28,18 @@ class LearningSignal(Detector):
     id = "no_learning_signal"
 
     def start(self) -> None:
+        """The window of which recent grad norms were exactly zero."""
         self.zero_grads = Window(int(self.thresholds["zero_grad_points"]))
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if not seen & {"frac_zero_std", "grad_norm"}:
-            return "no zero-std group fraction or grad norm logged: disabled"
-        return None
+    needs = (
+        (
+            {"frac_zero_std", "grad_norm"},
+            "no zero-std group fraction or grad norm logged: disabled",
+        ),
+    )
 
     def observe(self, view: StepView) -> bool:
+        """Add whether this step's grad norm is exactly zero."""
         grad = view.finite("grad_norm")
         if grad is not None:
             self.zero_grads.append(1.0 if grad == 0.0 else 0.0)

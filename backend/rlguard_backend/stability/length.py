@@ -24,17 +24,17 @@ class LengthHacking(Detector):
     reads = frozenset({"response_length"})
 
     def start(self) -> None:
+        """The smoothed truncation share's history."""
         self.truncation_history = Lookback(int(self.thresholds["rise_lookback_steps"]))
         self._ratio = 1.0  # this step's length over its start
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if "response_length" not in seen:
-            return "no response length logged: disabled"
-        if "response_clip_ratio" not in seen:
-            return "no truncation ratio logged: blow-up rule disabled"
-        return None
+    needs = (
+        ({"response_length"}, "no response length logged: disabled"),
+        ({"response_clip_ratio"}, "no truncation ratio logged: blow-up rule disabled"),
+    )
 
     def observe(self, view: StepView) -> bool:
+        """This step's length ratio and truncation history; False without a length ratio."""
         ratio = view.length_ratio
         if view.finite("response_length") is None or ratio is None:
             return False
@@ -107,7 +107,7 @@ class LengthHacking(Detector):
             signals=("response_length", "response_clip_ratio", "reward_mean"),
             fires=_blowup,
             persistence="persistence",
-            clears=_blowup_settled,
+            clears=(_blowup_settled,),
             describe=_describe_blowup,
             advice=LENGTH_ADVICE,
         ),
@@ -116,7 +116,7 @@ class LengthHacking(Detector):
             signals=("response_length",),
             fires=lambda d, v: "warn" if v.warm and d._short(v) else None,
             persistence="persistence",
-            clears=lambda d, v: not d._short(v),
+            clears=(lambda d, v: not d._short(v),),
             describe=_describe_collapse,
             advice=LENGTH_ADVICE,
         ),
@@ -125,7 +125,7 @@ class LengthHacking(Detector):
             signals=("response_length", "entropy"),
             fires=lambda d, v: "info" if v.warm and d._both_rising(v) else None,
             persistence="persistence",
-            clears=lambda d, v: not d._both_rising(v),
+            clears=(lambda d, v: not d._both_rising(v),),
             describe=_describe_entropy_rise,
             advice=LENGTH_ADVICE[:1],
         ),

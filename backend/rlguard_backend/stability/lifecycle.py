@@ -29,6 +29,7 @@ class AlertBook:
         return self._open_keys.setdefault(detector, set())
 
     def load(self, open_alerts: dict[str, dict[str, Any]]) -> None:
+        """Replace the open alerts by a stored copy (and the per-detector key sets)."""
         self.open = {slot: dict(alert) for slot, alert in open_alerts.items()}
         for keys in self._open_keys.values():
             keys.clear()

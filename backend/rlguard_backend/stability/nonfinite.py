@@ -61,18 +61,22 @@ class NonFinite(Detector):
     PRIMARY: ClassVar[tuple[str, str]] = ("nonfinite", "nonfinite")
 
     def start(self) -> None:
+        """The recent steps with a non-finite grad norm."""
         self.bad_grad_steps: list[int] = []
         self._bad: dict[str, float | str] = {}  # this step's non-finite fields
 
     def observe(self, view: StepView) -> bool:
+        """Collect this step's non-finite watched fields (scanned only when there can be any)."""
         scan = not view.all_finite or self.bad_grad_steps
         self._bad = self._nonfinite_fields(view) if scan else {}
         return True
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if not seen & {*WATCHED_SIGNALS, "grad_norm"}:
-            return "none of the watched statistics (losses, KL, entropy, reward, grad norm) logged"
-        return None
+    needs = (
+        (
+            {*WATCHED_SIGNALS, "grad_norm"},
+            "none of the watched statistics (losses, KL, entropy, reward, grad norm) logged",
+        ),
+    )
 
     def _nonfinite_fields(self, view: StepView) -> dict[str, float | str]:
         """Raw key -> JSON-safe value of every non-finite watched field (grad norm included)."""

@@ -10,6 +10,7 @@ from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.primitives import (
     Baseline,
+    Lookback,
     Series,
     Trend,
     fit_line,
@@ -94,6 +95,7 @@ class RewardState:
 
     @property
     def range(self) -> float:
+        """r_max - r_min."""
         return self.r_max - self.r_min
 
     def change(self) -> str:
@@ -113,6 +115,7 @@ class RewardState:
         return f"reward is not improving (trend t = {trend.t_stat:.2f} {points})"
 
     def evidence(self) -> dict[str, Any]:
+        """The reward facts every reward-judging alert carries."""
         facts: dict[str, Any] = {
             "reward_gain": rounded(self.gain),
             "reward_improving": self.improving,
@@ -146,6 +149,8 @@ class StepView:
     # emits(detector, key, severity): whether a firing rule makes an event this step.
     # When it does not, the rule would change nothing: no message or evidence is built.
     emits: Callable[[str, str, Severity], bool]
+    # kl_ago(step, lag): the smoothed KL to the reference `lag` steps before `step` (D3, D5)
+    kl_ago: Callable[[int, float], float | None]
     # canonical signal -> EMA (None before its first point), and its start value
     smoothed: dict[str, float | None] = field(default_factory=_per_signal)
     baselines: dict[str, float | None] = field(default_factory=_per_signal)
@@ -169,11 +174,16 @@ class Observations:
     """
 
     def __init__(
-        self, context: RunContext, common: Thresholds, emits: Callable[[str, str, Severity], bool]
+        self,
+        context: RunContext,
+        common: Thresholds,
+        emits: Callable[[str, str, Severity], bool],
+        kl_lookback_steps: int,
     ) -> None:
         self.first_step: int | None = None
         self.baselines = {name: Baseline() for name in SMOOTHED_SIGNALS}
         self.rewards = Series(REWARD_WINDOW_POINTS)
+        self.kl_history = Lookback(kl_lookback_steps)  # the smoothed KL at its logged steps
         self.reward_low: float | None = None
         self.reward_high: float | None = None
         self._context = context
@@ -194,7 +204,7 @@ class Observations:
         self._no_reward = RewardState(common)
         planned = context.planned_steps or 0.0
         warmup = max(common["warmup_steps"], common["warmup_fraction"] * planned)
-        self.view = StepView(warmup, self._no_reward, emits)
+        self.view = StepView(warmup, self._no_reward, emits, self.kl_history.ago)
 
     def dump(self) -> dict[str, Any]:
         """The state, JSON-safe (an EMA of finite points can still overflow)."""
@@ -206,11 +216,13 @@ class Observations:
             },
             "baselines": {name: base.dump() for name, base in self.baselines.items()},
             "rewards": self.rewards.dump(),
+            "kl_history": self.kl_history.dump(),
             "reward_low": json_safe(self.reward_low),
             "reward_high": json_safe(self.reward_high),
         }
 
     def load(self, state: dict[str, Any]) -> None:
+        """Continue from a dump()ed state."""
         self.first_step = state["first_step"]
         view = self.view
         for name, ema in state["emas"].items():
@@ -219,6 +231,7 @@ class Observations:
             self.baselines[name].load(base_state)
         view.baselines.update((name, base.value) for name, base in self.baselines.items())
         self.rewards.load(state["rewards"])
+        self.kl_history.load(state["kl_history"])
         self.reward_low, self.reward_high = state["reward_low"], state["reward_high"]
         view.reward = self._reward_state()
 
@@ -236,6 +249,8 @@ class Observations:
             finite = {name: value for name, value in values.items() if value - value == 0.0}
         view = self.view
         self._smooth(step, finite)
+        if "kl_ref" in finite:
+            self.kl_history.push(step, view.smoothed["kl_ref"])  # type: ignore[arg-type]
         reward = finite.get("reward_mean")
         if reward is not None:
             self._observe_reward(step, reward)

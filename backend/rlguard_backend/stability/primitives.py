@@ -50,6 +50,7 @@ class Baseline:
         self.value: float | None = None
 
     def update(self, step: int, x: float) -> float | None:
+        """Take one finite point; the baseline once known (then fixed), else None."""
         if self.value is not None:
             return self.value
         if self.first_step is None:
@@ -64,6 +65,7 @@ class Baseline:
         return self.value
 
     def dump(self) -> dict[str, Any]:
+        """The state, JSON-safe."""
         return {
             "points": json_safe(self.points),
             "first_step": self.first_step,
@@ -71,6 +73,7 @@ class Baseline:
         }
 
     def load(self, state: dict[str, Any]) -> None:
+        """Continue from a dump()ed state."""
         self.points, self.first_step = list(state["points"]), state["first_step"]
         self.value = state["value"]
 
@@ -85,9 +88,11 @@ class Window(deque[float]):
         super().__init__((), size)
 
     def dump(self) -> dict[str, Any]:
+        """The values, packed."""
         return {"values": pack_floats(list(self))}
 
     def load(self, state: dict[str, Any]) -> None:
+        """Continue from a dump()ed state."""
         self.clear()
         self.extend(unpack_floats(state["values"]))
 
@@ -112,6 +117,7 @@ class SortedWindow(Window):
         return _middle(self._sorted)
 
     def load(self, state: dict[str, Any]) -> None:
+        """Continue from a dump()ed state (the sorted copy rebuilt)."""
         super().load(state)
         self._sorted = sorted(self)
 
@@ -139,6 +145,7 @@ class Series(_Points):
         self._size = size
 
     def push(self, step: int, x: float) -> None:
+        """Add a point, dropping the oldest past `size`."""
         steps, values = self.steps, self.values
         steps.append(step)
         values.append(x)
@@ -157,6 +164,7 @@ class Lookback(_Points):
         self._lag_steps = lag_steps
 
     def push(self, step: int, x: float) -> None:
+        """Add a point, dropping those no lag can reach any more."""
         steps, values = self.steps, self.values
         steps.append(step)
         values.append(x)
@@ -192,6 +200,7 @@ class Line(NamedTuple):
 
     @property
     def fitted_rise(self) -> float:
+        """The line's rise over the points' span."""
         return self.slope * self.x_last
 
     def trend(self) -> Trend:

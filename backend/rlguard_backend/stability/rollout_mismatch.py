@@ -36,10 +36,7 @@ class RolloutMismatch(Detector):
     id = "rollout_mismatch"
     reads = frozenset(SIGNALS)
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if not seen & set(SIGNALS):
-            return "no engine-vs-trainer statistics logged (rollout_corr/*): disabled"
-        return None
+    needs = ((set(SIGNALS), "no engine-vs-trainer statistics logged (rollout_corr/*): disabled"),)
 
     def _gap(self, view: StepView) -> Severity | None:
         th, (kl, diff, corr, growth) = self.thresholds, self._measures(view)

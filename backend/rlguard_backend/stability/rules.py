@@ -11,7 +11,7 @@ rules read (``observe``).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -22,6 +22,7 @@ from rlguard_backend.stability.primitives import json_safe
 from rlguard_backend.stability.thresholds import Thresholds
 
 Facts = dict[str, Any]
+Condition = Callable[[Any, StepView], bool]  # (detector, view): whether it holds this step
 
 
 @dataclass(frozen=True)
@@ -34,28 +35,48 @@ class Rule:
     describe: Callable[[Any, StepView, Severity], tuple[str, Facts]]  # message, evidence
     advice: Sequence[str] | Callable[[Any, Severity], Sequence[str]]  # (detector, severity)
     persistence: str | int = 1  # steps in a row `fires` must hold: a threshold name or a count
-    # The clear rule, held clear_steps steps in a row; None: `fires` does not hold.
-    clears: Callable[[Any, StepView], bool] | None = None
+    # The clear rule: any of these conditions held clear_steps steps in a row (each counted on
+    # its own); none: `fires` does not hold.
+    clears: tuple[Condition, ...] = ()
     clear_steps: str | int = "clear_steps"
     applies: Callable[[Any, StepView], bool] | None = None  # the steps it runs at (None: all)
 
 
 def never(detector: Any, view: StepView) -> bool:
-    """The clear rule of an alert that stays open once raised (it fires once)."""
+    """The clear condition of an alert that stays open once raised (it fires once)."""
     return False
 
 
+NEVER = (never,)
+
+
 class RuleProgress:
-    """A rule's streaks: steps in a row it fired, and its clear rule held; `active` from the
-    step it fires until its clear rule resolves it."""
+    """A rule's streaks: steps in a row it fired, and its clear rule held (each condition's
+    own streak in `calms` when it has several); `active` from the step it fires until its
+    clear rule resolves it."""
 
-    __slots__ = ("active", "calm", "streak")
+    __slots__ = ("active", "calm", "calms", "streak")
 
-    def __init__(self, streak: int = 0, calm: int = 0, active: bool = False) -> None:
-        self.streak, self.calm, self.active = streak, calm, active
+    def __init__(self, conditions: int) -> None:
+        self.streak, self.calm, self.active = 0, 0, False
+        self.calms = [0] * conditions if conditions > 1 else None
+
+    def longest(self, conditions: tuple[Condition, ...], detector: Any, view: StepView) -> int:
+        """Count each condition's streak at this step; the longest."""
+        calms = self.calms
+        assert calms is not None
+        for index, condition in enumerate(conditions):
+            calms[index] = calms[index] + 1 if condition(detector, view) else 0
+        return max(calms)
 
     def dump(self) -> list[Any]:
-        return [self.streak, self.calm, self.active]
+        """[streak, calm, active, calms], as JSON takes it."""
+        return [self.streak, self.calm, self.active, self.calms and list(self.calms)]
+
+    def load(self, state: list[Any]) -> None:
+        """Continue from a dump()ed state."""
+        self.streak, self.calm, self.active, calms = state
+        self.calms = calms and list(calms)
 
 
 _CONFIG_ATTRIBUTES = frozenset({"context", "thresholds", "open_keys", "progress"})
@@ -74,6 +95,9 @@ class Detector:
     # Canonical signals a run must log at least one of for evaluate() to do anything; None:
     # it runs on every step (some of its rules count steps without their signal).
     reads: ClassVar[frozenset[str] | None] = None
+    # (signals, why): the first entry none of whose signals the run logged says why the
+    # detector is degraded or disabled (missing()).
+    needs: ClassVar[tuple[tuple[Set[str], str], ...]] = ()
 
     def __init__(
         self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
@@ -82,21 +106,10 @@ class Detector:
         self.thresholds = thresholds
         # Keys of this detector's open alerts, kept up to date by the suite's AlertBook.
         self.open_keys: set[str] = set() if open_keys is None else open_keys
-        self.progress = {rule.key: RuleProgress() for rule in self.rules}
+        self.progress = {rule.key: RuleProgress(len(rule.clears)) for rule in self.rules}
         self.start()
         # Per rule, what evaluate() reads at every step, looked up once.
-        self._steps = [
-            (
-                rule,
-                rule.applies,
-                rule.fires,
-                rule.clears,
-                self.progress[rule.key],
-                self._count(rule.persistence),
-                self._count(rule.clear_steps),
-            )
-            for rule in self.rules
-        ]
+        self._steps = [self._plan(rule) for rule in self.rules]
 
     def start(self) -> None:
         """Set the state before the first step (its thresholds and context are set)."""
@@ -130,20 +143,36 @@ class Detector:
 
     def missing(self, seen: frozenset[str]) -> str | None:
         """Why this detector is degraded or disabled, or None when it runs fully."""
-        return None
+        return next((why for signals, why in self.needs if not seen & signals), None)
 
     def dump(self) -> dict[str, Any]:
+        """The detector's state (its non-setting attributes and rule streaks), JSON-safe."""
         state = {name: _dump(value) for name, value in vars(self).items() if _is_state(name)}
         state["progress"] = {key: progress.dump() for key, progress in self.progress.items()}
         return state
 
     def load(self, state: dict[str, Any]) -> None:
-        for key, (streak, calm, active) in state["progress"].items():
-            progress = self.progress[key]
-            progress.streak, progress.calm, progress.active = streak, calm, active
+        """Continue from a dump()ed state."""
+        for key, progress in state["progress"].items():
+            self.progress[key].load(progress)
         for name, value in state.items():
             if name != "progress":
                 setattr(self, name, _load(getattr(self, name, None), value))
+
+    def _plan(self, rule: Rule) -> tuple[Any, ...]:
+        """What evaluate() reads for `rule`. With several clear conditions, its clear rule is
+        "one condition held clear_steps in a row" (each counted by its RuleProgress), held once."""
+        progress, clear_steps = self.progress[rule.key], self._count(rule.clear_steps)
+        clears: Condition | None = rule.clears[0] if rule.clears else None
+        if len(rule.clears) > 1:
+            conditions, needed = rule.clears, clear_steps
+
+            def clears(detector: Any, view: StepView) -> bool:
+                return progress.longest(conditions, detector, view) >= needed
+
+            clear_steps = 1
+        persistence = self._count(rule.persistence)
+        return rule, rule.applies, rule.fires, clears, progress, persistence, clear_steps
 
     def _count(self, limit: str | int) -> int | float:
         return self.thresholds[limit] if isinstance(limit, str) else limit

@@ -39,6 +39,7 @@ class SampleQuality(Detector):
     reads = frozenset(TEXT_SIGNALS)
 
     def start(self) -> None:
+        """The text signals' EMAs and start values."""
         # EMAs (plain values) and starts (primitives) each in attributes of their own: a
         # detector's state is its attributes
         self.smoothed: dict[str, float | None] = dict.fromkeys(TEXT_SIGNALS)
@@ -49,12 +50,10 @@ class SampleQuality(Detector):
             "sample_repetition": self.repetition_start,
         }
 
-    def missing(self, seen: frozenset[str]) -> str | None:
-        if not seen & set(TEXT_SIGNALS):
-            return "no samples logged with responses: disabled"
-        return None
+    needs = ((set(TEXT_SIGNALS), "no samples logged with responses: disabled"),)
 
     def observe(self, view: StepView) -> bool:
+        """Smooth the text signals and take their starts; False before warmup."""
         half_life = self.thresholds["half_life"]
         for name in TEXT_SIGNALS:
             value = view.finite(name)

@@ -44,8 +44,8 @@ DETECTOR_TYPES: tuple[type[Detector], ...] = (
 # Every rule by its alert key: the one place each is defined.
 RULES: dict[str, Rule] = {rule.key: rule for kind in DETECTOR_TYPES for rule in kind.rules}
 # 4: one RuleProgress per rule; 5: no_learning_signal a detector of its own; 6: D9's signals;
-# 7: sample_quality
-STATE_VERSION = 7
+# 7: sample_quality; 8: D3 and D5 read one KL history (observations)
+STATE_VERSION = 8
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
 _FLOATS_ONLY = {float}
 
@@ -68,7 +68,13 @@ class DetectorSuite:
         self._context = RunContext.from_config(run_config)
         resolved = resolve_thresholds(thresholds, self._context.thresholds)
         self._alerts = AlertBook(resolved["common"]["update_interval_steps"])
-        self._observations = Observations(self._context, resolved["common"], self._alerts.emits)
+        kl_lookback = max(
+            resolved["kl_runaway"]["lookback_steps"],
+            resolved["kl_penalty"]["binding_lookback_steps"],
+        )
+        self._observations = Observations(
+            self._context, resolved["common"], self._alerts.emits, int(kl_lookback)
+        )
         self._detectors = [
             kind(self._context, resolved[kind.id], self._alerts.open_keys(kind.id))
             for kind in DETECTOR_TYPES
@@ -81,6 +87,7 @@ class DetectorSuite:
 
     @property
     def last_step(self) -> int | None:
+        """The last step fed (None before the first)."""
         return self._last_step
 
     def feed(self, step: int, values: Mapping[str, float]) -> list[AlertEvent]:
