@@ -11,7 +11,13 @@ head may grow, and FastAPI reads whatever body it is handed. So:
 - ``BodyLimits`` (ASGI middleware): a body must arrive within ``request_body_timeout_s`` of
   its head (408) and fit in ``max_batch_bytes`` for the two ingest endpoints and outside the
   API, ``max_request_bytes`` for every other API endpoint (413), refused as soon as its
-  Content-Length, or its bytes so far, pass the limit.
+  Content-Length, or its bytes so far, pass the limit. All bodies in flight together must
+  fit ``max_inflight_body_bytes`` (503 with ``Retry-After``): a request is charged its
+  Content-Length before its body is read (its bytes so far when it declares none) and released
+  once it is answered.
+
+What a body costs beyond its bytes while it is parsed is bounded by the write threads, which
+alone parse batches: see docs/reliability.md, "Memory".
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from rlguard_backend.capacity import BodyBudget
 from rlguard_backend.config import Settings
+from rlguard_backend.errors import Saturated
 
 REASONS = {
     400: "Bad Request",
@@ -156,14 +164,16 @@ def protocol_for(settings: Settings) -> type[BoundedHttpProtocol]:
 
 
 class BodyLimits:
-    """ASGI middleware: a deadline and a size limit on every request body."""
+    """ASGI middleware: a deadline and a size limit on every request body, and the process's
+    budget of body bytes in flight (``capacity.BodyBudget``)."""
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, budget: BodyBudget) -> None:
         self.app = app
         self.api_prefix = settings.api_prefix.rstrip("/") + "/"
         self.max_batch_bytes = settings.max_batch_bytes
         self.max_request_bytes = settings.max_request_bytes
         self.timeout_s = settings.request_body_timeout_s
+        self.budget = budget
 
     def limit(self, scope: Scope) -> tuple[int, str]:
         """The body limit of a request and the setting that changes it."""
@@ -183,9 +193,19 @@ class BodyLimits:
             detail = f"body of {declared} bytes exceeds the limit of {limit} bytes ({setting})"
             await _refuse(send, 413, detail + "; send less")
             return
-        await self.app(scope, self._bounded(receive, limit, setting), send)
+        held = BodyHeld(self.budget)
+        try:
+            if declared:
+                held.charge(declared)  # all of it now, before a byte of it is read
+        except Saturated as exc:
+            await _refuse(send, 503, exc.detail, exc.headers)
+            return
+        try:
+            await self.app(scope, self._bounded(receive, limit, setting, held), send)
+        finally:
+            held.release()
 
-    def _bounded(self, receive: Receive, limit: int, setting: str) -> Receive:
+    def _bounded(self, receive: Receive, limit: int, setting: str, held: BodyHeld) -> Receive:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         received, done = 0, False
@@ -212,9 +232,40 @@ class BodyLimits:
                         f"body exceeds the limit of {limit} bytes ({setting}); send less",
                         headers={"Connection": "close"},
                     )
+                held.grow_to(received)
             return message
 
         return bounded_receive
+
+
+class BodyHeld:
+    """What one request holds of the body budget: its Content-Length, or its bytes so far."""
+
+    def __init__(self, budget: BodyBudget) -> None:
+        self.budget = budget
+        self.size = 0
+
+    def charge(self, size: int) -> None:
+        """Hold ``size`` bytes more (``Saturated`` when the budget has no room)."""
+        self.budget.charge(size)
+        self.size += size
+
+    def grow_to(self, received: int) -> None:
+        """Hold at least ``received`` bytes; past the budget, 503 and the connection closed."""
+        if received <= self.size:
+            return
+        try:
+            self.charge(received - self.size)
+        except Saturated as exc:
+            raise HTTPException(503, exc.detail, headers={**(exc.headers or {}), **CLOSE}) from None
+
+    def release(self) -> None:
+        """Give all of it back (the request was answered)."""
+        self.budget.release(self.size)
+        self.size = 0
+
+
+CLOSE = {"Connection": "close"}
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -224,12 +275,15 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _refuse(send: Send, status: int, detail: str) -> None:
+async def _refuse(
+    send: Send, status: int, detail: str, extra: dict[str, str] | None = None
+) -> None:
     body = json.dumps({"detail": detail}).encode()
     headers: list[Any] = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),
     ]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
