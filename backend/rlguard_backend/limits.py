@@ -62,6 +62,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     limits: ConnectionLimits  # set on the subclass protocol_for() makes
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Refuse a connection past ``max_connections`` (503), else start its head deadline."""
         super().connection_made(transport)
         self._head_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str] | None = None
@@ -87,15 +88,18 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self._head_timer = None
 
     def data_received(self, data: bytes) -> None:
+        """Note that the client has begun its request head, then parse as uvicorn does."""
         if self._head_timer is not None:
             self._head_started = True
         super().data_received(data)
 
     def on_url(self, url: bytes) -> None:
+        """Count the request line against the head limit."""
         self._count_head(len(url))
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        """Count one header line against the head limit."""
         self._count_head(len(name) + len(value) + HEADER_OVERHEAD_BYTES)
         super().on_header(name, value)
 
@@ -110,16 +114,19 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             raise HeadTooLarge
 
     def on_headers_complete(self) -> None:
+        """The head is in: its deadline no longer applies."""
         self._cancel_head_timer()
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
+        """Give the next request head on a kept-alive connection its own deadline."""
         super().on_response_complete()
         idle = self.cycle is None or self.cycle.response_complete  # no pipelined request
         if idle and not self.transport.is_closing():
             self._await_head()  # the keep-alive timeout closes a silent connection sooner
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Drop the head deadline of a closed connection."""
         self._cancel_head_timer()
         super().connection_lost(exc)
 
@@ -137,6 +144,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         )
 
     def send_400_response(self, msg: str) -> None:
+        """Answer what the parser could not read: 431 for a head too large, else 400 (JSON)."""
         status, detail = self._refusal or (400, f"malformed HTTP request ({msg}); send HTTP/1.1")
         self._refuse(status, detail)
 
