@@ -8,7 +8,7 @@ the same shared figures.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -85,29 +85,38 @@ class ServiceMetrics:
 class CapacityCollector(Collector):
     """The write gate's and the body budget's counts as metrics (one count each, kept by them)."""
 
+    FIGURES: tuple[tuple[type[Metric], str, str, Callable[[WriteGate, BodyBudget], int]], ...] = (
+        (
+            CounterMetricFamily,
+            "rlguard_writes_refused",
+            "Writes answered 503 by the write gate",
+            lambda gate, _budget: gate.refused_total,
+        ),
+        (
+            GaugeMetricFamily,
+            "rlguard_writes_in_flight",
+            "Writes admitted and not yet answered",
+            lambda gate, _budget: gate.in_flight,
+        ),
+        (
+            CounterMetricFamily,
+            "rlguard_bodies_refused",
+            "Requests answered 503 because their body did not fit the in-flight body budget",
+            lambda _gate, budget: budget.refused_total,
+        ),
+        (
+            GaugeMetricFamily,
+            "rlguard_body_bytes_in_flight",
+            "Bytes of request bodies the process holds now",
+            lambda _gate, budget: budget.held,
+        ),
+    )
+
     def __init__(self, gate: WriteGate, budget: BodyBudget) -> None:
         self.gate = gate
         self.budget = budget
 
     def collect(self) -> Iterator[Metric]:
         """The figures at this instant."""
-        yield CounterMetricFamily(
-            "rlguard_writes_refused",
-            "Writes answered 503 by the write gate",
-            value=self.gate.refused_total,
-        )
-        yield GaugeMetricFamily(
-            "rlguard_writes_in_flight",
-            "Writes admitted and not yet answered",
-            value=self.gate.in_flight,
-        )
-        yield CounterMetricFamily(
-            "rlguard_bodies_refused",
-            "Requests answered 503 because their body did not fit the in-flight body budget",
-            value=self.budget.refused_total,
-        )
-        yield GaugeMetricFamily(
-            "rlguard_body_bytes_in_flight",
-            "Bytes of request bodies the process holds now",
-            value=self.budget.held,
-        )
+        for family, name, documentation, read in self.FIGURES:
+            yield family(name, documentation, value=read(self.gate, self.budget))  # type: ignore[call-arg]
