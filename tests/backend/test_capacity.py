@@ -183,6 +183,8 @@ def test_capacity_writes_past_the_limit_get_503_while_reads_answer(db_url: str) 
             assert answers[4].json()["series"]["k0"]["steps"] == list(range(100, 110))
             writes = health(url)
             assert (writes["saturated"], writes["refused_total"]) == (True, extra + 1)
+            scraped = httpx.get(f"{url}/metrics", timeout=TIMEOUT_S).text
+            assert f"rlguard_writes_refused_total {float(extra + 1)}" in scraped  # one count
         again = [
             post(url, f"/runs/{run_id}/batches", batch(f"r{i}", range(5))) for i in range(extra)
         ]
