@@ -13,8 +13,9 @@ head may grow, and FastAPI reads whatever body it is handed. So:
   API, ``max_request_bytes`` for every other API endpoint (413), refused as soon as its
   Content-Length, or its bytes so far, pass the limit. All bodies in flight together must
   fit ``max_inflight_body_bytes`` (503 with ``Retry-After``): a request is charged its
-  Content-Length before its body is read (its bytes so far when it declares none) and released
-  once it is answered.
+  Content-Length when the app first reads its body, before taking in a byte of it (its bytes
+  so far when it declares none), and released once it is answered. The batch endpoints read
+  their bodies after authentication, so a client without a token cannot take the budget.
 
 What a body costs beyond its bytes while it is parsed is bounded by the write threads, which
 alone parse batches: see docs/reliability.md, "Memory".
@@ -201,13 +202,7 @@ class BodyLimits:
             detail = f"body of {declared} bytes exceeds the limit of {limit} bytes ({setting})"
             await _refuse(send, 413, detail + "; send less")
             return
-        held = BodyHeld(self.budget)
-        try:
-            if declared:
-                held.charge(declared)  # all of it now, before a byte of it is read
-        except Saturated as exc:
-            await _refuse(send, 503, exc.detail, exc.headers)
-            return
+        held = BodyHeld(self.budget, declared or 0)
         try:
             await self.app(scope, self._bounded(receive, limit, setting, held), send)
         finally:
@@ -222,6 +217,9 @@ class BodyLimits:
             nonlocal received, done
             if done:  # the body is in: waiting for a disconnect has no deadline
                 return await receive()
+            # Charged when the app first reads the body (after authentication for the batch
+            # endpoints), all of its Content-Length before a byte of it is taken in.
+            held.grow_to(held.declared)
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
             except TimeoutError:
@@ -249,8 +247,9 @@ class BodyLimits:
 class BodyHeld:
     """What one request holds of the body budget: its Content-Length, or its bytes so far."""
 
-    def __init__(self, budget: BodyBudget) -> None:
+    def __init__(self, budget: BodyBudget, declared: int) -> None:
         self.budget = budget
+        self.declared = declared
         self.size = 0
 
     def charge(self, size: int) -> None:
@@ -283,15 +282,12 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _refuse(
-    send: Send, status: int, detail: str, extra: dict[str, str] | None = None
-) -> None:
+async def _refuse(send: Send, status: int, detail: str) -> None:
     body = json.dumps({"detail": detail}).encode()
     headers: list[Any] = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),
     ]
-    headers += [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
