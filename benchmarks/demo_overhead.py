@@ -27,6 +27,7 @@ PRESET, SEED = "healthy", 0
 
 
 def steps_per_second(steps: int, run: rlguard.Run | None) -> float:
+    """The demo trainer's steps per second, logging to ``run`` (None: not logging)."""
     spent_logging = 0.0
 
     def log(metrics: dict[str, float], step: int) -> None:
@@ -41,6 +42,7 @@ def steps_per_second(steps: int, run: rlguard.Run | None) -> float:
 
 
 def main() -> None:
+    """Print the demo's training speed with and without the hook, as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=2)

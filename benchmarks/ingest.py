@@ -180,6 +180,7 @@ def make_batches(
 
 
 def raw_rows(batches: list[list[dict]]) -> list[list[tuple]]:
+    """The batches as (key id, step, value, time) rows, the shape the raw baselines insert."""
     return [
         [
             (j + 1, step["step"], value, step["time"])
@@ -274,6 +275,7 @@ def chunk_rows(rows: list[list[tuple]]) -> list[list[tuple]]:
 
 
 def sqlite_baselines(folder: Path, rows: list[list[tuple]]) -> dict[str, float]:
+    """Points per second SQLite takes the same rows at without rlguard: the same-run baselines."""
     results = {}
     for label, ddl, insert, data in (
         ("executemany", POINTS_DDL + " WITHOUT ROWID", "INSERT INTO points VALUES (?,?,?,?)", rows),
@@ -302,6 +304,7 @@ def sqlite_baselines(folder: Path, rows: list[list[tuple]]) -> dict[str, float]:
 
 
 def postgres_baselines(url: str, rows: list[list[tuple]]) -> dict[str, float]:
+    """Points per second PostgreSQL takes the same rows at without rlguard (executemany, COPY)."""
     import psycopg
 
     results = {}
@@ -344,6 +347,7 @@ def service_rates(urls: dict[str, str], batches: list[list[dict]], rounds: int) 
 
 
 def figures(api: float, api_off: float, base: dict[str, float]) -> dict[str, float]:
+    """The rates to print: the API's, with and without detectors, and each beside a baseline."""
     result = {
         "api_points_per_s": round(api),
         "api_points_per_s_detectors_off": round(api_off),
@@ -387,6 +391,7 @@ def shape_figures(
 
 
 def main() -> None:
+    """Measure ingest over HTTP beside the raw-insert baselines and print the figures as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=ROUNDS)

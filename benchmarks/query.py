@@ -67,6 +67,7 @@ def fill(url: str, count: int) -> None:
 
 
 def timed(fn, repeats: int) -> list[float]:  # type: ignore[no-untyped-def]
+    """Wall seconds of ``repeats`` calls of ``fn``."""
     samples = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -77,6 +78,7 @@ def timed(fn, repeats: int) -> list[float]:  # type: ignore[no-untyped-def]
 
 @contextlib.contextmanager
 def served(url: str) -> Iterator[str]:
+    """A real service on the database at ``url``, yielding its base URL."""
     app = create_app(Settings(database_url=url))
     with ServerThread(app) as thread:
         yield thread.url
@@ -84,6 +86,7 @@ def served(url: str) -> Iterator[str]:
 
 
 def measure(url: str, count: int, repeats: int) -> dict[str, object]:
+    """Fill a series of ``count`` points and time the downsampled query beside plain fetches."""
     fill(url, count)
     engine = make_engine(url)
     factory = make_session_factory(engine)
@@ -144,6 +147,7 @@ def measure(url: str, count: int, repeats: int) -> dict[str, object]:
 
 
 def main() -> None:
+    """Measure the series query on SQLite and PostgreSQL and print the figures as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=30)

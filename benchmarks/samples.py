@@ -49,6 +49,7 @@ def rollouts(step: int) -> list[dict[str, object]]:
 
 
 def percentiles_us(costs_ns: list[int]) -> dict[str, float]:
+    """Median and p99 of nanosecond costs, in microseconds."""
     ordered = sorted(costs_ns)
     return {
         "median_us": round(statistics.median(ordered) / 1000, 3),
@@ -57,6 +58,7 @@ def percentiles_us(costs_ns: list[int]) -> dict[str, float]:
 
 
 def timed(call: Callable[[], None], costs: list[int]) -> None:
+    """Call ``call`` once and append its cost in nanoseconds to ``costs``."""
     started = time.perf_counter_ns()
     call()
     costs.append(time.perf_counter_ns() - started)
@@ -197,6 +199,7 @@ def view_render(rounds: int, tmp: Path) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Measure the samples path (hook cost, ingest, first render), print JSON; the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000, help="hook steps to time")
     parser.add_argument("--batches", type=int, default=40, help="ingest batches per database")

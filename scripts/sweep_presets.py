@@ -56,6 +56,7 @@ def first_alerts(config: PresetConfig, result: TrainResult, steps: int) -> dict[
 
 
 def summary(result: TrainResult) -> str:
+    """One line per run: each summary key's mean at the start, the middle and the end."""
     parts = []
     for label, key in SUMMARY_KEYS.items():
         values = result.series(key)
@@ -65,6 +66,7 @@ def summary(result: TrainResult) -> str:
 
 
 def main() -> None:
+    """Train each preset variant on every seed and print each run's summary line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("variants", nargs="+", help="preset[:field=value,...]")
     parser.add_argument("--seeds", default="0-4")

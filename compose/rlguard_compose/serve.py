@@ -52,12 +52,14 @@ def start_background(host: str = "127.0.0.1", port: int = 0, settings: Any = Non
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command line of ``rlguard up``: where to listen and which database."""
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--database-url", default=None, help="default: RLGUARD_DATABASE_URL")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Serve the API and the dashboard in one process until stopped; the exit status."""
     from rlguard_backend import requestlog
     from rlguard_backend.config import Settings
     from rlguard_backend.serve import (

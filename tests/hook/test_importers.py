@@ -142,3 +142,17 @@ def test_detect_format_reads_past_verl_printed_config(tmp_path: Path) -> None:
     }
     assert importers.detect_format(path) == "verl-console"
     assert len(list(importers.read_verl_console(path))) == 400
+
+
+PUBLIC_LOGS = Path(__file__).resolve().parents[1] / "data" / "public_logs"
+
+
+def test_import_ms_swift_json_console_line_takes_its_named_step() -> None:
+    # a line quoted from ms-swift#5890: ms-swift prints TRL's log dict as JSON, step in it
+    path = PUBLIC_LOGS / "swift_grpo_issue5890_zero_grad.log"
+    assert importers.detect_format(path) == "trl-console"
+    [(step, values)] = list(importers.read_trl_console(path, logging_steps=5))
+    assert step == 1
+    assert "global_step/max_steps" not in values
+    assert values["grad_norm"] == 0.0 and values["kl"] == 0.0
+    assert values["frac_reward_zero_std"] == 0.515625

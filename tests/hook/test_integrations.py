@@ -381,6 +381,16 @@ def test_cli_import_says_when_most_step_lines_were_left_out(
     assert "import it again with --format verl-console" in forced.stdout
 
 
+def test_cli_import_of_no_step_fails_and_names_the_option(
+    service: ServiceProcess, run_id: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "trainer.log"
+    log.write_text("loading checkpoint shards\ntraining finished\n")
+    forced = cli("import", str(log), "--url", service.url, "--run-id", run_id, "--format", "csv")
+    assert forced.returncode == 1, forced.stdout + forced.stderr
+    assert f"no step was read from {log} as csv; name its format with --format" in forced.stdout
+
+
 def follow_until_idle(
     service: ServiceProcess, run_id: str, framework: str, path: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:

@@ -209,9 +209,15 @@ def import_run(args: argparse.Namespace) -> int:
 
 
 def _says_what_was_left(path: Path, fmt: str, steps: int) -> bool:
-    """False (with the fix) when most of a text log's step lines were not imported as steps."""
-    from rlguard.integrations.importers import TEXT_FORMATS, count_step_lines
+    """False (with the fix) when no step, or not most of a text log's step lines, was imported."""
+    from rlguard.integrations.importers import READERS, TEXT_FORMATS, count_step_lines
 
+    if steps == 0:
+        _say(
+            f"warning: no step was read from {path} as {fmt}; "
+            f"name its format with --format ({', '.join(READERS)})"
+        )
+        return False
     if fmt not in TEXT_FORMATS or path.is_dir():
         return True
     counts = count_step_lines(path)

@@ -1,11 +1,11 @@
 """Readers of finished runs' logs: each yields ``(step, {key: value})`` in file order.
 
 Formats: verl console logs (3-decimal and full-repr values, ``np.float64(...)``, ANSI-coloured
-Ray prefixes), verl ``file`` logger JSONL, TRL/transformers console dicts and
-``trainer_state.json`` log history, OpenRLHF ``✨ Global step N: {...}`` lines, TensorBoard event
-directories and CSV. ``detect_format`` picks one from the path and, for text logs, from which
-reader would take the most lines of the file as steps (a verl log opens with its printed config,
-dict-shaped lines that alone would pass for TRL's).
+Ray prefixes), verl ``file`` logger JSONL, TRL/transformers console dicts (and ms-swift's, printed
+as JSON objects) and ``trainer_state.json`` log history, OpenRLHF ``✨ Global step N: {...}``
+lines, TensorBoard event directories and CSV. ``detect_format`` picks one from the path and, for
+text logs, from which reader would take the most lines of the file as steps (a verl log opens
+with its printed config, dict-shaped lines that alone would pass for TRL's).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
 OPENRLHF_STEP = re.compile(r"Global step (\d+):\s*(\{.*\})\s*$")
 BARE_NONFINITE = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
 TRAINER_SUMMARY_KEYS = frozenset({"train_runtime", "train_samples_per_second", "total_flos"})
+SWIFT_PROGRESS_KEY = "global_step/max_steps"  # ms-swift's JSON log lines: "3/547"
 DETECT_MAX_LINES = 1_000_000  # lines of a text log read to tell its format
 
 
@@ -66,23 +67,33 @@ def read_verl_jsonl(path: Path) -> Iterator[Record]:
 
 
 def read_trl_console(path: Path, logging_steps: int = 1) -> Iterator[Record]:
-    """Console dicts ``{'loss': '0.12', ...}``; the n-th dict is step n·logging_steps."""
+    """Console dicts ``{'loss': '0.12', ...}``; the n-th dict is step n·logging_steps, unless
+    the line names its step (ms-swift's ``"global_step/max_steps": "3/547"``)."""
     n = 0
     for line in _lines(path):
         record = _trl_dict(ANSI.sub("", line))
         if record is None or TRAINER_SUMMARY_KEYS & record.keys():
             continue
         n += 1
-        yield n * logging_steps, record
+        yield _named_step(record, n * logging_steps), record
+
+
+def _named_step(record: dict[str, Any], counted: int) -> int:
+    """The step a line names (its progress field, removed from the record), else ``counted``."""
+    progress = record.pop(SWIFT_PROGRESS_KEY, None)
+    done, sep, _ = str(progress).partition("/")
+    return int(done) if sep and done.isdigit() else counted
 
 
 def _trl_dict(line: str) -> dict[str, Any] | None:
-    """A console dict whose values are mostly numbers (a config's dict lines are not)."""
+    """A console dict (a Python repr, or a JSON object as ms-swift prints it) whose values are
+    mostly numbers (a config's dict lines are not)."""
     text = line.strip()
-    start = text.find("{'")
-    if start < 0 or not text.endswith("}"):
+    starts = [i for i in (text.find("{'"), text.find('{"')) if i >= 0]
+    if not starts or not text.endswith("}"):
         return None
-    record = _literal_dict(text[start:])
+    body = text[min(starts) :]
+    record = _literal_dict(body) or _json_line(body)
     if not record:
         return None
     values = {k: _coerce(v) for k, v in record.items()}
