@@ -12,6 +12,7 @@ Only the standard library and the hook are imported, as in a trainer process.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import sys
 import time
@@ -52,6 +53,8 @@ def main(argv: list[str]) -> int:
     per_step = int(argv[7]) if len(argv) > 7 else 0
     _transport.Transport.post_batch = _timed_post_batch(_transport.Transport.post_batch)  # type: ignore[method-assign]
     names = [f"load/metric_{k:03d}" for k in range(int(keys))]
+    # a trainer stuck past any bound of the hook prints every thread's stack and exits
+    faulthandler.dump_traceback_later(float(seconds) + FINISH_TIMEOUT_S + 60, exit=True)
     time.sleep(max(0.0, float(start_at) - time.time()))
     run = rlguard.init(project="load", run_id=run_id, url=url, spool_dir=spool_dir)
     period = 1.0 / float(rate)

@@ -85,6 +85,17 @@ def postgres_database() -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def tree_env(tree: Path | None) -> dict[str, str]:
+    """The environment that makes a child process run the service and hook of ``tree`` (a
+    checkout of another commit) instead of the installed ones; empty for this checkout."""
+    if tree is None:
+        return {}
+    root = tree.resolve()
+    here = Path(__file__).resolve().parents[1]  # the benchmarks themselves stay this tree's
+    paths = [root / "trainer_hook", root / "backend", root / "frontend", here]
+    return {"PYTHONPATH": os.pathsep.join(str(p) for p in paths)}
+
+
 def sqlite_url(folder: Path, name: str) -> str:
     return f"sqlite:///{folder / name}"
 

@@ -19,23 +19,27 @@ throwaway PostgreSQL database (``postgres``), or two such processes behind nginx
   answering (a hang).
 ``saturation`` names the first level whose ingest p99 passed 1 s or whose hooks had to spool.
 
+With ``--baseline-tree PATH`` (a ``git worktree`` of another commit) the same levels also run
+against that tree's service and hook, each tree on its own database, alternating which goes
+first at each level and round; ``compared`` gives this tree's figures over the baseline's
+(medians over ``--rounds``).
+
     python -m benchmarks.load [--levels 8,16,32,64,128,256] [--seconds 60]
                               [--topologies sqlite,postgres,postgres_proxy]
-                              [--samples-per-step 0]
+                              [--samples-per-step 0] [--baseline-tree PATH] [--rounds 1]
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
+import dataclasses
 import json
 import os
-import resource
+import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -44,118 +48,31 @@ from typing import Any
 
 import httpx
 
+from benchmarks._load_meters import ProcessMeter, Reader
 from benchmarks._support import (
     Nginx,
     postgres_database,
     service_process,
     sqlite_url,
     summary_ms,
+    tree_env,
 )
 
 KEYS = 100
 STEPS_PER_S = 10.0
 P99_LIMIT_S = 1.0
-READ_INTERVAL_S = 0.25
 START_ALLOWANCE_S = 0.02  # per trainer: time to spawn it before the common start second
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-
-
-class ProcessMeter:
-    """CPU seconds and peak RSS of the service's processes, read from /proc while a level runs."""
-
-    def __init__(self, pids: list[int]) -> None:
-        self.pids = pids
-        self.peak_rss = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def cpu_s(self) -> float:
-        total = 0
-        for pid in self.pids:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        return total / CLOCK_TICKS
-
-    def rss(self) -> int:
-        pages = sum(int(Path(f"/proc/{p}/statm").read_text().split()[1]) for p in self.pids)
-        return pages * PAGE_BYTES
-
-    def __enter__(self) -> ProcessMeter:
-        self.peak_rss, self._cpu0, self._t0 = self.rss(), self.cpu_s(), time.monotonic()
-        self._children0, self._machine0 = _children_cpu_s(), _machine_busy()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        wall = time.monotonic() - self._t0
-        self.cpu_percent = 100 * (self.cpu_s() - self._cpu0) / wall
-        self.trainers_cpu_percent = 100 * (_children_cpu_s() - self._children0) / wall
-        busy, total = (b - a for a, b in zip(self._machine0, _machine_busy(), strict=True))
-        self.machine_cpu_percent = 100 * busy / max(total, 1)
-        self._stop.set()
-        self._thread.join()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(0.5):
-            self.peak_rss = max(self.peak_rss, self.rss())
-
-
-def _children_cpu_s() -> float:
-    """CPU of the trainer processes this benchmark has waited for (the service is not one)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _machine_busy() -> tuple[int, int]:
-    """(busy, total) clock ticks of all cores since boot, from /proc/stat."""
-    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = ticks[3] + ticks[4]
-    return sum(ticks) - idle, sum(ticks)
-
-
-class Reader:
-    """Reads one run's series and the health endpoint every READ_INTERVAL_S, timing each."""
-
-    def __init__(self, url: str, run_id: str) -> None:
-        self.url, self.run_id = url, run_id
-        self.samples: list[float] = []
-        self.failures = 0
-        self.failure_kinds: collections.Counter[str] = collections.Counter()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def read_once(self, http: httpx.Client) -> None:
-        for path in (f"/runs/{self.run_id}/series?keys=load/metric_000&max_points=500", "/health"):
-            started = time.perf_counter()
-            try:
-                answer = http.get(f"{self.url}/api/v1{path}")
-            except httpx.HTTPError as exc:
-                self.failures += 1
-                self.failure_kinds[type(exc).__name__] += 1
-                continue
-            if answer.status_code in (200, 404):  # 404: the run is not created yet
-                self.samples.append(time.perf_counter() - started)
-            else:
-                self.failures += 1
-                self.failure_kinds[str(answer.status_code)] += 1
-
-    def __enter__(self) -> Reader:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        with httpx.Client(timeout=30) as http:
-            while not self._stop.wait(READ_INTERVAL_S):
-                self.read_once(http)
+TRAINER_ALLOWANCE_S = 420.0  # beyond its seconds of logging: start, finish(300 s), exit
 
 
 def run_level(
-    url: str, pids: list[int], trainers: int, seconds: float, folder: Path, samples: int = 0
+    url: str,
+    pids: list[int],
+    trainers: int,
+    seconds: float,
+    folder: Path,
+    samples: int = 0,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Start ``trainers`` trainer processes at once, wait for them, check and report."""
     run_ids = [f"load-{trainers}-{i}-{uuid.uuid4().hex[:6]}" for i in range(trainers)]
@@ -165,31 +82,48 @@ def run_level(
             idle.read_once(http)
     start_at = time.time() + 1.0 + START_ALLOWANCE_S * trainers
     with ProcessMeter(pids) as meter, Reader(url, run_ids[0]) as reader:
-        procs = [_spawn(url, run_id, start_at, seconds, folder, samples) for run_id in run_ids]
-        reports = [_collect(proc, seconds) for proc in procs]
+        procs = [
+            _spawn(url, run_id, start_at, seconds, folder, samples, env or {}) for run_id in run_ids
+        ]
+        deadline = time.monotonic() + seconds + TRAINER_ALLOWANCE_S
+        reports = [_collect(proc, deadline) for proc in procs]
         elapsed = time.time() - start_at
     counts = _stored_counts(url, run_ids)
-    return _level_report(trainers, seconds, elapsed, reports, counts, meter, reader, idle)
+    level = _level_report(trainers, seconds, elapsed, reports, counts, meter, reader, idle)
+    stuck = [r for r, report in zip(run_ids, reports, strict=True) if report is None]
+    if stuck:  # what the first one printed (its stacks, when faulthandler fired)
+        level["unfinished_stderr"] = (folder / f"{stuck[0]}.stderr").read_text()[-4000:]
+    return level
 
 
 def _spawn(
-    url: str, run_id: str, start_at: float, seconds: float, folder: Path, samples: int
+    url: str,
+    run_id: str,
+    start_at: float,
+    seconds: float,
+    folder: Path,
+    samples: int,
+    env: dict[str, str],
 ) -> Any:
     args = [url, run_id, f"{start_at:.3f}", str(seconds), str(STEPS_PER_S), str(KEYS)]
     args += [str(folder / "spool"), str(samples)]
-    return subprocess.Popen(
-        [sys.executable, "-m", "benchmarks._load_trainer", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    with open(folder / f"{run_id}.stderr", "w") as stderr:  # a stuck trainer's stacks go here
+        return subprocess.Popen(
+            [sys.executable, "-m", "benchmarks._load_trainer", *args],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env={**os.environ, **env},
+        )
 
 
-def _collect(proc: Any, seconds: float) -> dict[str, Any] | None:
+def _collect(proc: Any, deadline: float) -> dict[str, Any] | None:
+    """The trainer's report, or None when it failed or outlived the level's one deadline."""
     try:
-        out, _ = proc.communicate(timeout=seconds + 600)
+        out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.communicate()
         return None
     lines = out.strip().splitlines()
     return json.loads(lines[-1]) if proc.returncode == 0 and lines else None
@@ -263,35 +197,107 @@ def database_bytes(database_url: str) -> int:
 
 
 def run_topology(
-    database_url: str, levels: list[int], seconds: float, replicas: int = 1, samples: int = 0
+    kind: str,
+    levels: list[int],
+    seconds: float,
+    folder: Path,
+    replicas: int = 1,
+    samples: int = 0,
+    trees: dict[str, Path | None] | None = None,
+    rounds: int = 1,
 ) -> dict[str, Any]:
-    """``replicas`` backend processes on ``database_url`` (behind nginx when more than one)."""
-    results: list[dict[str, Any]] = []
-    with (
-        tempfile.TemporaryDirectory() as folder,
-        serving(database_url, replicas, Path(folder)) as (
-            url,
-            pids,
-        ),
-    ):
-        stored = 0
+    """``replicas`` backend processes per tree (behind nginx when more than one), each tree on
+    its own ``kind`` database; the trees take turns at each level, the first one alternating."""
+    trees = trees or {"this": None}
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    with contextlib.ExitStack() as stack:
+        served = {}
+        for name, tree in trees.items():
+            work = folder / f"{kind}-{replicas}-{name}"
+            work.mkdir()
+            url = stack.enter_context(database(kind, work))
+            address, pids = stack.enter_context(serving(url, replicas, work, tree_env(tree)))
+            served[name] = Served(url, address, pids, work, tree_env(tree))
+        turn = 0
         for trainers in levels:
-            level = run_level(url, pids, trainers, seconds, Path(folder), samples)
-            stored += level["stored"]
-            level["db_bytes_per_million_points"] = round(
-                database_bytes(database_url) / max(stored, 1) * 1e6
-            )
-            level["answers_after"] = _answers(url)
-            results.append(level)
-            print(json.dumps({"level": level}), file=sys.stderr, flush=True)
-    return {"replicas": replicas, "levels": results, "saturation": saturation(results)}
+            for _ in range(rounds):
+                order = list(trees)[:: -1 if turn % 2 else 1]
+                turn += 1
+                for name in order:
+                    results[name].append(_measured_level(served[name], trainers, seconds, samples))
+    this, *others = trees
+    out: dict[str, Any] = _topology_result(replicas, results[this])
+    for name in others:
+        out[name] = _topology_result(replicas, results[name])
+        out[name]["compared"] = compare(results[this], results[name])
+    return out
+
+
+@dataclasses.dataclass
+class Served:
+    """One tree's service during a topology: its database, address, processes and folder."""
+
+    database_url: str
+    url: str
+    pids: list[int]
+    folder: Path
+    env: dict[str, str]
+    stored: int = 0  # points stored in its database so far, over all levels
+
+
+def _measured_level(served: Served, trainers: int, seconds: float, samples: int) -> dict[str, Any]:
+    level = run_level(
+        served.url, served.pids, trainers, seconds, served.folder, samples, served.env
+    )
+    served.stored += level["stored"]
+    level["db_bytes_per_million_points"] = round(
+        database_bytes(served.database_url) / max(served.stored, 1) * 1e6
+    )
+    url = served.url
+    level["answers_after"] = _answers(url)
+    print(json.dumps({"level": level}), file=sys.stderr, flush=True)
+    return level
+
+
+def _topology_result(replicas: int, levels: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"replicas": replicas, "levels": levels, "saturation": saturation(levels)}
+
+
+def compare(this: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per level: the medians over its rounds of this tree's figures and the baseline's, and
+    their ratio (this / baseline: below 1 is faster for latencies, above 1 for points/s)."""
+    figures = {
+        "points_per_s": lambda lv: lv["points_per_s"],
+        "ingest_p50_ms": lambda lv: lv["ingest_ms"]["median_ms"],
+        "ingest_p99_ms": lambda lv: lv["ingest_ms"]["p99_ms"],
+        "read_p50_ms": lambda lv: (lv["read_ms"] or {}).get("median_ms", 0.0),
+        "service_peak_rss_mb": lambda lv: lv["service_peak_rss_mb"],
+    }
+    rows = []
+    for trainers in dict.fromkeys(lv["trainers"] for lv in this):
+        row: dict[str, Any] = {"trainers": trainers}
+        for name, figure in figures.items():
+            mine = statistics.median(figure(lv) for lv in this if lv["trainers"] == trainers)
+            theirs = statistics.median(figure(lv) for lv in baseline if lv["trainers"] == trainers)
+            row[name] = {
+                "this": mine,
+                "baseline": theirs,
+                "ratio": round(mine / theirs, 3) if theirs else None,
+            }
+        rows.append(row)
+    return rows
 
 
 @contextlib.contextmanager
-def serving(database_url: str, replicas: int, folder: Path) -> Iterator[tuple[str, list[int]]]:
+def serving(
+    database_url: str, replicas: int, folder: Path, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, list[int]]]:
     """The service's address and process ids: one backend, or several behind nginx."""
+    extra = tuple((env or {}).items())
     with contextlib.ExitStack() as stack:
-        backends = [stack.enter_context(service_process(database_url)) for _ in range(replicas)]
+        backends = [
+            stack.enter_context(service_process(database_url, *extra)) for _ in range(replicas)
+        ]
         if replicas == 1:
             yield backends[0][0], [backends[0][1]]
             return
@@ -317,7 +323,11 @@ def saturation(levels: list[dict[str, Any]]) -> int | None:
 
 
 def healthy(result: dict[str, Any]) -> bool:
-    """Nothing lost or duplicated, every trainer finished, the service answered throughout."""
+    """Nothing lost or duplicated, every trainer finished, the service answered throughout
+    (for the baseline tree's run too, when there is one)."""
+    baseline = result.get("baseline")
+    if baseline is not None and not healthy(baseline):
+        return False
     return all(
         level["lost"] == 0
         and level["duplicated"] == 0
@@ -354,7 +364,14 @@ def main() -> int:
     parser.add_argument(
         "--samples-per-step", type=int, default=0, help="rollout samples (~1 kB) per step"
     )
+    parser.add_argument(
+        "--baseline-tree", type=Path, help="a checkout of another commit to run alongside"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each level per tree")
     args = parser.parse_args()
+    trees: dict[str, Path | None] = {"this": None}
+    if args.baseline_tree is not None:
+        trees["baseline"] = args.baseline_tree
     levels = [int(n) for n in args.levels.split(",")]
     out: dict[str, Any] = {
         "config": {
@@ -362,14 +379,24 @@ def main() -> int:
             "steps_per_s": STEPS_PER_S,
             "seconds": args.seconds,
             "samples_per_step": args.samples_per_step,
+            "baseline_tree": str(args.baseline_tree) if args.baseline_tree else None,
+            "rounds": args.rounds,
         },
         "cpus": os.cpu_count(),
     }
     with tempfile.TemporaryDirectory() as folder:
         for name in args.topologies.split(","):
             kind, replicas = TOPOLOGIES[name]
-            with database(kind, Path(folder)) as url:
-                out[name] = run_topology(url, levels, args.seconds, replicas, args.samples_per_step)
+            out[name] = run_topology(
+                kind,
+                levels,
+                args.seconds,
+                Path(folder),
+                replicas,
+                args.samples_per_step,
+                trees,
+                args.rounds,
+            )
     print(json.dumps(out))
     ok = all(healthy(out[name]) for name in args.topologies.split(","))
     return 0 if ok else 1

@@ -68,6 +68,48 @@ class WriteGate:
         self.in_flight -= 1
 
 
+@dataclasses.dataclass
+class BodyBudget:
+    """The bytes of request bodies the process holds at once, summed over every request.
+
+    A body is charged as it arrives (all of its Content-Length at once when it declares one)
+    and released when its request is answered; a charge past ``limit`` is refused with
+    ``Saturated`` (503 with ``Retry-After``). Used only from the event loop, like ``WriteGate``.
+
+    >>> budget = BodyBudget(limit=10, retry_after_s=1)
+    >>> budget.charge(8)
+    >>> budget.fits(3)
+    False
+    >>> budget.release(8)
+    """
+
+    limit: int
+    retry_after_s: int
+    held: int = 0
+    refused_total: int = 0
+
+    def fits(self, size: int) -> bool:
+        """True when ``size`` more bytes stay within the budget."""
+        return self.held + size <= self.limit
+
+    def charge(self, size: int) -> None:
+        """Hold ``size`` more bytes, or raise ``Saturated`` when they do not fit."""
+        if not self.fits(size):
+            self.refused_total += 1
+            raise Saturated(
+                f"request bodies of {self.held} bytes are in flight in this process and "
+                f"{size} more would pass its budget of {self.limit} bytes "
+                f"(RLGUARD_MAX_INFLIGHT_BODY_BYTES); retry after {self.retry_after_s} s, "
+                "or send smaller batches",
+                self.retry_after_s,
+            )
+        self.held += size
+
+    def release(self, size: int) -> None:
+        """Give back bytes of a request that was answered."""
+        self.held -= size
+
+
 class Database:
     """Runs units of work on the read or the write thread pool, each in one thread call."""
 

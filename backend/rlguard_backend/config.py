@@ -89,6 +89,13 @@ class Settings(BaseSettings):
         description="writes admitted at once per process (running or queued for a write "
         "thread); beyond it the service answers 503 with Retry-After at once",
     )
+    max_inflight_body_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        gt=0,
+        description="bytes of request bodies held at once by the process, all requests "
+        "together; a body that would pass it gets 503 with Retry-After (at least the largest "
+        "single body limit)",
+    )
     retry_after_s: int = Field(default=1, ge=1, description="Retry-After of a refused write")
     log_format: Literal["text", "json"] = Field(
         default="text", description="json: one JSON object per log line, with the request id"
@@ -148,6 +155,18 @@ class Settings(BaseSettings):
                 f"max_inflight_writes={self.max_inflight_writes} is below write_threads="
                 f"{self.write_threads}, so some write threads could never be used; raise "
                 "RLGUARD_MAX_INFLIGHT_WRITES or lower RLGUARD_WRITE_THREADS"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _largest_body_fits_the_budget(self) -> Settings:
+        largest = max(self.max_batch_bytes, self.max_request_bytes)
+        if self.max_inflight_body_bytes < largest:
+            raise ValueError(
+                f"max_inflight_body_bytes={self.max_inflight_body_bytes} is below the largest "
+                f"body one request may send ({largest} bytes), which could then never be "
+                "accepted; raise RLGUARD_MAX_INFLIGHT_BODY_BYTES or lower "
+                "RLGUARD_MAX_BATCH_BYTES / RLGUARD_MAX_REQUEST_BYTES"
             )
         return self
 

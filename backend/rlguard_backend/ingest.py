@@ -74,6 +74,7 @@ def parse_batch(raw: bytes, max_points: int) -> BatchIn:
 
 
 def check_point_count(count: int, max_points: int) -> None:
+    """413 naming the fix when a batch holds more than ``max_points`` points."""
     if count > max_points:
         raise PayloadTooLarge(
             f"batch holds {count} points, more than the limit of {max_points}; "

@@ -11,7 +11,14 @@ head may grow, and FastAPI reads whatever body it is handed. So:
 - ``BodyLimits`` (ASGI middleware): a body must arrive within ``request_body_timeout_s`` of
   its head (408) and fit in ``max_batch_bytes`` for the two ingest endpoints and outside the
   API, ``max_request_bytes`` for every other API endpoint (413), refused as soon as its
-  Content-Length, or its bytes so far, pass the limit.
+  Content-Length, or its bytes so far, pass the limit. All bodies in flight together must
+  fit ``max_inflight_body_bytes`` (503 with ``Retry-After``): a request is charged its
+  Content-Length when the app first reads its body, before taking in a byte of it (its bytes
+  so far when it declares none), and released once it is answered. The batch endpoints read
+  their bodies after authentication, so a client without a token cannot take the budget.
+
+What a body costs beyond its bytes while it is parsed is bounded by the write threads, which
+alone parse batches: see docs/reliability.md, "Memory".
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from rlguard_backend.capacity import BodyBudget
 from rlguard_backend.config import Settings
+from rlguard_backend.errors import Saturated
 
 REASONS = {
     400: "Bad Request",
@@ -54,6 +63,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     limits: ConnectionLimits  # set on the subclass protocol_for() makes
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Refuse a connection past ``max_connections`` (503), else start its head deadline."""
         super().connection_made(transport)
         self._head_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str] | None = None
@@ -79,15 +89,18 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self._head_timer = None
 
     def data_received(self, data: bytes) -> None:
+        """Note that the client has begun its request head, then parse as uvicorn does."""
         if self._head_timer is not None:
             self._head_started = True
         super().data_received(data)
 
     def on_url(self, url: bytes) -> None:
+        """Count the request line against the head limit."""
         self._count_head(len(url))
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        """Count one header line against the head limit."""
         self._count_head(len(name) + len(value) + HEADER_OVERHEAD_BYTES)
         super().on_header(name, value)
 
@@ -102,16 +115,19 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             raise HeadTooLarge
 
     def on_headers_complete(self) -> None:
+        """The head is in: its deadline no longer applies."""
         self._cancel_head_timer()
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
+        """Give the next request head on a kept-alive connection its own deadline."""
         super().on_response_complete()
         idle = self.cycle is None or self.cycle.response_complete  # no pipelined request
         if idle and not self.transport.is_closing():
             self._await_head()  # the keep-alive timeout closes a silent connection sooner
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Drop the head deadline of a closed connection."""
         self._cancel_head_timer()
         super().connection_lost(exc)
 
@@ -129,6 +145,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         )
 
     def send_400_response(self, msg: str) -> None:
+        """Answer what the parser could not read: 431 for a head too large, else 400 (JSON)."""
         status, detail = self._refusal or (400, f"malformed HTTP request ({msg}); send HTTP/1.1")
         self._refuse(status, detail)
 
@@ -156,14 +173,16 @@ def protocol_for(settings: Settings) -> type[BoundedHttpProtocol]:
 
 
 class BodyLimits:
-    """ASGI middleware: a deadline and a size limit on every request body."""
+    """ASGI middleware: a deadline and a size limit on every request body, and the process's
+    budget of body bytes in flight (``capacity.BodyBudget``)."""
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, budget: BodyBudget) -> None:
         self.app = app
         self.api_prefix = settings.api_prefix.rstrip("/") + "/"
         self.max_batch_bytes = settings.max_batch_bytes
         self.max_request_bytes = settings.max_request_bytes
         self.timeout_s = settings.request_body_timeout_s
+        self.budget = budget
 
     def limit(self, scope: Scope) -> tuple[int, str]:
         """The body limit of a request and the setting that changes it."""
@@ -183,9 +202,13 @@ class BodyLimits:
             detail = f"body of {declared} bytes exceeds the limit of {limit} bytes ({setting})"
             await _refuse(send, 413, detail + "; send less")
             return
-        await self.app(scope, self._bounded(receive, limit, setting), send)
+        held = BodyHeld(self.budget, declared or 0)
+        try:
+            await self.app(scope, self._bounded(receive, limit, setting, held), send)
+        finally:
+            held.release()
 
-    def _bounded(self, receive: Receive, limit: int, setting: str) -> Receive:
+    def _bounded(self, receive: Receive, limit: int, setting: str, held: BodyHeld) -> Receive:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         received, done = 0, False
@@ -194,6 +217,9 @@ class BodyLimits:
             nonlocal received, done
             if done:  # the body is in: waiting for a disconnect has no deadline
                 return await receive()
+            # Charged when the app first reads the body (after authentication for the batch
+            # endpoints), all of its Content-Length before a byte of it is taken in.
+            held.grow_to(held.declared)
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
             except TimeoutError:
@@ -212,9 +238,41 @@ class BodyLimits:
                         f"body exceeds the limit of {limit} bytes ({setting}); send less",
                         headers={"Connection": "close"},
                     )
+                held.grow_to(received)
             return message
 
         return bounded_receive
+
+
+class BodyHeld:
+    """What one request holds of the body budget: its Content-Length, or its bytes so far."""
+
+    def __init__(self, budget: BodyBudget, declared: int) -> None:
+        self.budget = budget
+        self.declared = declared
+        self.size = 0
+
+    def charge(self, size: int) -> None:
+        """Hold ``size`` bytes more (``Saturated`` when the budget has no room)."""
+        self.budget.charge(size)
+        self.size += size
+
+    def grow_to(self, received: int) -> None:
+        """Hold at least ``received`` bytes; past the budget, 503 and the connection closed."""
+        if received <= self.size:
+            return
+        try:
+            self.charge(received - self.size)
+        except Saturated as exc:
+            raise HTTPException(503, exc.detail, headers={**(exc.headers or {}), **CLOSE}) from None
+
+    def release(self) -> None:
+        """Give all of it back (the request was answered)."""
+        self.budget.release(self.size)
+        self.size = 0
+
+
+CLOSE = {"Connection": "close"}
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -21,7 +21,7 @@ from rlguard_backend.api import alerts, groups, health, points, runs, samples, t
 from rlguard_backend.api.bodies import exact_integer_bounds, hoist_body_definitions
 from rlguard_backend.api.deps import ACCESS
 from rlguard_backend.auth import TokenCache
-from rlguard_backend.capacity import Database
+from rlguard_backend.capacity import BodyBudget, Database
 from rlguard_backend.config import Settings
 from rlguard_backend.db import Checkpointer, make_engine, make_session_factory
 from rlguard_backend.errors import ServiceError
@@ -69,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         retry_after_s=settings.retry_after_s,
     )
     checkpointer = Checkpointer(engine)
+    body_budget = BodyBudget(settings.max_inflight_body_bytes, settings.retry_after_s)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -98,13 +99,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.auth_required = settings.auth == "on"
     app.state.token_cache = TokenCache()
     app.state.metrics = ServiceMetrics()
+    app.state.metrics.watch_capacity(database.gate, body_budget)
+    app.state.body_budget = body_budget
     app.state.schema_head = migrate.head_revision()
     app.state.checkpointer = checkpointer
     app.state.route_methods = route_methods(access_table(settings.api_prefix))
     for router, prefixed in ROUTERS:
         app.include_router(router, prefix=settings.api_prefix if prefixed else "")
     _install_error_handlers(app, settings)
-    app.add_middleware(BodyLimits, settings=settings)
+    app.add_middleware(BodyLimits, settings=settings, budget=body_budget)
     app.add_middleware(RequestIds, log_requests=settings.access_log)
     _resolve_documented_bodies(app)
     return app

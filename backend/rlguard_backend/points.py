@@ -138,6 +138,7 @@ def encode(rows: Sequence[Row]) -> tuple[bytes, bytes, bytes]:
 
 
 def decode(step_data: bytes, value_data: bytes, time_data: bytes) -> list[Row]:
+    """A chunk's rows (step, value, time) from its three packed columns; NaN reads as None."""
     steps = unpack("q", step_data).tolist()
     values = _none_for_nan(unpack("d", value_data))
     times = _none_for_nan(unpack("d", time_data))

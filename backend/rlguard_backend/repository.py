@@ -97,6 +97,7 @@ def dropped_total(run: Run) -> Dropped:
 
 
 def to_row(run: Run, tags: list[str], values: dict[str, Any]) -> RunRow:
+    """A run as a row of the runs grid: its public fields, tags and the asked-for values."""
     return RunRow(**dict(to_public(run, tags)), values=values)
 
 

@@ -126,6 +126,7 @@ def parse_sort(spec: str) -> tuple[SortKey, ...]:
 
 
 def parse_filter(spec: str) -> Filter:
+    """One ``<field>:<op>[:<value>]`` filter of the runs grid; ValueError names the grammar."""
     match = _FILTER.match(spec)
     if match is None:
         raise ValueError(

@@ -20,8 +20,10 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 import rlguard
+from rlguard_backend.capacity import BodyBudget
 from rlguard_backend.config import Settings
 from rlguard_backend.db import make_engine, make_session_factory, write_session
+from rlguard_backend.errors import Saturated
 from rlguard_backend.main import create_app
 from rlguard_backend.models import Run
 from rlguard_backend.serve import ServerThread
@@ -181,6 +183,8 @@ def test_capacity_writes_past_the_limit_get_503_while_reads_answer(db_url: str) 
             assert answers[4].json()["series"]["k0"]["steps"] == list(range(100, 110))
             writes = health(url)
             assert (writes["saturated"], writes["refused_total"]) == (True, extra + 1)
+            scraped = httpx.get(f"{url}/metrics", timeout=TIMEOUT_S).text
+            assert f"rlguard_writes_refused_total {float(extra + 1)}" in scraped  # one count
         again = [
             post(url, f"/runs/{run_id}/batches", batch(f"r{i}", range(5))) for i in range(extra)
         ]
@@ -265,3 +269,25 @@ def test_capacity_settings_size_the_pool_and_refuse_an_unusable_gate() -> None:
     assert settings.db_pool_size == 8 + 2 + 3
     with pytest.raises(ValidationError, match="max_inflight_writes=1 is below write_threads=2"):
         Settings(write_threads=2, max_inflight_writes=1)
+
+
+def test_a_body_budget_below_the_largest_body_is_refused_at_start() -> None:
+    mib = 1 << 20
+    assert Settings().max_inflight_body_bytes == 256 * mib
+    assert Settings(max_batch_bytes=4 * mib, max_inflight_body_bytes=4 * mib)
+    with pytest.raises(ValidationError, match="RLGUARD_MAX_INFLIGHT_BODY_BYTES"):
+        Settings(max_batch_bytes=4 * mib, max_inflight_body_bytes=4 * mib - 1)
+    with pytest.raises(ValidationError, match="max_inflight_body_bytes=1000 is below"):
+        Settings(max_request_bytes=2000, max_batch_bytes=1000, max_inflight_body_bytes=1000)
+
+
+def test_the_body_budget_refuses_what_does_not_fit_and_counts_it() -> None:
+    budget = BodyBudget(limit=10, retry_after_s=3)
+    budget.charge(6)
+    with pytest.raises(Saturated, match="6 bytes are in flight") as refused:
+        budget.charge(5)
+    assert refused.value.headers == {"Retry-After": "3"}
+    assert (budget.held, budget.refused_total) == (6, 1)
+    budget.charge(4)
+    budget.release(10)
+    assert budget.held == 0

@@ -35,6 +35,8 @@ def test_metrics_count_batches_points_alerts_and_outbox(db_server: RunningServer
     assert figures[("rlguard_batch_seconds_count", ())] == 2
     assert figures[("rlguard_detector_seconds_count", ())] == 1
     assert figures[("rlguard_writes_refused_total", ())] == 0
+    assert figures[("rlguard_bodies_refused_total", ())] == 0
+    assert figures[("rlguard_body_bytes_in_flight", ())] == 0  # the bodies above were released
     for severity in ("info", "warn", "critical"):
         expected = sum(1 for a in open_alerts if a["severity"] == severity)
         assert figures[("rlguard_open_alerts", (("severity", severity),))] == expected

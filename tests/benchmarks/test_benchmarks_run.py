@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,3 +110,39 @@ def test_benchmark_dashboard_quick_prints_every_view_beside_its_baseline() -> No
     assert result["groups"]["baseline_overlaid"]["first_render_s"] > 0
     assert result["table"]["runs"] == 120 and result["table"]["baseline_50_runs"]["runs"] == 50
     assert result["table"]["filter_s"] > 0
+
+
+def test_load_comparison_takes_medians_per_level_and_divides_by_the_baseline() -> None:
+    from benchmarks.load import compare
+
+    def level(trainers: int, p50: float, rate: int) -> dict[str, Any]:
+        ingest = {"median_ms": p50, "p99_ms": 2 * p50, "n": 1}
+        read = {"median_ms": 1.0, "p99_ms": 1.0, "n": 1}
+        return {
+            "trainers": trainers,
+            "points_per_s": rate,
+            "ingest_ms": ingest,
+            "read_ms": read,
+            "service_peak_rss_mb": 100.0,
+        }
+
+    this = [level(8, 10.0, 800), level(8, 30.0, 600), level(8, 20.0, 700), level(64, 5.0, 50)]
+    baseline = [level(8, 40.0, 350), level(64, 10.0, 100)]
+    rows = compare(this, baseline)
+    assert [row["trainers"] for row in rows] == [8, 64]
+    assert rows[0]["ingest_p50_ms"] == {"this": 20.0, "baseline": 40.0, "ratio": 0.5}
+    assert rows[0]["points_per_s"]["ratio"] == 2.0
+    assert rows[1]["ingest_p99_ms"] == {"this": 10.0, "baseline": 20.0, "ratio": 0.5}
+
+
+def test_tree_env_makes_a_child_import_the_other_trees_hook_and_service(tmp_path: Path) -> None:
+    from benchmarks._support import tree_env
+
+    for package, folder in (("rlguard", "trainer_hook"), ("rlguard_backend", "backend")):
+        (tmp_path / folder / package).mkdir(parents=True)
+        (tmp_path / folder / package / "__init__.py").write_text("TREE = 'baseline'\n")
+    code = "import rlguard, rlguard_backend; print(rlguard.TREE, rlguard_backend.TREE)"
+    env = {**os.environ, **tree_env(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["baseline", "baseline"], out.stderr
+    assert tree_env(None) == {}

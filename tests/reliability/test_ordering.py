@@ -15,6 +15,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -39,10 +40,12 @@ HEALTHY = "S1_healthy"
 POINTS = sum(len(values) for values in expected_series(71).values())  # one trainer's
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> ServiceProcess:
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    """One service for the module's trainer tests (each uses run ids of its own)."""
     # liveness checked every second: a run judged by its trainer's clock would be crashed
-    started = ServiceProcess(tmp_path / "rlguard.db", env={"RLGUARD_HEARTBEAT_TIMEOUT_S": "4"})
+    database = tmp_path_factory.mktemp("ordering") / "rlguard.db"
+    started = ServiceProcess(database, env={"RLGUARD_HEARTBEAT_TIMEOUT_S": "4"})
     yield started.start()
     started.stop()
 

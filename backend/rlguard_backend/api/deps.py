@@ -15,7 +15,7 @@ from rlguard_backend import auth, repository
 from rlguard_backend.auth import Identity
 from rlguard_backend.capacity import Database
 from rlguard_backend.config import Settings
-from rlguard_backend.errors import Forbidden, Saturated, Unauthorized
+from rlguard_backend.errors import Forbidden, Unauthorized
 
 
 async def get_settings(request: Request) -> Settings:
@@ -33,11 +33,7 @@ async def get_database(request: Request) -> Database:
 async def admit_write(request: Request) -> AsyncIterator[Database]:
     """The database for a write, or 503 with ``Retry-After`` at once when too many are in flight."""
     database: Database = request.app.state.database
-    try:
-        database.gate.enter()
-    except Saturated:
-        request.app.state.metrics.writes_refused.inc()
-        raise
+    database.gate.enter()
     try:
         yield database
     finally:

@@ -94,5 +94,4 @@ async def read_metrics(request: Request, db: DatabaseDep) -> Response:
     """Ingest rate and latency, detector time, refusals, open alerts, webhook outbox."""
     metrics: ServiceMetrics = request.app.state.metrics
     await db.read(metrics.read_database)
-    metrics.writes_in_flight.set(db.gate.in_flight)
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
