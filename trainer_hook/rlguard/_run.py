@@ -65,6 +65,9 @@ class _ClosedQueue:
             self.warned = True
             logger.warning("rlguard: log() after finish() is ignored")
 
+    def append_locked(self, item: object) -> None:
+        self.append(item)
+
     def append_samples(self, item: object, count: int, size: int) -> None:
         self.append(item)
 
@@ -203,7 +206,7 @@ class Run:
         """System metrics, stamped with the current training step without advancing it."""
         queue = self._queue
         if queue is not None:
-            queue.append((max(self._next_step - 1, 0), _now(), values))
+            queue.append_locked((max(self._next_step - 1, 0), _now(), values))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until everything logged so far is sent or safely spooled; False on timeout."""
