@@ -129,6 +129,7 @@ def _little_endian(column: array) -> bytes:
 
 
 def is_packed(body: bytes) -> bool:
+    """True for a packed points body (its magic), False for JSON or gzip JSON."""
     return body.startswith(MAGIC)
 
 

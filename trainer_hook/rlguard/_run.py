@@ -61,14 +61,17 @@ class _ClosedQueue:
     warned = False
 
     def append(self, item: object) -> None:
+        """Drop ``item``; warn the first time."""
         if not self.warned:
             self.warned = True
             logger.warning("rlguard: log() after finish() is ignored")
 
     def append_locked(self, item: object) -> None:
+        """Drop a system sampler's entry, as ``append``."""
         self.append(item)
 
     def append_samples(self, item: object, count: int, size: int) -> None:
+        """Drop a log_samples() call, as ``append``."""
         self.append(item)
 
 

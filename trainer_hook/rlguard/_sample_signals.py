@@ -73,6 +73,7 @@ class _Tally:
         self.repetition_sum = 0.0
 
     def values(self) -> dict[str, float]:
+        """The step's signals so far; a signal nothing was counted for is left out."""
         values: dict[str, float] = {}
         if self.with_flag:
             values[TRUNCATED] = self.truncated / self.with_flag
