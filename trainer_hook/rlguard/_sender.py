@@ -159,19 +159,16 @@ class Sender:
         # What the samples say about their steps goes with those steps' metrics, in one batch
         signals = self._sample_signals.read(sample_entries)
         self.counters.sample_signal_points += sum(map(len, signals.values()))
-        add_point = self._point_batcher.add
+        entries = []
         for item in queued:
             if type(item) is tuple:
-                add_point(item)
-                if signals and item[0] in signals:
-                    add_point((item[0], item[1], signals.pop(item[0])))
+                entries.append(item)
             elif item is STOP:
                 stopped = True
                 break
             else:
                 markers.append(item)
-        for step, values in signals.items():  # samples of steps whose metrics came earlier
-            add_point((step, time.time(), values))
+        self._point_batcher.add_all(entries, signals)
         self._point_batcher.ship()
         self._sample_batcher.ship(sample_entries)
         return stopped
