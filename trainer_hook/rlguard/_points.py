@@ -2,9 +2,9 @@
 
 The usual entry (a step of plain floats, the keys of the step before) costs one type check over
 its values and one array copy; a drain made only of such entries, at rising steps, is read in a
-few C-level passes over all of them and one ``struct.pack``. Anything else — numpy scalars, tensors (one transfer per device),
-non-numbers (skipped, warned about once per key), a new set of keys (checked once) — goes
-through ``_wire.convert_values``.
+few C-level passes over all of them and one ``struct.pack``. Anything else — numpy scalars,
+tensors (one transfer per device), non-numbers (skipped, warned about once per key), a new set
+of keys (checked once) — goes through ``_wire.convert_values``.
 """
 
 from __future__ import annotations
