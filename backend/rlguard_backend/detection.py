@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rlguard._sample_signals import SIGNAL_KEYS as SAMPLE_SIGNAL_KEYS
 from rlguard_backend import alerts, repository
 from rlguard_backend.backtests import backtest, fold_events, replace_live, replay_run, stored_chunks
 from rlguard_backend.checkpoints import (
@@ -175,16 +176,20 @@ def _ready_steps(
     """Steps that can be fed now (all but the newest), and the newest, still pending.
 
     A step's values are the batch's own dict unless two entries (or the pending step) merge
-    into it: the suite only reads them.
+    into it: the suite only reads them. The sample signals of a step fed before (its samples
+    came late) are seen at the first step fed from this batch on, or the pending one: the
+    detectors read steps in order once (docs/detectors-samples.md, "Late samples").
     """
     merged: dict[int, Values] = {}
     copied: set[int] = set()  # steps whose dict is a merged copy
+    late: Values = {}  # sample signals of steps already fed
     if pending is not None:
         merged[pending[0]] = dict(pending[1])
         copied.add(pending[0])
     for entry in steps:
         step = entry.step
         if last_fed is not None and step <= last_fed:
+            late.update((k, v) for k, v in entry.values.items() if k in SAMPLE_SIGNAL_KEYS)
             continue
         values = merged.get(step)
         if values is None:
@@ -197,6 +202,9 @@ def _ready_steps(
     if not merged:
         return [], None
     ordered = sorted(merged.items())
+    if late:
+        first, values = ordered[0]
+        ordered[0] = first, {**late, **values}  # the step's own signals, if any, win
     return ordered[:-1], ordered[-1]
 
 

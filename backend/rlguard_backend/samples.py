@@ -12,26 +12,31 @@ steps within ``samples_alert_margin_steps`` (default 2) of an alert keep every s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from rlguard._sample_signals import step_signals  # the hook's own definition: one for both
 from rlguard_backend import ingest, sql
 from rlguard_backend.errors import InvalidField, PayloadTooLarge
 from rlguard_backend.models import Sample, utcnow
 from rlguard_backend.schemas import (
     SAMPLE_NUMBER_FIELDS,
     SAMPLE_TEXT_FIELDS,
+    BatchIn,
     SampleAck,
     SampleBatchIn,
     SampleIn,
     SampleList,
     SamplePublic,
     SampleTokens,
+    StepIn,
 )
 
 # wire field -> column
@@ -99,6 +104,38 @@ def store_samples(session: Session, run_id: str, batch: SampleBatchIn) -> Sample
         since = oldest if newest_before is None else min(oldest, newest_before)
         _thin(session, run_id, retention, since)
     return ack
+
+
+def derived_signals(batch: SampleBatchIn) -> BatchIn | None:
+    """The ``samples/*`` signals of the batch's training steps, as points for the detectors,
+    when the client did not log them itself (``signals_logged``); None when there are none.
+
+    The batch id is derived from the samples batch's, so a replay derives nothing twice.
+    """
+    if batch.signals_logged:
+        return None
+    by_step: dict[int, list[SampleIn]] = defaultdict(list)
+    for sample in batch.samples:
+        if sample.split == "train":
+            by_step[sample.step].append(sample)
+    steps = []
+    for step, samples in sorted(by_step.items()):
+        records = [
+            {
+                "response": s.response,
+                "truncated": s.truncated,
+                "malformed": s.scores.get("malformed"),
+            }
+            for s in samples
+        ]
+        values = step_signals(records)
+        if values:
+            times = [s.time for s in samples if s.time is not None]
+            steps.append(StepIn(step=step, time=max(times) if times else None, values=values))
+    if not steps:
+        return None
+    digest = hashlib.sha256(batch.batch_id.encode()).hexdigest()[:40]
+    return BatchIn(batch_id=f"signals-{digest}", steps=steps)
 
 
 def _newest_step(session: Session, run_id: str) -> int | None:

@@ -664,6 +664,12 @@ class SampleBatchIn(BaseModel):
 
     batch_id: BatchId
     samples: list[SampleIn]
+    signals_logged: StrictBool = Field(
+        default=False,
+        description="true when the client logs the steps' samples/* signals itself (the hook "
+        "does); else the service derives them from the training samples (docs/detectors-"
+        "samples.md)",
+    )
 
 
 class SampleAck(BaseModel):

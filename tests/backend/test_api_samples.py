@@ -285,3 +285,40 @@ def test_sample_steps_lists_each_step_with_its_count(client: TestClient) -> None
     assert answer == {"data": [{"step": 2, "samples": 2}, {"step": 5, "samples": 5}], "count": 2}
     assert client.get(f"/api/v1/runs/{run_id}/sample-steps?split=validation").json()["count"] == 0
     assert client.get("/api/v1/runs/ghost/sample-steps").status_code == 404
+
+
+SIGNALS = "samples/truncated_fraction,samples/degenerate_fraction,samples/repetition_rate"
+
+
+def _signals(client: TestClient, run_id: str) -> dict[str, dict[int, float]]:
+    answer = client.get(f"/api/v1/runs/{run_id}/series", params={"keys": SIGNALS}).json()
+    return {
+        key: dict(zip(data["steps"], data["values"], strict=True))
+        for key, data in answer["series"].items()
+    }
+
+
+def test_samples_posted_without_their_signals_get_them_derived_once(
+    client: TestClient, run_id: str
+) -> None:
+    step = [
+        _sample(3, 0, response="", truncated=1.0),  # empty: degenerate
+        _sample(3, 1, truncated=0.0),
+        _sample(3, 2, truncated=0.0, response="a b c d a b c d a b c d"),  # 9 4-grams, 4 unique
+        _sample(3, 3, split="validation", response="", truncated=1.0),  # not a training sample
+    ]
+    assert _post(client, run_id, "plain", step).status_code == 200
+    assert _post(client, run_id, "plain", step).json()["duplicate"] is True  # derives nothing
+    signals = _signals(client, run_id)
+    assert signals["samples/truncated_fraction"] == {3: pytest.approx(1 / 3)}
+    assert signals["samples/degenerate_fraction"] == {3: pytest.approx(1 / 3)}
+    assert signals["samples/repetition_rate"] == {3: pytest.approx(1 - 4 / 9)}
+
+
+def test_samples_whose_client_logged_their_signals_get_none_derived(
+    client: TestClient, run_id: str
+) -> None:
+    body = {"batch_id": "hook", "samples": [_sample(4, 0, response="")], "signals_logged": True}
+    assert client.post(f"/api/v1/runs/{run_id}/samples", json=body).status_code == 200
+    answer = client.get(f"/api/v1/runs/{run_id}/series", params={"keys": SIGNALS}).json()
+    assert answer["series"] == {} and len(answer["missing"]) == 3

@@ -14,7 +14,7 @@ import pytest
 
 import rlguard
 from rlguard.demo import PRESETS, train
-from tests.conftest import RunningServer
+from tests.conftest import RunningServer, new_run_id
 
 FAST = {"gpu": False, "flush_interval_s": 0.05}
 
@@ -130,3 +130,31 @@ def test_length_loops_name_the_repetition_behind_a_length_rise(
     plain = _first_steps(server.url, _length_run(server.url, tmp_path, unique, fresh))
     assert "length_blowup" in plain
     assert not {"length_loops", "repetition_loops"} & set(plain)
+
+
+def _late_samples_run(url: str, lag: int) -> str:
+    """A run whose samples (posted to REST, signals derived by the service) come ``lag``
+    batches after their step's metrics; from step 20 on every response is empty."""
+    run_id = new_run_id("late")
+    with httpx.Client(base_url=f"{url}/api/v1", timeout=30) as client:
+        assert client.post("/runs", json={"id": run_id, "project": "late"}).status_code == 201
+        for step in range(60 + lag):
+            if step < 60:
+                body = {"batch_id": f"p{step}", "steps": [{"step": step, "values": {"x": 1.0}}]}
+                assert client.post(f"/runs/{run_id}/batches", json=body).status_code == 200
+            late = step - lag
+            if late >= 0:
+                text = "" if late >= 20 else "The answer is 42, since six times seven is 42."
+                samples = [{"step": late, "index": i, "response": text} for i in range(4)]
+                body = {"batch_id": f"s{late}", "samples": samples}
+                assert client.post(f"/runs/{run_id}/samples", json=body).status_code == 200
+    return run_id
+
+
+def test_late_samples_reach_the_detectors_at_the_next_step_fed(server: RunningServer) -> None:
+    on_time = _first_steps(server.url, _late_samples_run(server.url, lag=0))
+    late = _first_steps(server.url, _late_samples_run(server.url, lag=3))
+    # three batches late (the step was fed two batches before): seen at the step then
+    # pending, three steps after their own, so the alert opens that much later
+    assert on_time["degenerate_responses"][0] >= 20
+    assert late["degenerate_responses"][0] == on_time["degenerate_responses"][0] + 3

@@ -8,6 +8,8 @@ import struct
 import pytest
 
 from rlguard import _packed, _wire
+from rlguard._points import PointBatcher
+from rlguard._report import Counters, Warnings
 
 
 def _rows(body: bytes) -> list[tuple[int, float, dict[str, float]]]:
@@ -97,3 +99,40 @@ def test_packed_to_json_body_is_the_same_batch_in_json() -> None:
         "batch_id": "j",
         "steps": [{"step": 3, "time": 7.0, "values": {"x": 0.5, "y": "NaN"}}],
     }
+
+
+def _plain(step: int, keys: int = 20) -> tuple[int, float, dict]:
+    return step, 1000.0 + step, {f"k{i}": step + i / 100 for i in range(keys)}
+
+
+DRAINS = {
+    "plain": [[_plain(s) for s in range(30)], [_plain(s) for s in range(30, 2530)]],
+    "an int past float range": [[_plain(0)], [_plain(1), (2, 2.0, {"k0": 10**400}), _plain(3)]],
+    "a step logged twice": [[_plain(0)], [_plain(1), _plain(1, keys=3), _plain(2)]],
+    "a step going back": [[_plain(5)], [_plain(6), _plain(4), _plain(7)]],
+    "new keys": [[_plain(0)], [_plain(1), _plain(2, keys=5), _plain(3)]],
+    "not a number": [[_plain(0)], [_plain(1), (2, 2.0, {"k0": "x"}), _plain(3)]],
+    "a bad step": [[_plain(0)], [_plain(1), (-2, 2.0, {"k0": 1.0})]],
+}
+
+
+@pytest.mark.parametrize("drains", DRAINS.values(), ids=DRAINS.keys())
+def test_a_drain_read_at_once_makes_the_batches_that_entry_by_entry_makes(
+    drains: list[list[tuple[int, float, dict]]],
+) -> None:
+    def batches(read_at_once: bool) -> list[tuple[int, list]]:
+        bodies: list[tuple[int, list]] = []
+        counters = Counters()
+        batcher = PointBatcher(
+            1000, counters, Warnings(), lambda _, points, body: bodies.append((points, _rows(body)))
+        )
+        for drain in drains:
+            if read_at_once:
+                batcher.add_all(drain, {})
+            else:
+                for entry in drain:
+                    batcher.add(entry)
+            batcher.ship()
+        return [*bodies, (counters.skipped, counters.dropped_steps)]  # type: ignore[list-item]
+
+    assert batches(read_at_once=True) == batches(read_at_once=False)

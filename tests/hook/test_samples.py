@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
+import threading
 
 import numpy as np
 import pytest
 import torch
 
 from rlguard import _samples
-from rlguard._queue import ENTRY_BYTES, METRIC_VALUE_BYTES, LogQueue
+from rlguard._queue import LogQueue, entry_bytes
 from rlguard._samples import SampleShaper, cut_middle, fit_texts, select_indices
 
 R = [0.5, 0.9, 0.1, 0.7, 0.3, 0.2, 0.8, 0.4]  # best 0.9 (index 1), worst 0.1 (index 2)
@@ -153,8 +153,7 @@ def test_queue_evicts_samples_before_refusing_a_metric_step() -> None:
     queue.append_samples(("s", 0.0, []), 10, 5_000)  # does not fit: refused
     assert (queue.dropped_samples, queue.bytes) == (10, 6_000)
     metrics = {f"k{i}": float(i) for i in range(20)}
-    entry_bytes = sys.getsizeof(metrics) + METRIC_VALUE_BYTES * len(metrics) + ENTRY_BYTES
-    fitting = 10_000 // entry_bytes
+    fitting = 10_000 // entry_bytes(metrics)
     for step in range(fitting + 3):
         queue.append((step, 0.0, metrics))
     assert queue.dropped_samples == 20  # the queued samples made room first
@@ -163,6 +162,22 @@ def test_queue_evicts_samples_before_refusing_a_metric_step() -> None:
     entries, sample_entries = queue.take()
     assert len(entries) == fitting + 1 and sample_entries == []
     assert queue.bytes == 0
+
+
+def test_queue_counts_entries_from_log_and_from_other_threads_in_one_budget() -> None:
+    metrics = {f"k{i}": float(i) for i in range(20)}
+    queue = LogQueue(max_bytes=3 * entry_bytes(metrics))
+    system = threading.Thread(target=queue.append_locked, args=((0, 0.0, metrics),))
+    system.start()
+    system.join(timeout=10)
+    queue.append((1, 0.0, metrics))
+    queue.append((2, 0.0, metrics))
+    queue.append((3, 0.0, metrics))  # over the budget: refused under the lock
+    assert (len(queue), queue.dropped_steps, queue.bytes) == (3, 1, 3 * entry_bytes(metrics))
+    entries, _ = queue.take()
+    assert [entry[0] for entry in entries] == [0, 1, 2] and queue.bytes == 0
+    queue.append((4, 0.0, metrics))
+    assert queue.bytes == entry_bytes(metrics)
 
 
 def test_snapshot_copies_the_records_and_sizes_text_and_arrays() -> None:

@@ -68,6 +68,21 @@ def test_log_samples_round_trip_keeps_the_budget_best_and_worst(
     assert [s["kl"] for s in with_tokens] == pytest.approx([0.0, 0.001, 0.002])
 
 
+def test_hook_samples_keep_the_hook_s_signals_the_service_derives_none(
+    service: ServiceProcess, run_id: str, spool_dir: Path
+) -> None:
+    run = start(run_id, service.url, spool_dir, max_samples_per_step=4)
+    # 3 of 40 truncated, all with low reward: the budget keeps the 2 worst, so the kept four
+    # alone would say 2/4, the hook (every sample, before the budget) says 3/40
+    records = [{"response": "fine", "reward": float(i), "truncated": i < 3} for i in range(40)]
+    run.log({"reward": 1.0}, step=2, samples=records)
+    status = run.finish()
+    assert status.samples_sent == 4
+    assert stored_series(service.url, run_id)["samples/truncated_fraction"] == {
+        2: pytest.approx(3 / 40)
+    }
+
+
 def test_log_samples_cuts_long_text_with_a_visible_marker(
     service: ServiceProcess, run_id: str, spool_dir: Path
 ) -> None:

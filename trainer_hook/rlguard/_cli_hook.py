@@ -251,11 +251,13 @@ class _Progress:
         self.enabled = path.is_file() and path.stat().st_size >= self.MIN_BYTES
 
     def show(self, steps: int) -> None:
+        """Rewrite the progress line with the steps read so far (large files only)."""
         if self.enabled:
             sys.stderr.write(f"\rimporting {self.path.name}: {steps} steps")
             sys.stderr.flush()
 
     def done(self, steps: int) -> None:
+        """End the progress line with the total."""
         if self.enabled:
             sys.stderr.write(f"\rimporting {self.path.name}: {steps} steps, done\n")
 

@@ -96,6 +96,24 @@ class PackedBatch:
         self.points += len(keys)
         self.last_step = step
 
+    def add_rows(
+        self, keys: tuple[str, ...], steps: list[int], times: list[float], values: Iterable[float]
+    ) -> None:
+        """Append steps that log ``keys`` in that order, rising after the batch's last step,
+        with their values row after row (else struct.error or OverflowError, and nothing is
+        appended)."""
+        last = self.blocks[-1] if self.blocks else None
+        block = last if last is not None and last.keys == keys else Block(keys)
+        packed = struct.pack(f"<{len(steps) * len(keys)}d", *values)
+        size = block.row.size
+        block.rows += [packed[start : start + size] for start in range(0, len(packed), size)]
+        block.steps.extend(steps)
+        block.times.extend(times)
+        if block is not last:
+            self.blocks.append(block)
+        self.points += len(steps) * len(keys)
+        self.last_step = steps[-1]
+
     def _merge_last(self, when: float, keys: tuple[str, ...], values: Iterable[float]) -> None:
         incoming = Block(keys)
         incoming.add(self.last_step, when, values)  # raises before anything changes
@@ -129,6 +147,7 @@ def _little_endian(column: array) -> bytes:
 
 
 def is_packed(body: bytes) -> bool:
+    """True for a packed points body (its magic), False for JSON or gzip JSON."""
     return body.startswith(MAGIC)
 
 

@@ -1,22 +1,28 @@
 """What the sender does with queued ``log()`` entries: read their values into packed batches.
 
 The usual entry (a step of plain floats, the keys of the step before) costs one type check over
-its values and one array copy. Anything else — numpy scalars, tensors (one transfer per device),
-non-numbers (skipped, warned about once per key), a new set of keys (checked once) — goes
-through ``_wire.convert_values``.
+its values and one array copy; a drain made only of such entries, at rising steps, is read in a
+few C-level passes over all of them and one ``struct.pack``. Anything else — numpy scalars,
+tensors (one transfer per device), non-numbers (skipped, warned about once per key), a new set
+of keys (checked once) — goes through ``_wire.convert_values``.
 """
 
 from __future__ import annotations
 
+import operator
 import struct
+import time
 import uuid
 from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 from rlguard import _packed, _wire
 from rlguard._report import Counters, Warnings
 
 PLAIN_TYPES = frozenset({float, int, bool})
+_INT_ONLY = {int}
+_STEP, _TIME, _METRICS = (operator.itemgetter(i) for i in range(3))  # of a log() entry
 Deliver = Callable[[str, int, bytes], None]  # (batch_id, points, body)
 
 
@@ -60,6 +66,57 @@ class PointBatcher:
         else:
             self._add_converted(step, when, metrics)
         self._ship_if_full()
+
+    def add_all(
+        self, entries: list[tuple[Any, float, dict[Any, Any]]], signals: dict[int, dict]
+    ) -> None:
+        """Read one drain's ``log()`` entries, and each step's sample signals (``signals``, by
+        step) right after that step's entry, or at the end for steps logged before."""
+        if not signals:
+            if not self._add_usual(entries):
+                for entry in entries:
+                    self.add(entry)
+            return
+        for entry in entries:
+            self.add(entry)
+            if entry[0] in signals:
+                self.add((entry[0], entry[1], signals.pop(entry[0])))
+        for step, values in signals.items():  # samples of steps whose metrics came earlier
+            self.add((step, time.time(), values))
+
+    def _add_usual(self, entries: list[tuple[Any, float, dict[Any, Any]]]) -> bool:
+        """Add a drain of the usual shape (int steps rising after the batch's last, the keys
+        checked before, plain numbers) in a few C-level passes, not a call per entry; False,
+        with nothing added, for any other."""
+        keys = self._checked_keys
+        if not entries or not keys:
+            return False
+        steps = list(map(_STEP, entries))
+        dicts = list(map(_METRICS, entries))
+        if (
+            set(map(type, steps)) != _INT_ONLY
+            or not self._batch.last_step < steps[0]
+            or steps[-1] > _wire.MAX_STEP
+            or not all(map(operator.lt, steps, steps[1:]))
+            or not all(map(keys.__eq__, map(tuple, dicts)))
+            or not PLAIN_TYPES.issuperset(map(type, chain.from_iterable(map(dict.values, dicts))))
+        ):
+            return False
+        times = list(map(_TIME, entries))
+        start = 0
+        while start < len(steps):  # batches of max_points, as add() ships them
+            room = max(1, -(-(self.max_points - self._batch.points) // len(keys)))
+            end = start + room
+            rows = chain.from_iterable(map(dict.values, dicts[start:end]))
+            try:
+                self._batch.add_rows(keys, steps[start:end], times[start:end], rows)
+            except (OverflowError, struct.error):  # an int beyond float range: add() skips it
+                for entry in entries[start:]:
+                    self.add(entry)
+                return True
+            self._ship_if_full()
+            start = end
+        return True
 
     def _ship_if_full(self) -> None:
         if self._batch.points >= self.max_points:

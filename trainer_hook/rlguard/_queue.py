@@ -4,17 +4,25 @@ Metrics and samples share one byte budget. When it is spent, queued samples go f
 first) so that a flood of samples never costs a metric point; only when no sample is left is a
 new ``log()`` entry refused. Flush markers and the stop sentinel always get in. Every drop is
 counted; the sender warns about them, so the training thread never writes a log line.
+
+A ``log()`` entry takes no lock while the budget has room: it is sized from its key count and
+counted in ``added`` (written by ``log()`` only), the sender counts what it takes in ``taken``
+(written by the sender only), and the deque's own ``append`` and ``popleft`` are atomic.
+On a training step that sleeps or waits on the GPU, the lock's acquire and release, run with
+cold caches, cost more than the rest of ``log()``. Samples, and a metric entry that finds the
+budget spent, go through the lock. Two threads calling ``log()`` at the same instant may count
+one entry's bytes once (the budget stays a bound, off by that entry); a trainer logs from one
+thread, and the system sampler's entries take the lock and a counter of their own.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
-from sys import getsizeof
 from typing import Any
 
-METRIC_VALUE_BYTES = 64  # a float object and its slot in the logged dict, roughly
-ENTRY_BYTES = 120  # the entry tuple, its step and time
+KEY_BYTES = 96  # a metric's slot in the logged dict, and its float object, roughly
+ENTRY_BYTES = 320  # the entry tuple, its step and time, and the dict's own header
 STOP = object()  # the stop sentinel: the sender finishes what was queued before it
 
 
@@ -27,12 +35,20 @@ class FlushMarker:
         self.done = threading.Event()
 
 
+def entry_bytes(metrics: dict[Any, Any]) -> int:
+    """What a ``log()`` entry of ``metrics`` is charged against the budget."""
+    return ENTRY_BYTES + KEY_BYTES * len(metrics)
+
+
 class LogQueue:
-    """Two deques (metrics with markers, samples) under one byte budget and one short lock."""
+    """Two deques (metrics with markers, samples) under one byte budget."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self.bytes = 0
+        self.added = 0  # bytes of the metric entries log() queued without the lock
+        self.added_locked = 0  # bytes of the metric entries queued under the lock
+        self.taken = 0  # bytes of the metric entries the sender took (the sender's)
+        self.sample_bytes = 0  # bytes of the sample entries queued now (under the lock)
         self.dropped_steps = 0  # log() entries refused while the budget was spent
         self.dropped_samples = 0  # samples evicted or refused to make room
         self._metrics: collections.deque[Any] = collections.deque()
@@ -45,19 +61,32 @@ class LogQueue:
     def __len__(self) -> int:
         return len(self._metrics)
 
+    @property
+    def bytes(self) -> int:
+        """Bytes queued now, metrics and samples together."""
+        return self.added + self.added_locked - self.taken + self.sample_bytes
+
     def append(self, item: Any) -> None:
         """Queue a ``log()`` entry ``(step, time, metrics)``, a flush marker or the stop."""
         if type(item) is tuple:
-            metrics = item[2]
-            size = getsizeof(metrics) + METRIC_VALUE_BYTES * len(metrics) + ENTRY_BYTES
-        else:
-            size = 0
+            size = ENTRY_BYTES + KEY_BYTES * len(item[2])
+            queued = self.added + self.added_locked - self.taken + self.sample_bytes
+            if queued + size > self.max_bytes:
+                self.append_locked(item)
+                return
+            self.added += size
+        self._metrics.append(item)
+
+    def append_locked(self, item: Any) -> None:
+        """Queue a ``log()`` entry under the lock, making room by evicting samples; a thread
+        other than the training loop's (the system sampler) queues its entries here."""
+        size = entry_bytes(item[2])
         with self._lock:
             if self.bytes + size > self.max_bytes and not self._make_room(size):
                 self.dropped_steps += 1
                 return
+            self.added_locked += size
             self._metrics.append(item)
-            self.bytes += size
 
     def append_samples(self, item: Any, count: int, size: int) -> None:
         """Queue one ``log_samples()`` call of ``count`` records holding about ``size`` bytes."""
@@ -66,20 +95,22 @@ class LogQueue:
                 self.dropped_samples += count
                 return
             self._samples.append((item, count, size))
-            self.bytes += size
+            self.sample_bytes += size
 
     def take(self) -> tuple[list[Any], list[Any]]:
         """Everything queued so far: (metric entries and markers, sample entries), oldest first."""
+        metrics = self._metrics
+        entries = [metrics.popleft() for _ in range(len(metrics))]
+        self.taken += sum(entry_bytes(item[2]) for item in entries if type(item) is tuple)
         with self._lock:
-            metrics, self._metrics = self._metrics, collections.deque()
             samples, self._samples = self._samples, collections.deque()
-            self.bytes = 0
-        return list(metrics), [item for item, _, _ in samples]
+            self.sample_bytes = 0
+        return entries, [item for item, _, _ in samples]
 
     def _make_room(self, size: int) -> bool:
         """Evict the oldest sample entries until ``size`` more bytes fit; False if they cannot."""
         while self.bytes + size > self.max_bytes and self._samples:
             _, count, freed = self._samples.popleft()
             self.dropped_samples += count
-            self.bytes -= freed
+            self.sample_bytes -= freed
         return self.bytes + size <= self.max_bytes

@@ -1,10 +1,14 @@
-"""What the sender tells about a run's points and samples: counters, and warnings shown once."""
+"""What the sender tells about a run's points and samples: counters, warnings shown once, and
+the drops it reports to the service."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
+from typing import Any
 
+from rlguard._queue import LogQueue
 from rlguard._spool import POINTS
 
 logger = logging.getLogger("rlguard")
@@ -48,6 +52,62 @@ class Warnings:
         return f"Warnings(causes={sorted(self._causes)})"
 
     def warn_once(self, cause: str, message: str) -> None:
+        """Log ``message`` unless a warning of ``cause`` was logged before."""
         if cause not in self._causes:
             self._causes.add(cause)
             logger.warning(message)
+
+
+class DropReport:
+    """What this process dropped undelivered (points, steps, samples), and what the service
+    was last told of it in a heartbeat (named by a process id, so a report sent twice counts
+    once)."""
+
+    def __init__(self, counters: Counters, queue: LogQueue) -> None:
+        self._counters = counters
+        self._queue = queue
+        self.process = uuid.uuid4().hex
+        self.reported = (0, 0, 0)
+
+    def __repr__(self) -> str:
+        return f"DropReport(reported={self.reported})"
+
+    def current(self) -> tuple[int, int, int]:
+        """Points, steps and samples dropped so far, in the sender and in the queue."""
+        counters, queue = self._counters, self._queue
+        return (
+            counters.dropped,
+            counters.dropped_steps + queue.dropped_steps,
+            counters.samples_dropped + queue.dropped_samples,
+        )
+
+    def untold(self) -> bool:
+        """True when drops happened since the last report the service took."""
+        return self.current() != self.reported
+
+    def body(self, drops: tuple[int, int, int]) -> dict[str, Any] | None:
+        """The heartbeat's ``drops`` field for ``drops`` (None when nothing was dropped)."""
+        if not any(drops):
+            return None
+        points, steps, samples = drops
+        return {"process": self.process, "points": points, "steps": steps, "samples": samples}
+
+    def warn_queue_full(self, warnings: Warnings, max_queue_mb: float) -> None:
+        """Warn once when the log queue has refused or evicted anything."""
+        steps, samples = self._queue.dropped_steps, self._queue.dropped_samples
+        if steps or samples:
+            warnings.warn_once(
+                "queue-full",
+                f"rlguard: the log queue reached its budget (max_queue_mb={max_queue_mb}); "
+                f"samples are dropped first, then new steps; {steps} step(s) and {samples} "
+                "sample(s) dropped so far (shown once; run.status() keeps counting)",
+            )
+
+
+def spool_room_message(spool_dir: object, problem: str, budget_mb: float) -> str:
+    """The warning for a spool that must drop its oldest batches to take new ones."""
+    return (
+        f"rlguard: the spool {spool_dir} {problem} (spool_budget_mb={budget_mb}); its oldest "
+        "samples, then its oldest points, are dropped to make room for new batches (shown "
+        "once; run.status() counts them and the service is told)"
+    )

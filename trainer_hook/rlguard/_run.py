@@ -61,11 +61,17 @@ class _ClosedQueue:
     warned = False
 
     def append(self, item: object) -> None:
+        """Drop ``item``; warn the first time."""
         if not self.warned:
             self.warned = True
             logger.warning("rlguard: log() after finish() is ignored")
 
+    def append_locked(self, item: object) -> None:
+        """Drop a system sampler's entry, as ``append``."""
+        self.append(item)
+
     def append_samples(self, item: object, count: int, size: int) -> None:
+        """Drop a log_samples() call, as ``append``."""
         self.append(item)
 
 
@@ -203,7 +209,7 @@ class Run:
         """System metrics, stamped with the current training step without advancing it."""
         queue = self._queue
         if queue is not None:
-            queue.append((max(self._next_step - 1, 0), _now(), values))
+            queue.append_locked((max(self._next_step - 1, 0), _now(), values))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until everything logged so far is sent or safely spooled; False on timeout."""

@@ -15,6 +15,9 @@ the ones kept), the sender thread derives:
 Text is read for at most ``TEXTS_PER_CALL`` responses of a call, drawn at random, so a step of
 thousands of rollouts costs the sender thread a bounded ~1 ms. Several calls at one step add
 up: the values of a step are re-logged as each call arrives, the later holding them all.
+
+This module is the one definition of the three signals: the service imports ``step_signals``
+to derive them for samples posted straight to its REST API.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from rlguard import _wire
 TRUNCATED = "samples/truncated_fraction"
 REPETITION = "samples/repetition_rate"
 DEGENERATE = "samples/degenerate_fraction"
+SIGNAL_KEYS = (TRUNCATED, REPETITION, DEGENERATE)
 REPETITION_N = 4
 MIN_WORDS = 2 * REPETITION_N
 TEXTS_PER_CALL = 64
@@ -73,6 +77,7 @@ class _Tally:
         self.repetition_sum = 0.0
 
     def values(self) -> dict[str, float]:
+        """The step's signals so far; a signal nothing was counted for is left out."""
         values: dict[str, float] = {}
         if self.with_flag:
             values[TRUNCATED] = self.truncated / self.with_flag
@@ -81,6 +86,30 @@ class _Tally:
         if self.texts:
             values[DEGENERATE] = self.degenerate / self.texts
         return values
+
+    def count(self, records: Iterable[Any], rng: random.Random) -> None:
+        """Add one call's records (mappings; anything else is passed over); of more than
+        ``TEXTS_PER_CALL``, that many drawn with ``rng`` are read for their text."""
+        mappings = [r for r in records if isinstance(r, Mapping)]
+        for record in mappings:
+            flag = record.get("truncated")
+            if flag is not None and (number := _wire.to_float(flag)) is not None:
+                self.with_flag += 1
+                self.truncated += number > 0.5
+        read = mappings
+        if len(mappings) > TEXTS_PER_CALL:  # at random: rollouts come in groups of a prompt
+            read = rng.sample(mappings, TEXTS_PER_CALL)
+        for record in read:
+            text = record.get("response")
+            if not isinstance(text, str):
+                continue
+            malformed = _wire.to_float(record.get("malformed")) or 0.0
+            self.texts += 1
+            self.degenerate += is_degenerate(text, malformed > 0.5)
+            rate = repetition_rate(text.split())
+            if rate is not None:
+                self.repeated += 1
+                self.repetition_sum += rate
 
 
 class SampleSignals:
@@ -104,31 +133,16 @@ class SampleSignals:
                 continue
             if step != self._step:
                 self._step, self._tally = step, _Tally()
-            self._count(records)
+            self._tally.count(records, self._rng)
             values = self._tally.values()
             if values:
                 by_step[step] = values
         return by_step
 
-    def _count(self, records: list[Any]) -> None:
-        tally = self._tally
-        mappings = [r for r in records if isinstance(r, Mapping)]
-        for record in mappings:
-            flag = record.get("truncated")
-            if flag is not None and (number := _wire.to_float(flag)) is not None:
-                tally.with_flag += 1
-                tally.truncated += number > 0.5
-        read = mappings
-        if len(mappings) > TEXTS_PER_CALL:  # at random: rollouts come in groups of a prompt
-            read = self._rng.sample(mappings, TEXTS_PER_CALL)
-        for record in read:
-            text = record.get("response")
-            if not isinstance(text, str):
-                continue
-            malformed = _wire.to_float(record.get("malformed")) or 0.0
-            tally.texts += 1
-            tally.degenerate += is_degenerate(text, malformed > 0.5)
-            rate = repetition_rate(text.split())
-            if rate is not None:
-                tally.repeated += 1
-                tally.repetition_sum += rate
+
+def step_signals(records: Iterable[Any], seed: int = 0) -> dict[str, float]:
+    """The signals of one step's training samples, read as the hook reads them; the service
+    derives the same for samples posted to it without them (``signals_logged`` unset)."""
+    tally = _Tally()
+    tally.count(records, random.Random(seed))
+    return tally.values()

@@ -296,9 +296,10 @@ def split_samples(samples: list[dict], max_count: int = SAMPLES_PER_BATCH) -> li
 
 
 def encode_samples(batch_id: str, samples: list[dict]) -> bytes:
-    """The gzip-compressed JSON body of ``POST /runs/{id}/samples``."""
+    """The gzip-compressed JSON body of ``POST /runs/{id}/samples``; ``signals_logged``: the
+    sender logs the steps' sample signals with their metrics, so the service derives none."""
     body = json.dumps(
-        {"batch_id": batch_id, "samples": samples},
+        {"batch_id": batch_id, "samples": samples, "signals_logged": True},
         allow_nan=False,
         ensure_ascii=False,
         separators=(",", ":"),

@@ -15,18 +15,17 @@ import logging
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from rlguard import _packed, _samples, _wire
+from rlguard import _packed, _samples
 from rlguard._config import HookConfig
 from rlguard._points import PointBatcher
 from rlguard._queue import STOP, FlushMarker, LogQueue
-from rlguard._report import Counters, Warnings
+from rlguard._report import Counters, DropReport, Warnings, spool_room_message
 from rlguard._sample_batches import SampleBatcher
 from rlguard._sample_signals import SampleSignals
-from rlguard._spool import POINTS, SAMPLES, Spool, SpooledBatch
+from rlguard._spool import POINTS, SAMPLES, Spool, SpooledBatch, kept_up_to
 from rlguard._transport import Transport
 from rlguard.errors import RejectedError, RetryableError, SpoolError, TransportError
 
@@ -78,8 +77,7 @@ class Sender:
         self._close_deadline = float("inf")
         self._final: dict[str, Any] | None = None
         self._packed_refused = False  # a service older than the packed body: send JSON
-        self._process = uuid.uuid4().hex  # names this process's drop reports to the service
-        self._drops_reported = (0, 0, 0)
+        self._drops = DropReport(self.counters, self.queue)
         self._thread = threading.Thread(
             target=self._loop, name=f"rlguard-sender-{cfg.run_id}", daemon=True
         )
@@ -157,37 +155,23 @@ class Sender:
         """Convert and ship everything queued; True when the stop sentinel was reached."""
         stopped = False
         queued, sample_entries = self.queue.take()
-        self._warn_queue_drops()
+        self._drops.warn_queue_full(self._warnings, self.cfg.max_queue_mb)
         # What the samples say about their steps goes with those steps' metrics, in one batch
         signals = self._sample_signals.read(sample_entries)
         self.counters.sample_signal_points += sum(map(len, signals.values()))
-        add_point = self._point_batcher.add
+        entries = []
         for item in queued:
             if type(item) is tuple:
-                add_point(item)
-                if signals and item[0] in signals:
-                    add_point((item[0], item[1], signals.pop(item[0])))
+                entries.append(item)
             elif item is STOP:
                 stopped = True
                 break
             else:
                 markers.append(item)
-        for step, values in signals.items():  # samples of steps whose metrics came earlier
-            add_point((step, time.time(), values))
+        self._point_batcher.add_all(entries, signals)
         self._point_batcher.ship()
         self._sample_batcher.ship(sample_entries)
         return stopped
-
-    def _warn_queue_drops(self) -> None:
-        steps, samples = self.queue.dropped_steps, self.queue.dropped_samples
-        if steps or samples:
-            self._warnings.warn_once(
-                "queue-full",
-                f"rlguard: the log queue reached its budget (max_queue_mb="
-                f"{self.cfg.max_queue_mb}); samples are dropped first, then new steps; "
-                f"{steps} step(s) and {samples} sample(s) dropped so far (shown once; "
-                "run.status() keeps counting)",
-            )
 
     def _deliver(self, kind: str, batch_id: str, count: int, body: bytes) -> None:
         """Post one batch, or spool it while the service is away or older batches wait."""
@@ -257,11 +241,7 @@ class Sender:
 
     def _spool_put(self, batch_id: str, points: int, body: bytes, kind: str = POINTS) -> None:
         try:
-            if not self._run_json_written:
-                self.spool.write_json(
-                    "run.json", {**self._run_payload, "resume_from_step": None, "url": self.cfg.url}
-                )
-                self._run_json_written = True
+            self._write_run_json()
             batch = self._put_making_room(batch_id, points, body, kind)
         except (SpoolError, OSError) as exc:
             full = isinstance(exc, SpoolError) and exc.disk_full
@@ -301,12 +281,7 @@ class Sender:
         self._drop(victim.kind, victim.points, cause, message)
 
     def _room_message(self, problem: str) -> str:
-        return (
-            f"rlguard: the spool {self.spool.dir} {problem} (spool_budget_mb="
-            f"{self.cfg.spool_budget_mb}); its oldest samples, then its oldest points, are "
-            "dropped to make room for new batches (shown once; run.status() counts them and "
-            "the service is told)"
-        )
+        return spool_room_message(self.spool.dir, problem, self.cfg.spool_budget_mb)
 
     def _drop(self, kind: str, points: int, cause: str, message: str) -> None:
         self.counters.add(kind, "dropped", points)
@@ -319,8 +294,10 @@ class Sender:
             batch = self._backlog[0]
             body = self.spool.read(batch)
             points = batch.points
-            if body is not None and batch.batch_id in self._inherited:
-                body, points = self._superseded_removed(body, points, batch.kind)
+            resume = self.cfg.resume_from_step
+            if body is not None and batch.batch_id in self._inherited and resume is not None:
+                # an earlier process's batch, without the steps this restart logs again
+                body, points = kept_up_to(body, points, batch.kind, resume)
             if body is not None:
                 try:
                     self._post(body, batch.kind)
@@ -335,21 +312,6 @@ class Sender:
             self._backlog.popleft()
             if time.monotonic() >= until:
                 return
-
-    def _superseded_removed(
-        self, body: bytes, points: int, kind: str = POINTS
-    ) -> tuple[bytes | None, int]:
-        """An earlier process's batch without the steps this restart will log again."""
-        resume = self.cfg.resume_from_step
-        if resume is None:
-            return body, points
-        if kind == SAMPLES:
-            kept_body, kept = _samples.samples_up_to(body, resume)
-        elif _packed.is_packed(body):
-            kept_body, kept = _packed.steps_up_to(body, resume)
-        else:  # spooled by an earlier version of the hook
-            kept_body, kept = _wire.steps_up_to(body, resume)
-        return (body, points) if kept == points else (kept_body, kept)
 
     def _dead_letter(
         self, body: bytes, points: int, exc: RejectedError, kind: str = POINTS
@@ -397,33 +359,18 @@ class Sender:
         now = time.monotonic()
         if not self._run_created or now < self._retry_at:
             return
-        drops = self._drops()
-        if now < self._next_heartbeat and drops == self._drops_reported:
+        drops = self._drops.current()
+        if now < self._next_heartbeat and drops == self._drops.reported:
             return
         self._next_heartbeat = now + self.cfg.heartbeat_interval_s
         try:
-            self._transport.heartbeat(self.cfg.run_id, self._drop_report(drops))
+            self._transport.heartbeat(self.cfg.run_id, self._drops.body(drops))
         except RetryableError as exc:  # the service is away: back off, tell it later
             self._note_failure(exc)
             return
         except RejectedError as exc:
             logger.debug("rlguard: heartbeat refused: %s", exc)
-        self._drops_reported = drops
-
-    def _drops(self) -> tuple[int, int, int]:
-        """Points, steps and samples this process dropped undelivered so far."""
-        queue = self.queue
-        return (
-            self.counters.dropped,
-            self.counters.dropped_steps + queue.dropped_steps,
-            self.counters.samples_dropped + queue.dropped_samples,
-        )
-
-    def _drop_report(self, drops: tuple[int, int, int]) -> dict[str, Any] | None:
-        if not any(drops):
-            return None
-        points, steps, samples = drops
-        return {"process": self._process, "points": points, "steps": steps, "samples": samples}
+        self._drops.reported = drops
 
     def _shutdown(self) -> None:
         """After the stop sentinel: replay what time allows, then deliver the final status."""
@@ -436,15 +383,20 @@ class Sender:
         if not self._backlog:
             try:
                 self._ensure_run()
-                if self._drops() != self._drops_reported:
-                    self._transport.heartbeat(self.cfg.run_id, self._drop_report(self._drops()))
+                if self._drops.untold():
+                    drops = self._drops.current()
+                    self._transport.heartbeat(self.cfg.run_id, self._drops.body(drops))
                 self._transport.update_run(self.cfg.run_id, final)
                 self.spool.remove_json("final.json")
                 return
             except TransportError as exc:
                 self.counters.last_error = str(exc)
         self.spool.write_json("final.json", final)
+        self._write_run_json()
+
+    def _write_run_json(self) -> None:
+        """Once: what ``rlguard sync`` needs to create the run and deliver its spool."""
         if not self._run_json_written:
-            self.spool.write_json(
-                "run.json", {**self._run_payload, "resume_from_step": None, "url": self.cfg.url}
-            )
+            payload = {**self._run_payload, "resume_from_step": None, "url": self.cfg.url}
+            self.spool.write_json("run.json", payload)
+            self._run_json_written = True

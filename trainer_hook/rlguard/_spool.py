@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlguard import _packed, _samples, _wire
 from rlguard.errors import SpoolError
 
 BATCH_SUFFIX = ".batch"
@@ -191,3 +192,16 @@ def spooled_run_ids(root: Path) -> list[str]:
         if entry.is_dir()
         and (any(entry.glob("*" + BATCH_SUFFIX)) or (entry / "final.json").exists())
     ]
+
+
+def kept_up_to(body: bytes, count: int, kind: str, step: int) -> tuple[bytes | None, int]:
+    """A spooled batch of ``count`` points or samples without what comes after ``step``
+    (None when nothing is left), and how many it keeps: a restart that resumes from ``step``
+    logs the later ones again."""
+    if kind == SAMPLES:
+        kept_body, kept = _samples.samples_up_to(body, step)
+    elif _packed.is_packed(body):
+        kept_body, kept = _packed.steps_up_to(body, step)
+    else:  # spooled by an earlier version of the hook
+        kept_body, kept = _wire.steps_up_to(body, step)
+    return (body, count) if kept == count else (kept_body, kept)

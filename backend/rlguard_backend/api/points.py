@@ -83,21 +83,7 @@ def _store_batch(
 
     def store() -> BatchAck:
         with write_session(factory) as session:
-            opened = ingest.open_batch(session, run_id, batch)  # locks the run
-            if opened.duplicate:
-                return opened.ack
-            live = None
-            if settings.detectors_enabled:
-                # Before the points are stored: a suite resumed from its checkpoint catches
-                # up on the stored steps, which this batch may rewrite.
-                live = detection.live_suite(
-                    session, run_id, opened.config, settings, opened.run_last_step
-                )
-            ack, _, _ = ingest.store_batch(session, run_id, batch, opened)
-            if live is not None:
-                with metrics.detector_seconds.time():
-                    found = detection.detect_steps(session, live, batch.steps, settings)
-                ack.alerts = [alerts.to_public(alert) for alert in found]
+            ack = store_and_detect(session, settings, run_id, batch, metrics)
             session.commit()
             return ack
 
@@ -108,6 +94,27 @@ def _store_batch(
         )
 
     return once_per_batch_id(factory, run_id, batch.batch_id, store, replayed)
+
+
+def store_and_detect(
+    session: Session, settings: Settings, run_id: str, batch: BatchIn, metrics: ServiceMetrics
+) -> BatchAck:
+    """Store a batch's points and feed them to the run's detectors, in the caller's unit of
+    work (it commits); a known batch id writes nothing."""
+    opened = ingest.open_batch(session, run_id, batch)  # locks the run
+    if opened.duplicate:
+        return opened.ack
+    live = None
+    if settings.detectors_enabled:
+        # Before the points are stored: a suite resumed from its checkpoint catches up on the
+        # stored steps, which this batch may rewrite.
+        live = detection.live_suite(session, run_id, opened.config, settings, opened.run_last_step)
+    ack, _, _ = ingest.store_batch(session, run_id, batch, opened)
+    if live is not None:
+        with metrics.detector_seconds.time():
+            found = detection.detect_steps(session, live, batch.steps, settings)
+        ack.alerts = [alerts.to_public(alert) for alert in found]
+    return ack
 
 
 @router.get("/keys", response_model=MetricKeyList, dependencies=[READ])

@@ -10,8 +10,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from rlguard_backend import alerts, ingest, repository, samples
 from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_body
 from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, Limit, Offset, SettingsDep, WriterDep
+from rlguard_backend.api.points import store_and_detect
+from rlguard_backend.config import Settings
 from rlguard_backend.db import write_session
 from rlguard_backend.errors import InvalidField
+from rlguard_backend.metrics import ServiceMetrics
 from rlguard_backend.samples import SORT_FIELDS, SampleQuery
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,
@@ -58,18 +61,28 @@ async def ingest_samples(
     def parse_and_store() -> SampleAck:
         raw = ingest.decode_body(body, encoding, settings.max_batch_bytes)
         batch = samples.parse_samples(raw, settings.max_batch_samples)
-        return _store_samples(db.factory, run_id, batch)
+        return _store_samples(db.factory, settings, run_id, batch, request.app.state.metrics)
 
     ack = await db.on_write_thread(parse_and_store)
     return Response(ack.model_dump_json(), media_type="application/json")
 
 
-def _store_samples(factory: sessionmaker[Session], run_id: str, batch: SampleBatchIn) -> SampleAck:
-    """The unit of work of one samples batch: one commit."""
+def _store_samples(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    run_id: str,
+    batch: SampleBatchIn,
+    metrics: ServiceMetrics,
+) -> SampleAck:
+    """The unit of work of one samples batch, one commit: the samples, and the signals derived
+    from them (stored and fed to the detectors) unless the client logged its own."""
 
     def store() -> SampleAck:
         with write_session(factory) as session:
             ack = samples.store_samples(session, run_id, batch)
+            signals = samples.derived_signals(batch)
+            if signals is not None and not ack.duplicate:
+                store_and_detect(session, settings, run_id, signals, metrics)
             session.commit()
             return ack
 
