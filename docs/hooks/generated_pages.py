@@ -212,7 +212,7 @@ def render_detector(detector_id: str) -> str:
         for rule in detector.rules:
             advice = "" if callable(rule.advice) else " ".join(rule.advice)
             signals = ", ".join(f"`{signal}`" for signal in rule.signals) or "the run config"
-            fires_once = rule.clears is not None and rule.clears.__name__ == "never"
+            fires_once = any(condition.__name__ == "never" for condition in rule.clears)
             clear = "never (fires once)" if fires_once else _steps(rule.clear_steps, thresholds)
             lines.append(
                 f"| `{rule.key}` | {signals} | {_steps(rule.persistence, thresholds, one='—')} | "

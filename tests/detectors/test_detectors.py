@@ -130,6 +130,18 @@ def test_entropy_blowup_warns_when_entropy_doubles() -> None:
     assert of(run_events(sc.base_config(120), run), "entropy_blowup")[0][:2] == ("open", "warn")
 
 
+def test_grad_spike_alone_is_info_and_warns_when_it_repeats() -> None:
+    """Changed on purpose (#15 §2): a lone grad-norm spike was WARN, which called two healthy
+    public verl PPO runs (x31 and x18 once, KL steady) unhealthy; clipping bounds that update.
+    WARN now needs a repeat (3 in 50 steps) or a KL spike in the same update (S5)."""
+    lone = run_events(sc.base_config(200), healthy_run(200, {(100, "actor/grad_norm"): 20.0}))
+    assert of(lone, "grad_spike") == [("open", "info", 100), ("resolve", "info", 110)]
+    assert "once, with KL steady" in next(e.message for e in lone if e.key == "grad_spike")
+    spiky = healthy_run(200, {(t, "actor/grad_norm"): 20.0 for t in (100, 115, 130)})
+    events = of(run_events(sc.base_config(200), spiky), "grad_spike")
+    assert [e[:2] for e in events if e[0] == "open"] == [("open", "info")] * 2 + [("open", "warn")]
+
+
 def test_entropy_no_learning_signal_warns_on_zero_grad_norms() -> None:
     run = healthy_run(120)
     for t, values in run[60:]:

@@ -112,6 +112,7 @@ DEFAULTS: dict[str, Thresholds] = {
         "history_points": 50,
         "min_history_points": 10,
         "grad_factor": 10,
+        "grad_repeat": 3,  # spikes in history_points steps that make a grad spike WARN
         "on_policy_tolerance": 1e-3,
         "falling_clip_ratio": 0.5,
         "clear_steps": 10,
