@@ -1,0 +1,81 @@
+"""Alerts: as served, updated in bulk, and the detector backtest's request and result."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+)
+
+from rlguard_backend.schemas.wire import AlertStatus, Severity, StrictBool
+
+
+class AlertPublic(BaseModel):
+    id: int
+    run_id: str
+    detector: str
+    key: str = Field(description="which rule of the detector; one open alert per detector and key")
+    severity: Severity
+    status: AlertStatus
+    secondary: bool
+    acknowledged: bool
+    first_step: int
+    last_step: int
+    message: str
+    evidence: dict[str, Any]
+    advice: list[Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class AlertList(BaseModel):
+    data: list[AlertPublic]
+    count: int
+
+
+class AlertUpdate(BaseModel):
+    """Acknowledge an alert, or resolve it by hand."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    acknowledged: StrictBool | None = None
+    status: Literal["resolved"] | None = None
+
+
+class DetectRequest(BaseModel):
+    """Re-run the detectors over a stored run (a backtest), optionally with other thresholds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    thresholds: dict[str, Any] = Field(
+        default_factory=dict, description='overrides, e.g. {"entropy_collapse.rho_warn": 0.6}'
+    )
+    apply: StrictBool = Field(
+        default=False,
+        description="replace the run's live alerts and detector state with the result",
+    )
+
+
+class BacktestAlert(BaseModel):
+    detector: str
+    key: str
+    severity: Severity
+    status: AlertStatus
+    secondary: bool
+    first_step: int
+    last_step: int
+    message: str
+    evidence: dict[str, Any]
+    advice: list[Any]
+
+
+class DetectResult(BaseModel):
+    run_id: str
+    steps: int = Field(description="steps fed to the detectors")
+    applied: bool
+    alerts: list[BacktestAlert]
+    missing: dict[str, str] = Field(description="detectors degraded or disabled, and why")
