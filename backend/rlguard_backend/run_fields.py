@@ -41,8 +41,8 @@ from typing import Any
 from sqlalchemy import ARRAY, Float, String, Text, case, cast, exists, func, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from rlguard_backend.models import Alert, MetricKey, Rollup, Run
-from rlguard_backend.rollups import BUCKET_WIDTHS
+from rlguard_backend import storage
+from rlguard_backend.models import Alert, MetricKey, Run
 from rlguard_backend.signals import SIGNALS
 
 # The config names each headline hyper-parameter goes by (TRL, verl, OpenRLHF, plain loops);
@@ -84,7 +84,6 @@ MAX_FIELDS = 64
 MAX_KEY_CHARS = 256
 SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
 _FILTER = re.compile(rf"^(?P<field>.+?):(?P<op>{'|'.join(FILTER_OPS)})(?::(?P<value>.*))?$", re.S)
-_TOP_LEVEL = len(BUCKET_WIDTHS) - 1  # the coarsest rollups: the fewest rows to find a last value
 
 
 @dataclass(frozen=True)
@@ -318,14 +317,16 @@ def _json_path(
 
 
 def _last_value(signal: str) -> ColumnElement[Any]:
-    query = (
-        select(Rollup.last_value)
-        .join(MetricKey, MetricKey.id == Rollup.key_id)
-        .where(MetricKey.run_id == Run.id, MetricKey.signal == signal, Rollup.level == _TOP_LEVEL)
-        .order_by(MetricKey.name, Rollup.bucket.desc())
+    """The last value the point store holds of the run's first key (by name) of ``signal``."""
+    first_key = (
+        select(MetricKey.id)
+        .where(MetricKey.run_id == Run.id, MetricKey.signal == signal)
+        .order_by(MetricKey.name)
         .limit(1)
+        .correlate(Run)  # with the listed run, through the store's subquery around it
+        .scalar_subquery()
     )
-    return query.scalar_subquery()
+    return storage.STORE.last_value_sql(first_key)
 
 
 def _open_alerts(severity: str | None) -> ColumnElement[Any]:
