@@ -51,11 +51,23 @@ class _Dashboard(Dash):
 
     plotly_js: str | None = None
 
-    def interpolate_index(self, **kwargs: Any) -> str:
+    def interpolate_index(  # Dash's signature, which mypy holds an override to
+        self,
+        metas: Any = "",
+        title: Any = "",
+        css: Any = "",
+        config: Any = "",
+        scripts: Any = "",
+        app_entry: Any = "",
+        favicon: Any = "",
+        renderer: Any = "",
+    ) -> Any:
         """The page's HTML, with the plotly.js bundle before Dash's scripts where it is drawn."""
         if self.plotly_js and _opens_charts(self.config.requests_pathname_prefix):
-            kwargs["scripts"] = plotly_bundle.script_tag(self.plotly_js) + kwargs["scripts"]
-        return super().interpolate_index(**kwargs)
+            scripts = plotly_bundle.script_tag(self.plotly_js) + scripts
+        return super().interpolate_index(
+            metas, title, css, config, scripts, app_entry, favicon, renderer
+        )
 
 
 def _opens_charts(prefix: str) -> bool:

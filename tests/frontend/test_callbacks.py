@@ -9,10 +9,10 @@ import httpx
 import pytest
 from dash.exceptions import PreventUpdate
 
-from rlguard_frontend import run_callbacks, run_data
+from rlguard_frontend import ids, run_callbacks, run_data, sample_views
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.compare_state import CompareState
-from rlguard_frontend.pages import compare, runs
+from rlguard_frontend.pages import compare, inbox, runs, samples
 from tests.conftest import RunningServer, new_run_id
 from tests.frontend.helpers import seed_run
 
@@ -182,3 +182,67 @@ def test_compare_view_draws_the_baselines_markers_on_every_panel(
             layout = card.children[1].figure["layout"]
             assert [s["x0"] for s in layout["shapes"]] == [30], group_by
             assert [a.get("hovertext") for a in layout["annotations"]] == ["rewind (step 30)"]
+
+
+def _nan_run(server: RunningServer) -> str:
+    """A run whose NaN entropy opens a CRITICAL alert."""
+    run_id = new_run_id("cb-inbox")
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        http.post("/api/v1/runs", json={"id": run_id, "project": "cb"}).raise_for_status()
+        steps = [{"step": s, "values": {"actor/entropy": "NaN"}} for s in range(12)]
+        body = {"batch_id": "nan", "steps": steps}
+        http.post(f"/api/v1/runs/{run_id}/batches", json=body).raise_for_status()
+    return run_id
+
+
+def test_inbox_acknowledges_and_resolves_the_ticked_alerts(
+    client: ApiClient, server: RunningServer
+) -> None:
+    first, second = _nan_run(server), _nan_run(server)
+    options, _, count, error = inbox.show_inbox(client, ids.INBOX_SEVERITY, ["critical"], [], [])
+    mine = {o["value"]: o for o in options if o["label"].children[2].children in (first, second)}
+    assert error == "" and len(mine) == 2 and count == f"{len(options)} open alert(s)"
+    ticked = [a.id for a in client.list_alerts(first).data]
+    acked = inbox.show_inbox(client, ids.INBOX_ACKNOWLEDGE, ["critical"], ticked, options)
+    assert acked[1] == [] and all(a.acknowledged for a in client.list_alerts(first).data)
+    with pytest.raises(PreventUpdate):  # a tick that finds nothing new
+        inbox.show_inbox(client, ids.TICK, ["critical"], [], acked[0])
+    resolved = inbox.show_inbox(client, ids.INBOX_RESOLVE, ["critical"], ticked, acked[0])
+    left = {o["value"] for o in resolved[0]}
+    assert not left & set(ticked) and {a.id for a in client.list_alerts(second).data} <= left
+    assert [a.status for a in client.list_alerts(first).data] == ["resolved"] * len(ticked)
+
+
+def _post_samples(server: RunningServer, run_id: str, step: int, count: int) -> None:
+    rows = [
+        {"step": step, "index": i, "prompt": f"q{i}", "response": f"a{i}", "reward": float(i)}
+        for i in range(count)
+    ]
+    body = {"batch_id": f"s{step}", "samples": rows}
+    httpx.post(f"{server.url}/api/v1/runs/{run_id}/samples", json=body).raise_for_status()
+
+
+def test_samples_follow_the_newest_step_and_show_the_selected_sample(
+    client: ApiClient, server: RunningServer
+) -> None:
+    run_id = new_run_id("cb-samples")
+    seed_run(server.url, run_id, steps=30)
+    _post_samples(server, run_id, 10, 3)
+    _post_samples(server, run_id, 20, 2)
+    state = {"run_id": run_id, "from": None, "to": None}
+    low, high, _, step = samples.follow_steps(client, ["live"], state, 10)
+    assert (low, high, step) == (10, 20, 20)
+    assert samples.follow_steps(client, [], state, 10)[3] == 10  # not live: the step chosen
+    choices = {"sort": "reward", "order": "desc", "compare_run": "", "compare_step": 10}
+    data, caption, error, beside = samples.load_samples(
+        client, ids.SAMPLES_STEP, step, choices, state, None
+    )
+    assert [d["index"] for d in data] == [1, 0] and caption.startswith("step 20: 2 sample")
+    assert error == "" and "step 10, to compare: 3 sample(s)" in str(beside)
+    with pytest.raises(PreventUpdate):  # a live tick that found nothing new
+        samples.load_samples(client, ids.SAMPLES_STEP, step, choices, state, data)
+    rows, active = samples.fill_table(data)
+    assert active == {"row": 0, "column": 0, "column_id": "index"} and len(rows) == 2
+    detail, style = samples.show_sample(client, {"row": 1}, "kl", rows)
+    assert "a0" in str(detail) and style == sample_views.selected_style(1)
+    assert samples.show_sample(client, None, "kl", rows) == (None, [])
