@@ -122,12 +122,15 @@ class ApiClient:
         return GroupList.model_validate(self._get("/v1/groups", params))
 
     def list_run_fields(self, project: str | None = None) -> RunFieldList:
+        """The fields runs can be sorted and filtered by, of one project or all."""
         return RunFieldList.model_validate(self._get("/v1/run-fields", {"project": project}))
 
     def list_projects(self) -> ProjectList:
+        """The projects that hold runs."""
         return ProjectList.model_validate(self._get("/v1/projects"))
 
     def get_run(self, run_id: str) -> RunPublic:
+        """One run's metadata."""
         return RunPublic.model_validate(self._get(f"/v1/runs/{run_id}"))
 
     def run_markers(self, run_id: str) -> MarkerList:
@@ -140,6 +143,7 @@ class ApiClient:
             raise
 
     def list_keys(self, run_id: str) -> MetricKeyList:
+        """The run's metric keys with their point counts and step ranges."""
         return MetricKeyList.model_validate(self._get(f"/v1/runs/{run_id}/keys"))
 
     def read_series(
@@ -177,6 +181,7 @@ class ApiClient:
             raise
 
     def sample_steps(self, run_id: str) -> SampleStepList:
+        """The steps of a run that hold samples."""
         return SampleStepList.model_validate(self._get(f"/v1/runs/{run_id}/sample-steps"))
 
     def list_samples(

@@ -88,6 +88,7 @@ def text(value: str) -> str:
 
 
 def palette(theme: str) -> tuple[str, ...]:
+    """The trace colours of a theme."""
     return DARK_PALETTE if theme == "dark" else PALETTE
 
 

@@ -81,5 +81,6 @@ def theme_for(toggled: bool, search: str | None, theme: str | None) -> str:
 
 
 def theme_from(cookies: Mapping[str, str]) -> str:
+    """The theme the reader chose last (its cookie), light by default."""
     theme = cookies.get(THEME_COOKIE, "light")
     return theme if theme in THEMES else "light"

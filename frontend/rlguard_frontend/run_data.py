@@ -20,6 +20,7 @@ MINIS_FIRST = 8  # mini charts drawn with the page; the rest on search or "draw 
 
 
 def make_plan(client: ApiClient, run: RunPublic, previous: dict[str, Any] | None) -> dict[str, Any]:
+    """What the run page draws: panels and minis of its keys, guides and markers (JSON-able)."""
     keys = client.list_keys(run.id).data
     plan = plan_panels([k.model_dump() for k in keys])
     plan["kl_target"] = kl_target(run.config)

@@ -330,6 +330,7 @@ def grouping_choices(
 
 
 def register(app: Dash, client: ApiClient) -> None:
+    """Wire the compare page's callbacks to ``app``."""
     smoothing, log, xaxis = (control_id(PREFIX, n) for n in (ids.SMOOTHING, ids.LOG, ids.XAXIS))
     controls = [
         Input(ids.COMPARE_RUNS, "value"),

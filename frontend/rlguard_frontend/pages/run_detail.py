@@ -120,6 +120,7 @@ def initial_draw(client: ApiClient, run_id: str, theme: str | None) -> dict[str,
 
 
 def header(run: RunPublic) -> list[Any]:
+    """The run page's title line: name, status, headline config and tags."""
     status = run_state.display_status(run)
     chips = [html.Span(f"{k} = {v}", className="chip") for k, v in run_state.headline_config(run)]
     chips += [html.Span(tag, className="chip chip-tag") for tag in run.tags]
@@ -198,11 +199,13 @@ def panel_cards(
 
 
 def mini_graph(mini: str, drawn: dict[str, dict[str, Any]]) -> dcc.Graph:
+    """A mini chart of one non-panel key, with its figure when drawn."""
     config: Any = {"displayModeBar": False}
     return dcc.Graph(id=_graph_id(mini), **_figure(drawn, mini), config=config, className="graph")
 
 
 def undrawn_note() -> html.P:
+    """The note a mini chart shows until it is drawn."""
     return html.P("not drawn yet: search for it, or draw all", className="hint mini-undrawn")
 
 
@@ -211,6 +214,7 @@ def _figure(drawn: dict[str, dict[str, Any]], panel_id: str) -> dict[str, Any]:
 
 
 def register(app: Dash, client: ApiClient) -> None:
+    """Wire the run page's callbacks to ``app``."""
     smoothing, log, xaxis, live = (
         control_id(PREFIX, n) for n in (ids.SMOOTHING, ids.LOG, ids.XAXIS, ids.LIVE)
     )

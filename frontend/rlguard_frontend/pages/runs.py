@@ -130,6 +130,7 @@ GRID_OPTIONS: dict[str, Any] = {
 
 
 def layout() -> html.Div:
+    """The runs page: filters, column choice and the server-side runs grid."""
     filters = html.Div(
         [
             dcc.Dropdown(id=ids.RUNS_PROJECT, placeholder="any project", className="filter"),
@@ -310,6 +311,7 @@ def _markdown_text(value: str) -> str:
 
 
 def run_row(run: RunRow) -> dict[str, Any]:
+    """A grid row of a listed run: its columns, a link to its page and its computed fields."""
     return {
         **run.values,
         "id": run.id,
@@ -335,6 +337,7 @@ def column_options(
 
 
 def pin_options(columns: list[str] | None) -> list[dict[str, str]]:
+    """The columns the user can pin: the fixed ones and those chosen."""
     fixed = [(c["colId"], c["headerName"]) for c in FIXED_COLUMNS if not c.get("pinned")]
     chosen = [(c, HEADERS.get(c, c)) for c in columns or []]
     return [{"label": label, "value": value} for value, label in fixed + chosen]
@@ -354,6 +357,7 @@ def runs_total(client: ApiClient, tick: int | None, known: dict[str, int] | None
 
 
 def compare_link(selected: list[dict[str, Any]] | None) -> Any:
+    """A link comparing the ticked runs, or a hint to tick some."""
     run_ids = [row["id"] for row in selected or [] if row and row.get("id")]
     if not run_ids:
         return html.Span("tick runs to compare", className="hint")
@@ -365,6 +369,8 @@ def compare_link(selected: list[dict[str, Any]] | None) -> Any:
 
 
 def register(app: Dash, client: ApiClient) -> None:
+    """Wire the runs page's callbacks to ``app``."""
+
     @app.callback(
         Output(ids.RUNS_TABLE, "getRowsResponse"),
         Output(ids.RUNS_COUNT, "children"),
