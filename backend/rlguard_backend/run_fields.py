@@ -142,9 +142,10 @@ def parse_filter(spec: str) -> Filter:
 
 def parse_fields(spec: str) -> tuple[str, ...]:
     """``"hparam.lr,last.entropy"``: the computed fields each listed run carries in ``values``."""
-    names = tuple(dict.fromkeys(part.strip() for part in spec.split(",") if part.strip()))
-    if len(names) > MAX_FIELDS:
-        raise ValueError(f"at most {MAX_FIELDS} fields, got {len(names)}")
+    listed = [part.strip() for part in spec.split(",") if part.strip()]
+    if len(listed) > MAX_FIELDS:
+        raise ValueError(f"at most {MAX_FIELDS} fields, got {len(listed)}")
+    names = tuple(dict.fromkeys(listed))
     for name in names:
         check_field(name)
     return names
@@ -213,6 +214,11 @@ def where(expr: FieldExpr, rule: Filter) -> ColumnElement[bool]:
         return ~anything if rule.op == "blank" else anything
     assert rule.value is not None
     number = _number(rule.value, expr) if expr.number is not None else None
+    if expr.is_date and number is None:
+        raise ValueError(
+            f"filter {expr.name}:{rule.op}:{rule.value[:40]}: {rule.value.strip()[:40]!r} is not "
+            "a date on the calendar; write one as 2026-03-01 or 2026-03-01T12:00:00Z"
+        )
     if rule.op in NUMBER_OPS:
         if expr.number is None or number is None:
             raise ValueError(_mismatch(expr, rule, "a number" if expr.text is None else "text"))
