@@ -9,10 +9,13 @@ import httpx
 import pytest
 from dash.exceptions import PreventUpdate
 
-from rlguard_frontend import ids, run_callbacks, run_data, sample_views
+from rlguard_backend.schemas import AlertPublic, SeriesData
+from rlguard_frontend import ids, run_callbacks, run_data, runs_grid, sample_views
 from rlguard_frontend.api_client import ApiClient
+from rlguard_frontend.compare_figures import RunMarks, compare_figure
 from rlguard_frontend.compare_state import CompareState
-from rlguard_frontend.pages import compare, inbox, runs, samples
+from rlguard_frontend.figures import View
+from rlguard_frontend.pages import compare, inbox, samples
 from tests.conftest import RunningServer, new_run_id
 from tests.frontend.helpers import seed_run
 
@@ -54,7 +57,7 @@ def test_runs_grid_rows_answers_the_grids_request_from_the_api(
             "last.entropy": {"filterType": "number", "type": "greaterThan", "filter": 1.5}
         },
     }
-    response, count, error = runs.grid_rows(client, request, None, None, None, ["hparam.lr"])
+    response, count, error = runs_grid.grid_rows(client, request, None, None, None, ["hparam.lr"])
     assert error == ""
     assert [r["id"] for r in response["rowData"]] == [sweep[3], sweep[2], sweep[1]]
     assert response["rowCount"] == 3 and count == "3 of 4 runs match"
@@ -80,7 +83,7 @@ def test_runs_grid_rows_answers_the_grids_request_from_the_api(
 def test_runs_api_filters_translate_the_grids_filter_model(
     model: dict[str, Any] | None, expected: list[str]
 ) -> None:
-    assert runs.api_filters(model) == expected
+    assert runs_grid.api_filters(model) == expected
 
 
 def test_compare_view_groups_bands_and_diffs_configs(client: ApiClient, sweep: list[str]) -> None:
@@ -169,19 +172,65 @@ def test_run_shared_zoom_follows_a_relayout_or_a_reset(
     assert run_callbacks.shared_zoom(event, reset, "step", {"from": 0, "to": 5}) == expected
 
 
-def test_compare_view_draws_the_baselines_markers_on_every_panel(
+def test_compare_view_draws_every_runs_markers_in_its_colour_and_the_baselines_on_bands(
     server: RunningServer, client: ApiClient, sweep: list[str]
 ) -> None:
-    rewind = {"resume_from_step": 30}
-    httpx.post(f"{server.url}/api/v1/runs/{sweep[1]}/rewind", json=rewind).raise_for_status()
-    for group_by in ((), ("config.optim.lr",)):
-        state = CompareState(runs=tuple(sweep), baseline=sweep[1], group_by=group_by)
-        cards, _, _, error = compare.compare_view(client, state)
-        assert error == "" and cards
-        for card in cards:
-            layout = card.children[1].figure["layout"]
-            assert [s["x0"] for s in layout["shapes"]] == [30], group_by
-            assert [a.get("hovertext") for a in layout["annotations"]] == ["rewind (step 30)"]
+    for run_id, step in ((sweep[1], 30), (sweep[2], 40)):
+        rewind = {"resume_from_step": step}
+        httpx.post(f"{server.url}/api/v1/runs/{run_id}/rewind", json=rewind).raise_for_status()
+    overlaid = CompareState(runs=tuple(sweep), baseline=sweep[0])
+    cards, _, _, error = compare.compare_view(client, overlaid)
+    assert error == "" and cards
+    for card in cards:
+        layout = card.children[1].figure["layout"]
+        assert [s["x0"] for s in layout["shapes"]] == [30, 40]
+        assert len({s["line"]["color"] for s in layout["shapes"]}) == 2  # each run's colour
+        hovers = [a.get("hovertext") for a in layout["annotations"]]
+        assert hovers == [f"{sweep[1]}: rewind (step 30)", f"{sweep[2]}: rewind (step 40)"]
+    banded = CompareState(runs=tuple(sweep), baseline=sweep[1], group_by=("config.optim.lr",))
+    cards, _, _, error = compare.compare_view(client, banded)
+    assert error == "" and cards
+    for card in cards:
+        layout = card.children[1].figure["layout"]
+        assert [s["x0"] for s in layout["shapes"]] == [30]
+        assert [a.get("hovertext") for a in layout["annotations"]] == ["rewind (step 30)"]
+
+
+def test_compare_figure_draws_a_runs_warn_and_critical_alerts_in_its_colour() -> None:
+    series = SeriesData(
+        steps=[0, 50, 100],
+        values=[1.0, 1.0, 1.0],
+        downsampled=False,
+        method="raw",
+        total_points=3,
+        last_step=100,
+    )
+    alert = {
+        "run_id": "b",
+        "detector": "nonfinite",
+        "key": "entropy",
+        "status": "open",
+        "secondary": False,
+        "acknowledged": False,
+        "message": "m",
+        "evidence": {},
+        "advice": [],
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z",
+    }
+    alerts = [
+        AlertPublic.model_validate({**alert, **extra})
+        for extra in (
+            {"id": 1, "severity": "critical", "first_step": 50, "last_step": 50},
+            {"id": 2, "severity": "info", "first_step": 80, "last_step": 80},
+        )
+    ]
+    marks = [None, RunMarks(alerts=alerts)]
+    lines = [("a", series, None), ("b", series, None)]
+    figure = compare_figure("entropy", "nats", lines, View(), marks)
+    shapes = figure["layout"]["shapes"]
+    assert [s["x0"] for s in shapes] == [50]  # the info alert stays on the run page
+    assert shapes[0]["line"]["color"] == figure["data"][1]["line"]["color"]
 
 
 def _nan_run(server: RunningServer) -> str:
