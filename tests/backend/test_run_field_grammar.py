@@ -19,7 +19,7 @@ DRAWS = settings(max_examples=300, deadline=None, suppress_health_check=list(Hea
 
 def _refusal(sort: str | None, filters: list[str], fields: str | None) -> str | None:
     """None when the service lists runs with these parameters, else its 422 message (the
-checks ``list_runs`` makes, in its order, without a database)."""
+    checks ``list_runs`` makes, in its order, without a database)."""
     try:
         _, rules, _ = _parse_list_params(sort, filters, fields)
         for rule in rules:
