@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -27,6 +27,22 @@ TIMEOUT_S = 10.0
 MAX_POINTS = 2000
 # The signed-in viewer's token for the API calls of the request being served (see signin.py).
 REQUEST_TOKEN: ContextVar[str | None] = ContextVar("rlguard_request_token", default=None)
+T = TypeVar("T")
+
+
+def carry_token(work: Callable[..., T]) -> Callable[..., T]:
+    """``work`` for a worker thread: its API calls send the token of the request that made it.
+
+    A thread of a pool starts with no context of its own, so without this a signed-in
+    viewer's reads done in parallel go out without their token (and are refused).
+    """
+    token = REQUEST_TOKEN.get()
+
+    def run(*args: Any) -> T:
+        REQUEST_TOKEN.set(token)  # the pools that use this live for one request
+        return work(*args)
+
+    return run
 
 
 class ApiError(Exception):

@@ -13,7 +13,7 @@ from typing import Any
 
 from rlguard_backend.schemas import RunPublic, SeriesData, flatten_config
 from rlguard_frontend import traces
-from rlguard_frontend.api_client import ApiClient
+from rlguard_frontend.api_client import ApiClient, carry_token
 from rlguard_frontend.compare_figures import RunMarks
 from rlguard_frontend.panels import PANELS
 
@@ -89,7 +89,7 @@ def read_runs(
     if not run_ids:
         return []
     with ThreadPoolExecutor(min(READERS, len(run_ids)), thread_name_prefix="rlguard-cmp") as pool:
-        return list(pool.map(read, run_ids))
+        return list(pool.map(carry_token(read), run_ids))
 
 
 def _marks(client: ApiClient, run_id: str) -> RunMarks:

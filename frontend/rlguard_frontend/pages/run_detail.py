@@ -10,7 +10,7 @@ from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import RunPublic
 from rlguard_frontend import alert_views, ids, run_callbacks, run_data, run_state, traces
-from rlguard_frontend.api_client import ApiClient, ApiError
+from rlguard_frontend.api_client import ApiClient, ApiError, carry_token
 from rlguard_frontend.controls import control_id, controls_bar
 from rlguard_frontend.pages import run_alerts
 from rlguard_frontend.panel_views import view_from
@@ -98,7 +98,7 @@ def layout(run_id: str, client: ApiClient, theme: str | None = None) -> html.Div
 def initial_draw(client: ApiClient, run_id: str, theme: str | None) -> dict[str, Any]:
     """Header, plan, drawn cards, live cursor and alerts of a run, as the controls start."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlguard-alerts") as pool:
-        listed = pool.submit(client.list_alerts, run_id)
+        listed = pool.submit(carry_token(client.list_alerts), run_id)
         run = client.get_run(run_id)
         plan = run_data.make_plan(client, run, None)
         drawn_ids = run_data.panel_ids(plan)
