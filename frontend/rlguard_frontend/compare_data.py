@@ -61,15 +61,17 @@ def read_runs(
     span: Mapping[str, int] | None = None,
     signals: Sequence[str] = (),
     marked: Collection[str] = (),
+    marked_alerts: bool = True,
 ) -> list[ComparedRun]:
     """Each run with its canonical signals' series (``signals`` only, when given), and for the
-    ``marked`` runs their markers and alerts, read a few runs at a time."""
+    ``marked`` runs their markers (and alerts, unless ``marked_alerts`` is off), read a few runs
+    at a time."""
     wanted = set(signals or SIGNAL_UNITS) | set(HEADLINE_SIGNALS)
     max_points = points_per_run(len(run_ids))
 
     def read(run_id: str) -> ComparedRun:
         run = client.get_run(run_id)
-        marks = _marks(client, run_id) if run_id in marked else None
+        marks = _marks(client, run_id, marked_alerts) if run_id in marked else None
         chosen: dict[str, str] = {}
         for key in client.list_keys(run_id).data:
             if key.signal in wanted and key.signal not in chosen:
@@ -92,9 +94,9 @@ def read_runs(
         return list(pool.map(carry_token(read), run_ids))
 
 
-def _marks(client: ApiClient, run_id: str) -> RunMarks:
+def _marks(client: ApiClient, run_id: str, alerts: bool) -> RunMarks:
     markers = [m.model_dump() for m in client.run_markers(run_id).data]
-    return RunMarks(markers, tuple(client.list_alerts(run_id).data))
+    return RunMarks(markers, tuple(client.list_alerts(run_id).data) if alerts else ())
 
 
 def last_value(series: SeriesData | None, smoothed: bool) -> float | None:

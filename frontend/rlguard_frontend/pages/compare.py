@@ -179,6 +179,7 @@ def compare_view(client: ApiClient, state: CompareState) -> tuple[Any, Any, Any,
             span=state.span,
             signals=state.signals,
             marked=state.runs if few else (baseline,),
+            marked_alerts=not state.group_by,  # bands draw the baseline's markers alone
         )
         groups = _groups(client, state, runs) if state.group_by else None
     except ApiError as exc:
