@@ -23,9 +23,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+from sqlalchemy import select
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from rlguard_backend import sql
+from rlguard_backend.models import Rollup
 from rlguard_backend.packed_arrays import pack, unpack
 from rlguard_backend.rollups import (
     BUCKET_WIDTHS,
@@ -430,6 +433,17 @@ def cover(session: Session, key_id: int, lo: int, hi: int, level: int) -> list[S
     left = cover(session, key_id, lo, first_full * width - 1, level - 1)
     right = cover(session, key_id, (last_full + 1) * width, hi, level - 1)
     return left + middle + right
+
+
+def last_value_sql(key_id: ColumnElement[int]) -> ColumnElement[float]:
+    """The key's last stored value as SQL, from its newest coarsest-level summary."""
+    query = (
+        select(Rollup.last_value)
+        .where(Rollup.key_id == key_id, Rollup.level == len(BUCKET_WIDTHS) - 1)
+        .order_by(Rollup.bucket.desc())
+        .limit(1)
+    )
+    return query.scalar_subquery()
 
 
 def delete_after(session: Session, key_ids: Sequence[int], step: int) -> None:

@@ -41,8 +41,8 @@ from typing import Any
 from sqlalchemy import ARRAY, Float, String, Text, case, cast, exists, func, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from rlguard_backend.models import Alert, MetricKey, Rollup, Run
-from rlguard_backend.rollups import BUCKET_WIDTHS
+from rlguard_backend import storage
+from rlguard_backend.models import Alert, MetricKey, Run
 from rlguard_backend.signals import SIGNALS
 
 # The config names each headline hyper-parameter goes by (TRL, verl, OpenRLHF, plain loops);
@@ -84,7 +84,6 @@ MAX_FIELDS = 64
 MAX_KEY_CHARS = 256
 SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
 _FILTER = re.compile(rf"^(?P<field>.+?):(?P<op>{'|'.join(FILTER_OPS)})(?::(?P<value>.*))?$", re.S)
-_TOP_LEVEL = len(BUCKET_WIDTHS) - 1  # the coarsest rollups: the fewest rows to find a last value
 
 
 @dataclass(frozen=True)
@@ -144,9 +143,10 @@ def parse_filter(spec: str) -> Filter:
 
 def parse_fields(spec: str) -> tuple[str, ...]:
     """``"hparam.lr,last.entropy"``: the computed fields each listed run carries in ``values``."""
-    names = tuple(dict.fromkeys(part.strip() for part in spec.split(",") if part.strip()))
-    if len(names) > MAX_FIELDS:
-        raise ValueError(f"at most {MAX_FIELDS} fields, got {len(names)}")
+    listed = [part.strip() for part in spec.split(",") if part.strip()]
+    if len(listed) > MAX_FIELDS:
+        raise ValueError(f"at most {MAX_FIELDS} fields, got {len(listed)}")
+    names = tuple(dict.fromkeys(listed))
     for name in names:
         check_field(name)
     return names
@@ -215,6 +215,11 @@ def where(expr: FieldExpr, rule: Filter) -> ColumnElement[bool]:
         return ~anything if rule.op == "blank" else anything
     assert rule.value is not None
     number = _number(rule.value, expr) if expr.number is not None else None
+    if expr.is_date and number is None:
+        raise ValueError(
+            f"filter {expr.name}:{rule.op}:{rule.value[:40]}: {rule.value.strip()[:40]!r} is not "
+            "a date on the calendar; write one as 2026-03-01 or 2026-03-01T12:00:00Z"
+        )
     if rule.op in NUMBER_OPS:
         if expr.number is None or number is None:
             raise ValueError(_mismatch(expr, rule, "a number" if expr.text is None else "text"))
@@ -319,14 +324,16 @@ def _json_path(
 
 
 def _last_value(signal: str) -> ColumnElement[Any]:
-    query = (
-        select(Rollup.last_value)
-        .join(MetricKey, MetricKey.id == Rollup.key_id)
-        .where(MetricKey.run_id == Run.id, MetricKey.signal == signal, Rollup.level == _TOP_LEVEL)
-        .order_by(MetricKey.name, Rollup.bucket.desc())
+    """The last value the point store holds of the run's first key (by name) of ``signal``."""
+    first_key = (
+        select(MetricKey.id)
+        .where(MetricKey.run_id == Run.id, MetricKey.signal == signal)
+        .order_by(MetricKey.name)
         .limit(1)
+        .correlate(Run)  # with the listed run, through the store's subquery around it
+        .scalar_subquery()
     )
-    return query.scalar_subquery()
+    return storage.STORE.last_value_sql(first_key)
 
 
 def _open_alerts(severity: str | None) -> ColumnElement[Any]:

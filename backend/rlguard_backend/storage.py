@@ -6,6 +6,10 @@ one would pay) takes over by implementing ``PointStore`` and replacing ``STORE``
 series reads and the detectors reach points only through it. Runs, keys, alerts, samples and
 detector state stay in the run database either way; a store gets that database's session so
 it can keep its writes in the same transaction, or ignore it and write elsewhere.
+
+One verb is SQL rather than values: the runs grid sorts and filters thousands of runs by their
+last value of a signal in one query of the run database, so ``last_value_sql`` gives that value
+as an expression of it (a store elsewhere would keep a last-value table there for it).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from rlguard_backend import points
 from rlguard_backend.points import KeyColumns, KeyTail, Row
@@ -56,6 +61,10 @@ class PointStore(Protocol):
 
     def cover(self, session: Session, key_id: int, lo: int, hi: int, level: int) -> list[Summary]:
         """Summaries exactly covering steps ``lo..hi`` at bucket ``level`` (finer at the edges)."""
+        ...
+
+    def last_value_sql(self, key_id: ColumnElement[int]) -> ColumnElement[float]:
+        """The last stored value of the key ``key_id`` (a correlated SQL expression) as SQL."""
         ...
 
     def delete_after(self, session: Session, key_ids: Sequence[int], step: int) -> None:

@@ -20,6 +20,7 @@ ACTIONS: dict[str, dict[str, Any]] = {
 
 
 def timeline(alerts: list[AlertPublic]) -> list[Any]:
+    """The run's alerts as a list, open and worst first (or a note that there are none)."""
     if not alerts:
         return [html.P("No alerts. The limiters look healthy.", className="empty")]
     ordered = sorted(
@@ -45,6 +46,7 @@ def timeline(alerts: list[AlertPublic]) -> list[Any]:
 
 
 def alert_detail(alert: AlertPublic) -> list[Any]:
+    """One alert's message, evidence table and actions."""
     evidence = [
         html.Tr([html.Th(str(k)), html.Td(json.dumps(v) if not isinstance(v, str) else v)])
         for k, v in alert.evidence.items()

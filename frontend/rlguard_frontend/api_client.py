@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -27,6 +27,22 @@ TIMEOUT_S = 10.0
 MAX_POINTS = 2000
 # The signed-in viewer's token for the API calls of the request being served (see signin.py).
 REQUEST_TOKEN: ContextVar[str | None] = ContextVar("rlguard_request_token", default=None)
+T = TypeVar("T")
+
+
+def carry_token(work: Callable[..., T]) -> Callable[..., T]:
+    """``work`` for a worker thread: its API calls send the token of the request that made it.
+
+    A thread of a pool starts with no context of its own, so without this a signed-in
+    viewer's reads done in parallel go out without their token (and are refused).
+    """
+    token = REQUEST_TOKEN.get()
+
+    def run(*args: Any) -> T:
+        REQUEST_TOKEN.set(token)  # the pools that use this live for one request
+        return work(*args)
+
+    return run
 
 
 class ApiError(Exception):
@@ -122,12 +138,15 @@ class ApiClient:
         return GroupList.model_validate(self._get("/v1/groups", params))
 
     def list_run_fields(self, project: str | None = None) -> RunFieldList:
+        """The fields runs can be sorted and filtered by, of one project or all."""
         return RunFieldList.model_validate(self._get("/v1/run-fields", {"project": project}))
 
     def list_projects(self) -> ProjectList:
+        """The projects that hold runs."""
         return ProjectList.model_validate(self._get("/v1/projects"))
 
     def get_run(self, run_id: str) -> RunPublic:
+        """One run's metadata."""
         return RunPublic.model_validate(self._get(f"/v1/runs/{run_id}"))
 
     def run_markers(self, run_id: str) -> MarkerList:
@@ -140,6 +159,7 @@ class ApiClient:
             raise
 
     def list_keys(self, run_id: str) -> MetricKeyList:
+        """The run's metric keys with their point counts and step ranges."""
         return MetricKeyList.model_validate(self._get(f"/v1/runs/{run_id}/keys"))
 
     def read_series(
@@ -177,6 +197,7 @@ class ApiClient:
             raise
 
     def sample_steps(self, run_id: str) -> SampleStepList:
+        """The steps of a run that hold samples."""
         return SampleStepList.model_validate(self._get(f"/v1/runs/{run_id}/sample-steps"))
 
     def list_samples(

@@ -46,6 +46,37 @@ def _prefetch_pages(server: flask.Flask, prefetch: PagePrefetch, prefix: str) ->
         prefetch.start((where, routing.theme_from(request.cookies)))
 
 
+class _Dashboard(Dash):
+    """Dash whose page HTML loads plotly.js up front only for a page that draws charts."""
+
+    plotly_js: str | None = None
+
+    def interpolate_index(  # Dash's signature, which mypy holds an override to
+        self,
+        metas: Any = "",
+        title: Any = "",
+        css: Any = "",
+        config: Any = "",
+        scripts: Any = "",
+        app_entry: Any = "",
+        favicon: Any = "",
+        renderer: Any = "",
+    ) -> Any:
+        """The page's HTML, with the plotly.js bundle before Dash's scripts where it is drawn."""
+        if self.plotly_js and _opens_charts(self.config.requests_pathname_prefix):
+            scripts = plotly_bundle.script_tag(self.plotly_js) + scripts
+        return super().interpolate_index(
+            metas, title, css, config, scripts, app_entry, favicon, renderer
+        )
+
+
+def _opens_charts(prefix: str) -> bool:
+    """Whether the page whose HTML is being sent draws charts."""
+    request = flask.request
+    query = request.query_string.decode("utf-8", "replace")
+    return routing.draws_charts(routing.location(unquote(request.path), query, prefix))
+
+
 def create_dash_app(
     api_url: str,
     *,
@@ -63,15 +94,15 @@ def create_dash_app(
     client = ApiClient(api_url, token)
     prefix = requests_pathname_prefix
     plotly_js = plotly_bundle.script_url(prefix)
-    app = Dash(
+    app = _Dashboard(
         __name__,
         title="rlguard",
         requests_pathname_prefix=prefix,
         suppress_callback_exceptions=True,
         update_title=None,  # type: ignore[arg-type]
-        external_scripts=[plotly_js] if plotly_js else [],
     )
     if plotly_js:
+        app.plotly_js = plotly_js
         plotly_bundle.install(app.server, plotly_js)
 
     def build(key: Key) -> html.Div:

@@ -7,6 +7,7 @@ their severity's colour, merged where closer than about a pixel.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -27,21 +28,29 @@ def marker_overlay(
     alerts: Sequence[AlertPublic],
     anchor: SeriesData,
     view: Any,
+    colour: str | None = None,
+    who: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(shapes, annotations) of a run's markers and alert lines on one chart."""
+    """(shapes, annotations) of a run's markers and alert lines on one chart.
+
+    ``colour``: every line in it (the run's, where several runs share a chart) instead of the
+    kind's or severity's; ``who``: the run's name, before each marker's hover text.
+    """
     shapes: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
     for marker in markers:
         x = traces.step_to_x(marker["step"], anchor.steps, anchor.times, view.xmode, view.t0)
         if x is None:
             continue
-        colour = MARKER_COLOURS.get(marker["kind"], "#7f8790")
-        shapes.append(_vertical(x, colour, "dash", 1.2))
-        notes.append(_label(x, MARKER_TEXT.get(marker["kind"], marker["kind"]), marker, colour))
+        shade = colour or MARKER_COLOURS.get(marker["kind"], "#7f8790")
+        shapes.append(_vertical(x, shade, "dash", 1.2))
+        label = MARKER_TEXT.get(marker["kind"], marker["kind"])
+        notes.append(_label(x, label, marker, shade, who))
     for step, severity in alert_steps(alerts, anchor.steps):
         x = traces.step_to_x(step, anchor.steps, anchor.times, view.xmode, view.t0)
         if x is not None:
-            shapes.append(_vertical(x, SEVERITY_COLOURS.get(severity, "#999999"), "dot", 1))
+            shade = colour or SEVERITY_COLOURS.get(severity, "#999999")
+            shapes.append(_vertical(x, shade, "dot", 1))
     return shapes, notes
 
 
@@ -85,10 +94,13 @@ def _vertical(x: Any, colour: str, dash: str, width: float) -> dict[str, Any]:
     }
 
 
-def _label(x: Any, text: str, marker: Mapping[str, Any], colour: str) -> dict[str, Any]:
+def _label(
+    x: Any, text: str, marker: Mapping[str, Any], colour: str, who: str | None
+) -> dict[str, Any]:
+    hover = f"{marker['label']} (step {marker['step']})"
     return {
         "text": text,
-        "hovertext": f"{marker['label']} (step {marker['step']})",
+        "hovertext": f"{html.escape(who, quote=False)}: {hover}" if who else hover,
         "xref": "x",
         "x": x,
         "xanchor": "left",

@@ -6,14 +6,15 @@ No Dash here: the page's callbacks call these, and tests call them directly.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from rlguard_backend.schemas import RunPublic, SeriesData, flatten_config
 from rlguard_frontend import traces
-from rlguard_frontend.api_client import ApiClient
+from rlguard_frontend.api_client import ApiClient, carry_token
+from rlguard_frontend.compare_figures import RunMarks
 from rlguard_frontend.panels import PANELS
 
 MAX_RUNS = 50
@@ -43,6 +44,7 @@ for _panel in PANELS:
 class ComparedRun:
     run: RunPublic
     series: dict[str, SeriesData]  # canonical signal -> its first key's series
+    marks: RunMarks | None = None  # read for the runs whose markers are drawn
 
 
 def points_per_run(runs: int) -> int:
@@ -58,20 +60,24 @@ def read_runs(
     times: bool = False,
     span: Mapping[str, int] | None = None,
     signals: Sequence[str] = (),
+    marked: Collection[str] = (),
+    marked_alerts: bool = True,
 ) -> list[ComparedRun]:
-    """Each run with its canonical signals' series (``signals`` only, when given), read a few
-    runs at a time."""
+    """Each run with its canonical signals' series (``signals`` only, when given), and for the
+    ``marked`` runs their markers (and alerts, unless ``marked_alerts`` is off), read a few runs
+    at a time."""
     wanted = set(signals or SIGNAL_UNITS) | set(HEADLINE_SIGNALS)
     max_points = points_per_run(len(run_ids))
 
     def read(run_id: str) -> ComparedRun:
         run = client.get_run(run_id)
+        marks = _marks(client, run_id, marked_alerts) if run_id in marked else None
         chosen: dict[str, str] = {}
         for key in client.list_keys(run_id).data:
             if key.signal in wanted and key.signal not in chosen:
                 chosen[key.signal] = key.name
         if not chosen:
-            return ComparedRun(run, {})
+            return ComparedRun(run, {}, marks)
         answer = client.read_series(
             run_id,
             list(chosen.values()),
@@ -80,12 +86,17 @@ def read_runs(
             max_points=max_points,
             **dict(span or {}),
         )
-        return ComparedRun(run, {s: answer.series[k] for s, k in chosen.items()})
+        return ComparedRun(run, {s: answer.series[k] for s, k in chosen.items()}, marks)
 
     if not run_ids:
         return []
     with ThreadPoolExecutor(min(READERS, len(run_ids)), thread_name_prefix="rlguard-cmp") as pool:
-        return list(pool.map(read, run_ids))
+        return list(pool.map(carry_token(read), run_ids))
+
+
+def _marks(client: ApiClient, run_id: str, alerts: bool) -> RunMarks:
+    markers = [m.model_dump() for m in client.run_markers(run_id).data]
+    return RunMarks(markers, tuple(client.list_alerts(run_id).data) if alerts else ())
 
 
 def last_value(series: SeriesData | None, smoothed: bool) -> float | None:

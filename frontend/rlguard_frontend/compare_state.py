@@ -68,6 +68,7 @@ class CompareState:
         return urlencode({k: v for k, v in pairs.items() if v})
 
     def with_changes(self, **changes: object) -> CompareState:
+        """A copy of the view with the given fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
     @property

@@ -14,6 +14,7 @@ X_OPTIONS = [
 
 
 def control_id(prefix: str, name: str) -> str:
+    """The id of a page's control: ``<page prefix>-<control>``."""
     return f"{prefix}-{name}"
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlguard_backend.schemas import AlertPublic, BandPublic, SeriesData
+from rlguard_backend.schemas import AlertPublic, SeriesData
 from rlguard_frontend import traces
 from rlguard_frontend.chart_markers import (
     MERGE_BUCKETS,
@@ -31,8 +31,6 @@ THEMES = {
 RAW_OPACITY_SMOOTHED = 0.25
 ALERT_AXIS = "y3"
 GUIDE_COLOUR = "#7f8790"
-LEGEND_MAX_RUNS = 12
-BAND_OPACITY = 0.2
 
 
 @dataclass(frozen=True)
@@ -88,6 +86,7 @@ def text(value: str) -> str:
 
 
 def palette(theme: str) -> tuple[str, ...]:
+    """The trace colours of a theme."""
     return DARK_PALETTE if theme == "dark" else PALETTE
 
 
@@ -110,9 +109,9 @@ def panel_figure(content: PanelContent, view: View) -> dict[str, Any]:
         annotations += notes
     if (content.alerts or content.alert_slot) and content.lines:
         data.append(_alert_markers(content.alerts, content.lines[0].series, view, shapes))
-    layout = _layout(view, content, has_right=any(line.right for line in content.lines))
+    layout = base_layout(view, content, has_right=any(line.right for line in content.lines))
     if not any(line.series.steps for line in content.lines):
-        annotations.append(_note("no points in this step range"))
+        annotations.append(note("no points in this step range"))
     elif not view.log:
         flat = flat_range(
             [
@@ -284,7 +283,8 @@ def _alert_shape(
     }
 
 
-def _layout(view: View, content: PanelContent, *, has_right: bool) -> dict[str, Any]:
+def base_layout(view: View, content: PanelContent, *, has_right: bool) -> dict[str, Any]:
+    """The layout every chart shares: axes for the view, theme colours, height, legend."""
     theme = THEMES.get(view.theme, THEMES["light"])
     axis = {"gridcolor": theme["grid"], "zeroline": False, "linecolor": theme["grid"]}
     scale = {"type": "log"} if view.log else {}
@@ -326,7 +326,8 @@ def _layout(view: View, content: PanelContent, *, has_right: bool) -> dict[str, 
     return layout
 
 
-def _note(message: str) -> dict[str, Any]:
+def note(message: str) -> dict[str, Any]:
+    """A message in the middle of an empty chart."""
     return {
         "text": message,
         "xref": "paper",
@@ -336,93 +337,6 @@ def _note(message: str) -> dict[str, Any]:
         "showarrow": False,
         "font": {"size": 13},
     }
-
-
-def compare_figure(
-    signal: str,
-    unit: str,
-    runs: Sequence[tuple[str, SeriesData | None, float | None]],
-    view: View,
-    markers: Sequence[Mapping[str, Any]] = (),
-) -> dict[str, Any]:
-    """One signal of several runs (label, series, start time) overlaid; the legend names runs.
-
-    Past ``LEGEND_MAX_RUNS`` the legend and the unified hover give way to per-line hover.
-    """
-    lines = [
-        Line(key=f"{signal}:{i}", series=s, label=name, t0=t0)
-        for i, (name, s, t0) in enumerate(runs)
-        if s is not None
-    ]
-    few = len(lines) <= LEGEND_MAX_RUNS
-    content = PanelContent(lines=lines, unit=unit, height=300, show_legend=few, markers=markers)
-    figure = panel_figure(content, view)
-    if not few:
-        figure["layout"]["hovermode"] = "closest"
-    return figure
-
-
-def band_figure(
-    unit: str,
-    groups: Sequence[tuple[str, BandPublic]],
-    spread: str,
-    view: View,
-    markers: Sequence[Mapping[str, Any]] = (),
-) -> dict[str, Any]:
-    """Each group's mean line over its ``spread`` band (``"std"``: ±1 std, ``"minmax"``).
-
-    Bands are aligned on steps, so the x axis is steps whatever the view's axis.
-    """
-    colours = palette(view.theme)
-    data: list[dict[str, Any]] = []
-    for index, (label, band) in enumerate(groups):
-        colour = colours[index % len(colours)]
-        lower, upper = _band_edges(band, spread)
-        common = {"type": "scatter", "mode": "lines", "x": band.steps, "legendgroup": label}
-        edge = {"width": 0, "color": colour}
-        data.append({**common, "y": lower, "line": edge, "showlegend": False, "hoverinfo": "skip"})
-        data.append(
-            {
-                **common,
-                "y": upper,
-                "line": edge,
-                "fill": "tonexty",
-                "fillcolor": _translucent(colour, BAND_OPACITY),
-                "showlegend": False,
-                "hoverinfo": "skip",
-            }
-        )
-        data.append(
-            {
-                **common,
-                "y": band.mean,
-                "name": text(label),
-                "line": {"color": colour, "width": 2},
-                "customdata": band.n,
-                "hovertemplate": "%{y:.4g} (n=%{customdata})",
-                "meta": {"key": label, "role": "mean"},
-            }
-        )
-    stepped = View(**{**view.__dict__, "xmode": "step", "x_range": view.x_range})
-    layout = _layout(stepped, PanelContent(lines=(), unit=unit, height=300), has_right=False)
-    empty = SeriesData.model_construct(steps=[], values=[], times=[], last_step=None)
-    layout["shapes"], layout["annotations"] = marker_overlay(markers, (), empty, stepped)
-    if not groups:
-        layout["annotations"].append(_note("no points in this step range"))
-    return {"data": data, "layout": layout}
-
-
-def _band_edges(band: BandPublic, spread: str) -> tuple[list[Any], list[Any]]:
-    if spread == "minmax":
-        return band.min, band.max
-    pairs = zip(band.mean, band.std, strict=True)
-    edges = [(None, None) if m is None or s is None else (m - s, m + s) for m, s in pairs]
-    return [lo for lo, _ in edges], [hi for _, hi in edges]
-
-
-def _translucent(colour: str, opacity: float) -> str:
-    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({red},{green},{blue},{opacity})"
 
 
 def trace_index(figure: Mapping[str, Any]) -> dict[str, dict[str, int]]:

@@ -21,6 +21,7 @@ ENTROPY_START_POINTS = 10
 def alerts_by_panel(
     alerts: Sequence[AlertPublic], plan: Mapping[str, Any]
 ) -> dict[str, list[AlertPublic]]:
+    """The alerts each panel of the plan draws, by panel id."""
     by_panel: dict[str, list[AlertPublic]] = {}
     for alert in alerts:
         for panel_id in panels_for_alert(alert.detector, alert.evidence, plan):

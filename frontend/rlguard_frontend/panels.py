@@ -36,6 +36,7 @@ class Panel:
     hint: str = ""
 
     def claims(self, name: str, signal: str | None) -> bool:
+        """Whether a key (by name and canonical signal) belongs on this panel."""
         if signal is not None and (signal in self.signals or signal in self.right):
             return True
         return self.key_pattern is not None and re.search(self.key_pattern, name) is not None
@@ -127,6 +128,7 @@ KL_TARGET_CONFIG_KEYS = ("kl_target", "algorithm.kl_ctrl.target_kl", "target_kl"
 
 
 def panel_for_key(name: str, signal: str | None) -> Panel | None:
+    """The first panel that claims the key, or None (it becomes a mini chart)."""
     return next((panel for panel in PANELS if panel.claims(name, signal)), None)
 
 

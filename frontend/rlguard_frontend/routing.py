@@ -43,6 +43,15 @@ def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
     return not_found_404.layout(path)
 
 
+def draws_charts(where: str) -> bool:
+    """Whether the page at a ``location`` draws plotly charts (the run and compare pages)."""
+    path = where.partition("?")[0]
+    if path.rstrip("/") == "/compare":
+        return True
+    run_page = path.startswith("/runs/") and len(path) > len("/runs/")
+    return run_page and not path.endswith("/samples")
+
+
 def referring_location(headers: Mapping[str, str], prefix: str = "/") -> str | None:
     """The location of the page that asked, from the ``Referer`` a same-origin fetch carries.
 
@@ -72,5 +81,6 @@ def theme_for(toggled: bool, search: str | None, theme: str | None) -> str:
 
 
 def theme_from(cookies: Mapping[str, str]) -> str:
+    """The theme the reader chose last (its cookie), light by default."""
     theme = cookies.get(THEME_COOKIE, "light")
     return theme if theme in THEMES else "light"

@@ -11,7 +11,7 @@ from typing import Any
 
 from rlguard_backend.schemas import AlertPublic, RunPublic, SeriesData
 from rlguard_frontend import figures, panel_views
-from rlguard_frontend.api_client import ApiClient
+from rlguard_frontend.api_client import ApiClient, carry_token
 from rlguard_frontend.panels import all_keys, kl_target, plan_panels
 
 PANEL_MAX_POINTS = 2000
@@ -20,6 +20,7 @@ MINIS_FIRST = 8  # mini charts drawn with the page; the rest on search or "draw 
 
 
 def make_plan(client: ApiClient, run: RunPublic, previous: dict[str, Any] | None) -> dict[str, Any]:
+    """What the run page draws: panels and minis of its keys, guides and markers (JSON-able)."""
     keys = client.list_keys(run.id).data
     plan = plan_panels([k.model_dump() for k in keys])
     plan["kl_target"] = kl_target(run.config)
@@ -83,7 +84,7 @@ def read_drawn_series(
 
     with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="rlguard-series") as pool:
         series: dict[str, SeriesData] = {}
-        for answer in pool.map(read, jobs):
+        for answer in pool.map(carry_token(read), jobs):
             series.update(answer)
     return series
 

@@ -45,6 +45,7 @@ def proxy_trust(settings: Any) -> ProxyTrust | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``rlguard dashboard``."""
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--api", required=True, help="API base, e.g. http://backend:8000/api")

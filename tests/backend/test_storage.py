@@ -76,4 +76,7 @@ def test_storage_ingest_reads_rewinds_and_backtests_go_through_the_store(
     assert detected.status_code == 200
     keys = {k["name"]: k for k in client.get(f"/api/v1/runs/{run_id}/keys").json()["data"]}
     assert keys["loss"]["last_step"] == 99
+    params = {"filter": f"id:eq:{run_id}", "sort": "-last.entropy", "fields": "last.entropy"}
+    listed = client.get("/api/v1/runs", params=params).json()["data"]
+    assert [run["values"]["last.entropy"] for run in listed] == [1.0]
     assert VERBS - set(recording.calls) == set(), recording.calls

@@ -9,10 +9,13 @@ import httpx
 import pytest
 from dash.exceptions import PreventUpdate
 
-from rlguard_frontend import run_callbacks, run_data
+from rlguard_backend.schemas import AlertPublic, SeriesData
+from rlguard_frontend import ids, run_callbacks, run_data, runs_grid, sample_views
 from rlguard_frontend.api_client import ApiClient
+from rlguard_frontend.compare_figures import RunMarks, compare_figure
 from rlguard_frontend.compare_state import CompareState
-from rlguard_frontend.pages import compare, runs
+from rlguard_frontend.figures import View
+from rlguard_frontend.pages import compare, inbox, samples
 from tests.conftest import RunningServer, new_run_id
 from tests.frontend.helpers import seed_run
 
@@ -54,7 +57,7 @@ def test_runs_grid_rows_answers_the_grids_request_from_the_api(
             "last.entropy": {"filterType": "number", "type": "greaterThan", "filter": 1.5}
         },
     }
-    response, count, error = runs.grid_rows(client, request, None, None, None, ["hparam.lr"])
+    response, count, error = runs_grid.grid_rows(client, request, None, None, None, ["hparam.lr"])
     assert error == ""
     assert [r["id"] for r in response["rowData"]] == [sweep[3], sweep[2], sweep[1]]
     assert response["rowCount"] == 3 and count == "3 of 4 runs match"
@@ -80,7 +83,7 @@ def test_runs_grid_rows_answers_the_grids_request_from_the_api(
 def test_runs_api_filters_translate_the_grids_filter_model(
     model: dict[str, Any] | None, expected: list[str]
 ) -> None:
-    assert runs.api_filters(model) == expected
+    assert runs_grid.api_filters(model) == expected
 
 
 def test_compare_view_groups_bands_and_diffs_configs(client: ApiClient, sweep: list[str]) -> None:
@@ -169,16 +172,126 @@ def test_run_shared_zoom_follows_a_relayout_or_a_reset(
     assert run_callbacks.shared_zoom(event, reset, "step", {"from": 0, "to": 5}) == expected
 
 
-def test_compare_view_draws_the_baselines_markers_on_every_panel(
+def test_compare_view_draws_every_runs_markers_in_its_colour_and_the_baselines_on_bands(
     server: RunningServer, client: ApiClient, sweep: list[str]
 ) -> None:
-    rewind = {"resume_from_step": 30}
-    httpx.post(f"{server.url}/api/v1/runs/{sweep[1]}/rewind", json=rewind).raise_for_status()
-    for group_by in ((), ("config.optim.lr",)):
-        state = CompareState(runs=tuple(sweep), baseline=sweep[1], group_by=group_by)
-        cards, _, _, error = compare.compare_view(client, state)
-        assert error == "" and cards
-        for card in cards:
-            layout = card.children[1].figure["layout"]
-            assert [s["x0"] for s in layout["shapes"]] == [30], group_by
-            assert [a.get("hovertext") for a in layout["annotations"]] == ["rewind (step 30)"]
+    for run_id, step in ((sweep[1], 30), (sweep[2], 40)):
+        rewind = {"resume_from_step": step}
+        httpx.post(f"{server.url}/api/v1/runs/{run_id}/rewind", json=rewind).raise_for_status()
+    overlaid = CompareState(runs=tuple(sweep), baseline=sweep[0])
+    cards, _, _, error = compare.compare_view(client, overlaid)
+    assert error == "" and cards
+    for card in cards:
+        layout = card.children[1].figure["layout"]
+        assert [s["x0"] for s in layout["shapes"]] == [30, 40]
+        assert len({s["line"]["color"] for s in layout["shapes"]}) == 2  # each run's colour
+        hovers = [a.get("hovertext") for a in layout["annotations"]]
+        assert hovers == [f"{sweep[1]}: rewind (step 30)", f"{sweep[2]}: rewind (step 40)"]
+    banded = CompareState(runs=tuple(sweep), baseline=sweep[1], group_by=("config.optim.lr",))
+    cards, _, _, error = compare.compare_view(client, banded)
+    assert error == "" and cards
+    for card in cards:
+        layout = card.children[1].figure["layout"]
+        assert [s["x0"] for s in layout["shapes"]] == [30]
+        assert [a.get("hovertext") for a in layout["annotations"]] == ["rewind (step 30)"]
+
+
+def test_compare_figure_draws_a_runs_warn_and_critical_alerts_in_its_colour() -> None:
+    series = SeriesData(
+        steps=[0, 50, 100],
+        values=[1.0, 1.0, 1.0],
+        downsampled=False,
+        method="raw",
+        total_points=3,
+        last_step=100,
+    )
+    alert = {
+        "run_id": "b",
+        "detector": "nonfinite",
+        "key": "entropy",
+        "status": "open",
+        "secondary": False,
+        "acknowledged": False,
+        "message": "m",
+        "evidence": {},
+        "advice": [],
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z",
+    }
+    alerts = [
+        AlertPublic.model_validate({**alert, **extra})
+        for extra in (
+            {"id": 1, "severity": "critical", "first_step": 50, "last_step": 50},
+            {"id": 2, "severity": "info", "first_step": 80, "last_step": 80},
+        )
+    ]
+    marks = [None, RunMarks(alerts=alerts)]
+    lines = [("a", series, None), ("b", series, None)]
+    figure = compare_figure("entropy", "nats", lines, View(), marks)
+    shapes = figure["layout"]["shapes"]
+    assert [s["x0"] for s in shapes] == [50]  # the info alert stays on the run page
+    assert shapes[0]["line"]["color"] == figure["data"][1]["line"]["color"]
+
+
+def _nan_run(server: RunningServer) -> str:
+    """A run whose NaN entropy opens a CRITICAL alert."""
+    run_id = new_run_id("cb-inbox")
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        http.post("/api/v1/runs", json={"id": run_id, "project": "cb"}).raise_for_status()
+        steps = [{"step": s, "values": {"actor/entropy": "NaN"}} for s in range(12)]
+        body = {"batch_id": "nan", "steps": steps}
+        http.post(f"/api/v1/runs/{run_id}/batches", json=body).raise_for_status()
+    return run_id
+
+
+def test_inbox_acknowledges_and_resolves_the_ticked_alerts(
+    client: ApiClient, server: RunningServer
+) -> None:
+    first, second = _nan_run(server), _nan_run(server)
+    options, _, count, error = inbox.show_inbox(client, ids.INBOX_SEVERITY, ["critical"], [], [])
+    mine = {o["value"]: o for o in options if o["label"].children[2].children in (first, second)}
+    assert error == "" and len(mine) == 2 and count == f"{len(options)} open alert(s)"
+    ticked = [a.id for a in client.list_alerts(first).data]
+    acked = inbox.show_inbox(client, ids.INBOX_ACKNOWLEDGE, ["critical"], ticked, options)
+    assert acked[1] == [] and all(a.acknowledged for a in client.list_alerts(first).data)
+    with pytest.raises(PreventUpdate):  # a tick that finds nothing new
+        inbox.show_inbox(client, ids.TICK, ["critical"], [], acked[0])
+    resolved = inbox.show_inbox(client, ids.INBOX_RESOLVE, ["critical"], ticked, acked[0])
+    left = {o["value"] for o in resolved[0]}
+    assert not left & set(ticked) and {a.id for a in client.list_alerts(second).data} <= left
+    assert [a.status for a in client.list_alerts(first).data] == ["resolved"] * len(ticked)
+
+
+def _post_samples(server: RunningServer, run_id: str, step: int, count: int) -> None:
+    rows = [
+        {"step": step, "index": i, "prompt": f"q{i}", "response": f"a{i}", "reward": float(i)}
+        for i in range(count)
+    ]
+    body = {"batch_id": f"s{step}", "samples": rows}
+    httpx.post(f"{server.url}/api/v1/runs/{run_id}/samples", json=body).raise_for_status()
+
+
+def test_samples_follow_the_newest_step_and_show_the_selected_sample(
+    client: ApiClient, server: RunningServer
+) -> None:
+    run_id = new_run_id("cb-samples")
+    seed_run(server.url, run_id, steps=30)
+    _post_samples(server, run_id, 10, 3)
+    _post_samples(server, run_id, 20, 2)
+    state = {"run_id": run_id, "from": None, "to": None}
+    low, high, _, step = samples.follow_steps(client, ["live"], state, 10)
+    assert (low, high, step) == (10, 20, 20)
+    assert samples.follow_steps(client, [], state, 10)[3] == 10  # not live: the step chosen
+    choices = {"sort": "reward", "order": "desc", "compare_run": "", "compare_step": 10}
+    data, caption, error, beside = samples.load_samples(
+        client, ids.SAMPLES_STEP, step, choices, state, None
+    )
+    assert [d["index"] for d in data] == [1, 0] and caption.startswith("step 20: 2 sample")
+    assert error == "" and "step 10, to compare: 3 sample(s)" in str(beside)
+    with pytest.raises(PreventUpdate):  # a live tick that found nothing new
+        samples.load_samples(client, ids.SAMPLES_STEP, step, choices, state, data)
+    rows, active = samples.fill_table(data)
+    assert active == {"row": 0, "column": 0, "column_id": "index"} and len(rows) == 2
+    detail, style = samples.show_sample(client, {"row": 1}, "kl", rows)
+    assert "a0" in str(detail) and style == sample_views.selected_style(1)
+    assert samples.show_sample(client, None, "kl", rows) == (None, [])

@@ -16,6 +16,7 @@ from tests.frontend.helpers import WAIT_MS, graph_selector, seed_run
 
 PLOTLY_BUNDLE = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 DARK_PAPER = "#161b22"
+DASH_PLOTLY = "_dash-component-suites/plotly/"  # where dcc.Graph fetches plotly.js lazily
 
 
 def _entropy_drawn(page: Any) -> None:
@@ -48,8 +49,8 @@ def test_run_page_comes_drawn_with_the_first_layout(dashboard: Any, page: Any) -
     assert run_id in layout and '"figure"' in layout
     pages_sent = [r for r in callbacks if r.status == 200 and '"app-page"' in r.text()]
     assert pages_sent == [], "the page callback must not build the page the layout brought"
-    lazy = [url for url in requests if "async-plotlyjs" in url]
-    assert not lazy, "dcc.Graph fetched its own plotly.js: the package's was not loaded first"
+    lazy = [url for url in requests if DASH_PLOTLY in url]
+    assert not lazy, "dcc.Graph fetched Dash's plotly.js: the page's bundle was not loaded first"
     assert page.evaluate("Plotly.version") == get_plotlyjs_version()
     assert page.console_errors == []
 
@@ -68,6 +69,25 @@ def test_dashboard_links_and_history_switch_pages(dashboard: Any, page: Any) -> 
     page.go_back()
     _entropy_drawn(page)
     assert page.locator(".run-title").inner_text() == "grpo-demo"
+    assert page.console_errors == []
+
+
+def test_run_page_reached_from_the_runs_grid_draws_with_dashs_lazy_plotly(
+    dashboard: Any, page: Any
+) -> None:
+    run_id = new_run_id("lazy")
+    seed_run(dashboard.url, run_id, steps=30)
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(f"{dashboard.url}/")
+    page.get_by_text("1 run", exact=True).wait_for(timeout=WAIT_MS)
+    assert page.evaluate("typeof window.Plotly") == "undefined"  # the grid draws no chart
+    page.evaluate(  # what a link does: dcc.Location follows the history
+        "path => { history.pushState({}, '', path); dispatchEvent(new PopStateEvent('popstate')) }",
+        f"/runs/{run_id}",
+    )
+    _entropy_drawn(page)
+    assert any(DASH_PLOTLY in url for url in requests), "dcc.Graph loaded Dash's copy"
     assert page.console_errors == []
 
 
@@ -94,9 +114,11 @@ def test_dashboard_sends_the_plotly_packages_bundle_compressed(dashboard: Any) -
     assert url is not None and get_plotlyjs_version() in url
     with httpx.Client(base_url=dashboard.url, timeout=10) as http:
         answer = http.get(url, headers={"accept-encoding": "gzip"})
-        page = http.get("/").text
+        pages = {path: http.get(path).text for path in ("/", "/alerts", "/runs/r1", "/compare")}
     assert answer.headers["content-encoding"] == "gzip"
     assert "immutable" in answer.headers["cache-control"]
     assert answer.num_bytes_downloaded < len(bundle) // 2
     assert answer.content == bundle
-    assert f'src="{url}"' in page  # loaded up front, with the page's other scripts
+    assert f'src="{url}"' in pages["/runs/r1"]  # loaded up front, with the page's other scripts
+    assert f'src="{url}"' in pages["/compare"]
+    assert url not in pages["/"] and url not in pages["/alerts"]  # no charts: no plotly.js

@@ -84,3 +84,19 @@ def test_page_for_run_page_says_why_the_api_did_not_answer() -> None:
 def test_page_for_unknown_path_shows_not_found() -> None:
     page = routing.page_for(ApiClient(UNREACHABLE_API), "/nope", "light")
     assert "Page not found" in str(page.to_plotly_json())
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("/", False),
+        ("/alerts", False),
+        ("/runs/abc/samples?step=3", False),
+        ("/runs/", False),
+        ("/runs/abc", True),
+        ("/compare?runs=a,b", True),
+        ("/compare/", True),
+    ],
+)
+def test_only_the_run_and_compare_pages_draw_charts(where: str, expected: bool) -> None:
+    assert routing.draws_charts(where) is expected

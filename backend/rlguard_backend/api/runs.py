@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import detection, ingest, markers, repository, run_fields
+from rlguard_backend import (
+    detection,
+    ingest,
+    markers,
+    repository,
+    run_field_grammar,
+    run_fields,
+)
 from rlguard_backend.api.bodies import documented_body
 from rlguard_backend.api.deps import (
     ADMIN,
@@ -187,6 +195,7 @@ SortParam = Annotated[
     Query(
         max_length=2000,
         description="comma-separated fields, '-' for descending: -last.reward_mean,name",
+        json_schema_extra={"pattern": run_field_grammar.SORT},
     ),
 ]
 FilterParam = Annotated[
@@ -195,11 +204,19 @@ FilterParam = Annotated[
         alias="filter",
         description="repeatable <field>:<op>[:<value>], op one of "
         f"{', '.join(run_fields.FILTER_OPS)}: config.lr:gt:0.0001",
+        json_schema_extra={
+            "maxItems": MAX_FILTERS,
+            "items": {"type": "string", "pattern": run_field_grammar.FILTER},
+        },
     ),
 ]
 FieldsParam = Annotated[
     str | None,
-    Query(max_length=4000, description="computed fields each run carries in values"),
+    Query(
+        max_length=4000,
+        description="computed fields each run carries in values",
+        json_schema_extra={"pattern": run_field_grammar.FIELDS},
+    ),
 ]
 
 
@@ -242,6 +259,7 @@ async def list_runs(
             )
         except ValueError as exc:
             raise InvalidField(["query", "filter"], str(exc)) from exc
+        _check_grammar(sort, filters, fields)  # after the field checks, whose refusals say more
         tags = repository.run_tags(session, [r.id for r, _ in runs])
         return RunList(data=[repository.to_row(r, tags[r.id], v) for r, v in runs], count=count)
 
@@ -266,6 +284,20 @@ def _parse_list_params(
         except ValueError as exc:
             raise InvalidField(["query", name], str(exc)) from exc
     return parsed[0], parsed[1], parsed[2]
+
+
+def _check_grammar(sort: str | None, filters: list[str], fields: str | None) -> None:
+    """422 for a value outside the schema's pattern that the field checks let through."""
+    checks = [("sort", sort, run_field_grammar.SORT), ("fields", fields, run_field_grammar.FIELDS)]
+    checks += [("filter", rule, run_field_grammar.FILTER) for rule in filters]
+    for name, value, pattern in checks:
+        if value is not None and re.search(pattern, value) is None:
+            raise InvalidField(
+                ["query", name],
+                f"{name} {value[:80]!r} is outside the documented grammar (the parameter's "
+                "pattern): numbers of at most 20 digits each side and an exponent up to 99, "
+                "dates as YYYY-MM-DD[THH:MM[:SS[.ffffff]]][Z|±HH:MM], no ':' in a filtered key",
+            )
 
 
 @fields_router.get("", response_model=RunFieldList, dependencies=[READ])

@@ -7,6 +7,7 @@ more runs there are, so 50 overlaid runs draw about as fast as two.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
@@ -15,7 +16,9 @@ from dash.exceptions import PreventUpdate
 from rlguard_frontend import compare_data, figures, ids
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.compare_data import MAX_RUNS, SIGNAL_UNITS, ComparedRun
+from rlguard_frontend.compare_figures import LEGEND_MAX_RUNS, band_figure, compare_figure
 from rlguard_frontend.compare_state import CompareState
+from rlguard_frontend.compare_tables import config_table, delta_table, group_label, run_labels
 from rlguard_frontend.controls import control_id, controls_bar
 from rlguard_frontend.pages.run_detail import GRAPH_CONFIG
 from rlguard_frontend.panel_views import view_from
@@ -164,6 +167,9 @@ def compare_view(client: ApiClient, state: CompareState) -> tuple[Any, Any, Any,
     """(panel cards, delta table, config diff, error) for a state."""
     if not state.runs:
         return [html.P("Pick two or more runs.", className="empty")], [], [], ""
+    baseline = state.baseline if state.baseline in state.runs else state.runs[0]
+    # every run's markers while the legend names them; past that the baseline's (less clutter)
+    few = len(state.runs) <= LEGEND_MAX_RUNS and not state.group_by
     try:
         runs = compare_data.read_runs(
             client,
@@ -172,16 +178,17 @@ def compare_view(client: ApiClient, state: CompareState) -> tuple[Any, Any, Any,
             times=state.xmode != "step",
             span=state.span,
             signals=state.signals,
+            marked=state.runs if few else (baseline,),
+            marked_alerts=not state.group_by,  # bands draw the baseline's markers alone
         )
         groups = _groups(client, state, runs) if state.group_by else None
-        baseline = state.baseline if state.baseline in state.runs else state.runs[0]
-        markers = [m.model_dump() for m in client.run_markers(baseline).data]
     except ApiError as exc:
         return [], [], [], str(exc)
     if groups is not None:
-        cards = _band_cards(state, groups, markers)
+        marks = next((r.marks for r in runs if r.run.id == baseline), None)
+        cards = _band_cards(state, groups, marks.markers if marks else ())
     else:
-        cards = _overlay_cards(state, runs, markers)
+        cards = _overlay_cards(state, runs)
     signals, rows = compare_data.deltas(runs, baseline, smoothed=state.smoothing > 0)
     labels = run_labels({r.run.id: r.run.name for r in runs})
     return cards, delta_table(signals, rows, labels), config_table([r.run for r in runs]), ""
@@ -214,23 +221,24 @@ def _view(state: CompareState, t0: float | None = None) -> figures.View:
     return view_from(state.smoothing, log, state.xmode, state.theme, zoom, t0)
 
 
-def _overlay_cards(
-    state: CompareState, runs: list[ComparedRun], markers: list[dict[str, Any]]
-) -> list[Any]:
-    """One card per signal, every run a line; the baseline's markers across each."""
+def _overlay_cards(state: CompareState, runs: list[ComparedRun]) -> list[Any]:
+    """One card per signal, every run a line; the marked runs' markers and alerts across each."""
     labels = run_labels({r.run.id: r.run.name for r in runs})
     view = _view(state)
+    marks = [r.marks for r in runs]
     cards = []
     for signal, unit in _shown(state).items():
         lines = [(labels[r.run.id], r.series.get(signal), start_time(r.series)) for r in runs]
         if not any(series for _, series, _ in lines):
             continue
-        figure = figures.compare_figure(signal, unit, lines, view, markers)
+        figure = compare_figure(signal, unit, lines, view, marks)
         cards.append(_card(signal, figure))
     return cards or [html.P("These runs share no canonical signal.", className="empty")]
 
 
-def _band_cards(state: CompareState, groups: list[Any], markers: list[dict[str, Any]]) -> list[Any]:
+def _band_cards(
+    state: CompareState, groups: list[Any], markers: Sequence[Mapping[str, Any]]
+) -> list[Any]:
     """One card per signal, every group a band; the baseline's markers across each."""
     view = _view(state)
     cards = []
@@ -238,7 +246,7 @@ def _band_cards(state: CompareState, groups: list[Any], markers: list[dict[str, 
         bands = [(group_label(g.key, len(g.runs)), g.signals.get(signal)) for g in groups]
         bands = [(label, b) for label, b in bands if b is not None and b.steps]
         if bands:
-            figure = figures.band_figure(unit, bands, state.band, view, markers)
+            figure = band_figure(unit, bands, state.band, view, markers)
             cards.append(_card(signal, figure))
     return cards or [html.P("These runs share no canonical signal.", className="empty")]
 
@@ -247,58 +255,6 @@ def _card(signal: str, figure: dict[str, Any]) -> html.Div:
     return html.Div(
         [html.H4(signal), dcc.Graph(figure=figure, config=GRAPH_CONFIG)], className="card"
     )
-
-
-def group_label(key: dict[str, Any], runs: int) -> str:
-    """``"lr=0.001 · 5 runs"``: the group's values without the ``config.`` prefix."""
-    values = ", ".join(f"{k.removeprefix('config.')}={v}" for k, v in key.items()) or "all runs"
-    return f"{values} · {runs} run" + ("" if runs == 1 else "s")
-
-
-def run_labels(names: dict[str, str | None]) -> dict[str, str]:
-    """Legend names: the run's name, disambiguated by its id when two runs share one."""
-    counts: dict[str, int] = {}
-    for name in names.values():
-        counts[name or ""] = counts.get(name or "", 0) + 1
-    return {
-        run_id: (name if name and counts[name] == 1 else f"{name} ({run_id})" if name else run_id)
-        for run_id, name in names.items()
-    }
-
-
-def delta_table(signals: list[str], rows: list[dict[str, Any]], labels: dict[str, str]) -> Any:
-    """Last values and their % difference from the baseline run, as text cells."""
-    if not signals:
-        return []
-    head = html.Tr([html.Th("run"), *(html.Th(s) for s in signals)])
-    body = []
-    for row in rows:
-        name = labels.get(row["run"], row["run"])
-        cells = [html.Td([name, " (baseline)" if row["baseline"] else ""], title=row["run"])]
-        for signal in signals:
-            value, change = row[signal]
-            shown = "—" if value is None else f"{value:.4g}"
-            delta = "" if change is None else f" ({change:+.1f} %)"
-            cells.append(html.Td(shown + delta, className=_delta_class(change)))
-        body.append(html.Tr(cells))
-    caption = html.Caption("last values (smoothed when smoothing is on), % vs the baseline")
-    return html.Table([caption, html.Thead(head), html.Tbody(body)], className="delta-table")
-
-
-def _delta_class(change: float | None) -> str:
-    if change is None or abs(change) < 1:
-        return "delta"
-    return "delta delta-up" if change > 0 else "delta delta-down"
-
-
-def config_table(runs: list[Any]) -> Any:
-    """The config keys whose values differ between the runs (nested keys flattened)."""
-    diff = compare_data.config_diff(runs)
-    if not diff:
-        return html.P("The configs do not differ.", className="empty")
-    head = html.Tr([html.Th("config key"), *(html.Th(r.name or r.id) for r in runs)])
-    body = [html.Tr([html.Td(key), *(html.Td(v) for v in values)]) for key, values in diff]
-    return html.Table([html.Thead(head), html.Tbody(body)], className="config-table")
 
 
 def run_choices(client: ApiClient, selected: list[str] | None) -> list[dict[str, str]]:
@@ -330,6 +286,7 @@ def grouping_choices(
 
 
 def register(app: Dash, client: ApiClient) -> None:
+    """Wire the compare page's callbacks to ``app``."""
     smoothing, log, xaxis = (control_id(PREFIX, n) for n in (ids.SMOOTHING, ids.LOG, ids.XAXIS))
     controls = [
         Input(ids.COMPARE_RUNS, "value"),

@@ -20,6 +20,7 @@ SEVERITIES = ("critical", "warn", "info")
 
 
 def layout() -> html.Div:
+    """The inbox: severity choice, bulk buttons and the list (filled by its callback)."""
     return html.Div(
         [
             html.H2("Alerts inbox"),
@@ -70,7 +71,33 @@ def row(alert: AlertPublic) -> dict[str, Any]:
     return {"label": label, "value": alert.id}
 
 
+def show_inbox(
+    client: ApiClient, trigger: Any, severities: list[str], ticked: Any, shown: Any
+) -> tuple:
+    """(options, ticked, count, error): the open alerts, after the bulk action ``trigger`` asks.
+
+    ``trigger`` is the id of the input that fired (a button acts on the ticked alerts);
+    raises ``PreventUpdate`` when a tick found nothing new.
+    """
+    action = {ids.INBOX_ACKNOWLEDGE: "acknowledge", ids.INBOX_RESOLVE: "resolve"}.get(str(trigger))
+    try:
+        if action:
+            for alert_id in ticked or []:
+                client.update_alert(alert_id, ACTIONS[action])
+        alerts = ordered(client.list_alerts(status="open").data, severities or [])
+    except ApiError as exc:
+        return shown or [], ticked or [], "", str(exc)
+    options = [row(alert) for alert in alerts]
+    kept = [] if action else [a for a in ticked or [] if a in {o["value"] for o in options}]
+    same = [o["value"] for o in options] == [o["value"] for o in shown or []]
+    if trigger == ids.TICK and same and kept == (ticked or []):
+        raise PreventUpdate  # a tick that found nothing new keeps the page as it is
+    return options, kept, f"{len(alerts)} open alert(s)", ""
+
+
 def register(app: Dash, client: ApiClient) -> None:
+    """Wire the inbox's callback to ``app``."""
+
     @app.callback(
         Output(ids.INBOX_LIST, "options"),
         Output(ids.INBOX_LIST, "value"),
@@ -83,22 +110,7 @@ def register(app: Dash, client: ApiClient) -> None:
         State(ids.INBOX_LIST, "value"),
         State(ids.INBOX_LIST, "options"),
     )
-    def show_inbox(
+    def serve_inbox(
         _tick: Any, severities: list[str], _ack: Any, _resolve: Any, ticked: Any, shown: Any
     ) -> tuple:
-        action = {ids.INBOX_ACKNOWLEDGE: "acknowledge", ids.INBOX_RESOLVE: "resolve"}.get(
-            str(ctx.triggered_id)
-        )
-        try:
-            if action:
-                for alert_id in ticked or []:
-                    client.update_alert(alert_id, ACTIONS[action])
-            alerts = ordered(client.list_alerts(status="open").data, severities or [])
-        except ApiError as exc:
-            return shown or [], ticked or [], "", str(exc)
-        options = [row(alert) for alert in alerts]
-        kept = [] if action else [a for a in ticked or [] if a in {o["value"] for o in options}]
-        same = [o["value"] for o in options] == [o["value"] for o in shown or []]
-        if ctx.triggered_id == ids.TICK and same and kept == (ticked or []):
-            raise PreventUpdate  # a tick that found nothing new keeps the page as it is
-        return options, kept, f"{len(alerts)} open alert(s)", ""
+        return show_inbox(client, ctx.triggered_id, severities, ticked, shown)

@@ -10,7 +10,7 @@ from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import RunPublic
 from rlguard_frontend import alert_views, ids, run_callbacks, run_data, run_state, traces
-from rlguard_frontend.api_client import ApiClient, ApiError
+from rlguard_frontend.api_client import ApiClient, ApiError, carry_token
 from rlguard_frontend.controls import control_id, controls_bar
 from rlguard_frontend.pages import run_alerts
 from rlguard_frontend.panel_views import view_from
@@ -98,7 +98,7 @@ def layout(run_id: str, client: ApiClient, theme: str | None = None) -> html.Div
 def initial_draw(client: ApiClient, run_id: str, theme: str | None) -> dict[str, Any]:
     """Header, plan, drawn cards, live cursor and alerts of a run, as the controls start."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlguard-alerts") as pool:
-        listed = pool.submit(client.list_alerts, run_id)
+        listed = pool.submit(carry_token(client.list_alerts), run_id)
         run = client.get_run(run_id)
         plan = run_data.make_plan(client, run, None)
         drawn_ids = run_data.panel_ids(plan)
@@ -120,6 +120,7 @@ def initial_draw(client: ApiClient, run_id: str, theme: str | None) -> dict[str,
 
 
 def header(run: RunPublic) -> list[Any]:
+    """The run page's title line: name, status, headline config and tags."""
     status = run_state.display_status(run)
     chips = [html.Span(f"{k} = {v}", className="chip") for k, v in run_state.headline_config(run)]
     chips += [html.Span(tag, className="chip chip-tag") for tag in run.tags]
@@ -198,11 +199,13 @@ def panel_cards(
 
 
 def mini_graph(mini: str, drawn: dict[str, dict[str, Any]]) -> dcc.Graph:
+    """A mini chart of one non-panel key, with its figure when drawn."""
     config: Any = {"displayModeBar": False}
     return dcc.Graph(id=_graph_id(mini), **_figure(drawn, mini), config=config, className="graph")
 
 
 def undrawn_note() -> html.P:
+    """The note a mini chart shows until it is drawn."""
     return html.P("not drawn yet: search for it, or draw all", className="hint mini-undrawn")
 
 
@@ -211,6 +214,7 @@ def _figure(drawn: dict[str, dict[str, Any]], panel_id: str) -> dict[str, Any]:
 
 
 def register(app: Dash, client: ApiClient) -> None:
+    """Wire the run page's callbacks to ``app``."""
     smoothing, log, xaxis, live = (
         control_id(PREFIX, n) for n in (ids.SMOOTHING, ids.LOG, ids.XAXIS, ids.LIVE)
     )

@@ -1,28 +1,26 @@
 """The runs page: a grid of every run, paged, sorted and filtered by the API; pick runs to compare.
 
-The grid (AG Grid's infinite row model) asks for the rows it shows; ``grid_rows`` turns that
-request into one ``GET /api/v1/runs`` with ``sort``, ``filter`` and ``fields``, so thousands of
-runs cost a page of rows each. Columns come from the runs' configs and summaries
+The grid (AG Grid's infinite row model) asks for the rows it shows; ``runs_grid.grid_rows``
+turns that request into one ``GET /api/v1/runs``, so thousands of runs cost a page of rows
+each. Columns come from the runs' configs and summaries
 (``GET /api/v1/run-fields``), chosen and pinned by the viewer.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 import dash_ag_grid as dag
 from dash import Dash, Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
-from rlguard_backend.schemas import RUN_STATUSES, RunFieldPublic, RunRow
-from rlguard_frontend import ids, run_state
+from rlguard_backend.schemas import RUN_STATUSES, RunFieldPublic
+from rlguard_frontend import ids
 from rlguard_frontend.api_client import ApiClient, ApiError
+from rlguard_frontend.runs_grid import PAGE_ROWS, grid_rows
 
 STATUS_FILTERS = (*RUN_STATUSES, "stale")
-PAGE_ROWS = 50
 REFRESH_EVERY_TICKS = 10  # rows refetched this often even when no run was added
-MARKDOWN_SPECIALS = "\\`*_{}[]()#+-.!<>|"
 # Shown unless the viewer picks others: what explains a run's limiters, and how it is doing.
 DEFAULT_COLUMNS = (
     "hparam.lr",
@@ -43,19 +41,6 @@ HEADERS = {
     "last.reward_mean": "last reward",
     "last.entropy": "last entropy",
     "alerts.open": "open alerts",
-}
-# AG Grid filter types → the API's filter ops
-GRID_OPS = {
-    "equals": "eq",
-    "notEqual": "ne",
-    "lessThan": "lt",
-    "lessThanOrEqual": "le",
-    "greaterThan": "gt",
-    "greaterThanOrEqual": "ge",
-    "contains": "contains",
-    "startsWith": "startswith",
-    "blank": "blank",
-    "notBlank": "notblank",
 }
 TEXT_FILTER = {
     "filter": "agTextColumnFilter",
@@ -130,6 +115,7 @@ GRID_OPTIONS: dict[str, Any] = {
 
 
 def layout() -> html.Div:
+    """The runs page: filters, column choice and the server-side runs grid."""
     filters = html.Div(
         [
             dcc.Dropdown(id=ids.RUNS_PROJECT, placeholder="any project", className="filter"),
@@ -224,105 +210,6 @@ def column_defs(
     return defs
 
 
-def api_filters(filter_model: dict[str, Any] | None) -> list[str]:
-    """AG Grid's filter model as the API's ``field:op:value`` filters.
-
-    >>> api_filters({"hparam.lr": {"filterType": "number", "type": "inRange",
-    ...                            "filter": 1e-6, "filterTo": 3e-6}})
-    ['hparam.lr:ge:1e-06', 'hparam.lr:le:3e-06']
-    >>> api_filters({"name": {"filterType": "text", "type": "blank"}})
-    ['name:blank']
-    """
-    out: list[str] = []
-    for field, model in (filter_model or {}).items():
-        for condition in model.get("conditions") or [model]:
-            kind = condition.get("type")
-            value, upper = condition.get("filter"), condition.get("filterTo")
-            if kind == "inRange" and value is not None and upper is not None:
-                out += [f"{field}:ge:{value}", f"{field}:le:{upper}"]
-            elif kind in ("blank", "notBlank"):
-                out.append(f"{field}:{GRID_OPS[kind]}")
-            elif kind in GRID_OPS and value is not None:
-                out.append(f"{field}:{GRID_OPS[kind]}:{value}")
-    return out
-
-
-def api_sort(sort_model: list[dict[str, Any]] | None) -> list[str]:
-    """AG Grid's sort model as the API's sort fields (``-`` for descending)."""
-    return [
-        ("-" if item.get("sort") == "desc" else "") + str(item["colId"])
-        for item in sort_model or []
-        if item.get("colId") and item["colId"] != "tags"
-    ]
-
-
-def status_filters(status: str | None, now: datetime | None = None) -> tuple[str | None, list[str]]:
-    """The API status and filters for the status picker; stale runs are running but silent."""
-    if status != "stale":
-        return (status or None), []
-    quiet_since = (now or datetime.now(timezone.utc)) - run_state.STALE_AFTER
-    return "running", [f"updated_at:lt:{quiet_since.isoformat()}"]
-
-
-def grid_rows(
-    client: ApiClient,
-    request: dict[str, Any] | None,
-    project: str | None,
-    tag: str | None,
-    status: str | None,
-    columns: list[str] | None,
-) -> tuple[dict[str, Any], str, str]:
-    """The rows a grid request asks for, the count line and an error (or ``""``)."""
-    request = request or {}
-    start = int(request.get("startRow") or 0)
-    end = int(request.get("endRow") or start + PAGE_ROWS)
-    api_status, extra = status_filters(status)
-    fields = ["health", *(columns or [])]
-    filters = api_filters(request.get("filterModel")) + extra
-    try:
-        answer = client.list_runs(
-            project=project or None,
-            status=api_status,
-            tag=tag or None,
-            limit=max(1, min(1000, end - start)),
-            offset=start,
-            sort=api_sort(request.get("sortModel")),
-            filters=filters,
-            fields=fields,
-        )
-        narrowed = bool(filters or project or tag or status)
-        total = client.list_runs(limit=1).count if narrowed else answer.count
-    except ApiError as exc:
-        return {"rowData": [], "rowCount": 0}, "", str(exc)
-    rows = [run_row(run) for run in answer.data]
-    return {"rowData": rows, "rowCount": answer.count}, count_text(answer.count, total), ""
-
-
-def count_text(matching: int, total: int) -> str:
-    """``"2,000 runs"``, or ``"37 of 2,000 runs match"`` when filters narrow the list."""
-    if matching == total:
-        return f"{total:,} run" + ("" if total == 1 else "s")
-    return f"{matching:,} of {total:,} runs match"
-
-
-def _markdown_text(value: str) -> str:
-    return "".join(f"\\{c}" if c in MARKDOWN_SPECIALS else c for c in value)
-
-
-def run_row(run: RunRow) -> dict[str, Any]:
-    return {
-        **run.values,
-        "id": run.id,
-        "link": f"[{_markdown_text(run.id)}](/runs/{run.id})",
-        "project": run.project,
-        "name": run.name or "",
-        "status": run_state.display_status(run),
-        "tags": ", ".join(run.tags),
-        "last_step": run.last_step,
-        "age": run_state.age(run.last_heartbeat_at or run.updated_at),
-    }
-
-
 def column_options(
     fields: list[RunFieldPublic], chosen: list[str] | None
 ) -> tuple[list[dict[str, str]], dict[str, str]]:
@@ -335,6 +222,7 @@ def column_options(
 
 
 def pin_options(columns: list[str] | None) -> list[dict[str, str]]:
+    """The columns the user can pin: the fixed ones and those chosen."""
     fixed = [(c["colId"], c["headerName"]) for c in FIXED_COLUMNS if not c.get("pinned")]
     chosen = [(c, HEADERS.get(c, c)) for c in columns or []]
     return [{"label": label, "value": value} for value, label in fixed + chosen]
@@ -354,6 +242,7 @@ def runs_total(client: ApiClient, tick: int | None, known: dict[str, int] | None
 
 
 def compare_link(selected: list[dict[str, Any]] | None) -> Any:
+    """A link comparing the ticked runs, or a hint to tick some."""
     run_ids = [row["id"] for row in selected or [] if row and row.get("id")]
     if not run_ids:
         return html.Span("tick runs to compare", className="hint")
@@ -365,6 +254,8 @@ def compare_link(selected: list[dict[str, Any]] | None) -> Any:
 
 
 def register(app: Dash, client: ApiClient) -> None:
+    """Wire the runs page's callbacks to ``app``."""
+
     @app.callback(
         Output(ids.RUNS_TABLE, "getRowsResponse"),
         Output(ids.RUNS_COUNT, "children"),

@@ -22,6 +22,7 @@ SORTS = ("reward", "advantage", "length", "kl", "entropy")
 
 
 def path_of(run_id: str) -> str:
+    """The samples page's path for a run."""
     return f"/runs/{run_id}/samples"
 
 
@@ -143,7 +144,63 @@ def fetch(
     return [s.model_dump() for s in found.data], f"{caption}: {shown} sample(s), by {sort} {order}"
 
 
+def follow_steps(client: ApiClient, live: list[str], state: dict[str, Any], value: Any) -> tuple:
+    """(min, max, marks, value) of the step slider: the newest step when following it."""
+    try:
+        low, high, marks, newest = slider_stops(client, state["run_id"])
+    except ApiError:
+        raise PreventUpdate from None
+    chosen = newest if "live" in (live or []) or value is None else value
+    return low, high, marks, chosen
+
+
+def load_samples(
+    client: ApiClient,
+    trigger: Any,
+    step: Any,
+    choices: dict[str, Any],
+    state: dict[str, Any],
+    shown: Any,
+) -> tuple:
+    """(data, caption, error, beside): the samples at ``step`` and those compared with them.
+
+    ``choices``: ``sort``, ``order``, ``compare_run``, ``compare_step``; ``trigger`` is the id of
+    the input that fired. Raises ``PreventUpdate`` for a live tick that found nothing new.
+    """
+    sort, order = choices["sort"], choices["order"]
+    comparing = trigger in (ids.SAMPLES_COMPARE_RUN, ids.SAMPLES_COMPARE_STEP)
+    try:
+        data, caption = fetch(client, state, step, sort, order)
+    except ApiError as exc:
+        return [], "", str(exc), None
+    other = Comparison.of(state["run_id"], choices["compare_run"], choices["compare_step"], step)
+    beside = None if other is None else compared(client, other, sort, order)
+    if data == shown and not comparing:
+        raise PreventUpdate
+    return data, caption, "", beside
+
+
+def fill_table(data: list[dict[str, Any]] | None) -> tuple:
+    """(rows, active cell): the table's rows, the first one selected."""
+    samples = [SamplePublic.model_validate(s) for s in data or []]
+    first = {"row": 0, "column": 0, "column_id": "index"} if samples else None
+    return sample_views.rows(samples), first
+
+
+def show_sample(client: ApiClient, active: dict[str, Any] | None, colour: str, rows: Any) -> tuple:
+    """(detail, row style): the selected sample with its tokens coloured by ``colour``."""
+    position = None if not active else active.get("row")
+    if position is None or not rows or position >= len(rows):
+        return None, []
+    row = rows[position]
+    sample = read_sample(client, row["run_id"], row["step"], row["sample_index"], row["split"])
+    detail = None if sample is None else sample_views.detail(sample, colour)
+    return detail, sample_views.selected_style(position)
+
+
 def register(app: Dash, client: ApiClient) -> None:
+    """Wire the samples page's callbacks to ``app``."""
+
     @app.callback(
         Output(ids.SAMPLES_STEP, "min"),
         Output(ids.SAMPLES_STEP, "max"),
@@ -154,13 +211,8 @@ def register(app: Dash, client: ApiClient) -> None:
         State(ids.SAMPLES_STATE, "data"),
         State(ids.SAMPLES_STEP, "value"),
     )
-    def follow_steps(_tick: Any, live: list[str], state: dict[str, Any], value: Any) -> tuple:
-        try:
-            low, high, marks, newest = slider_stops(client, state["run_id"])
-        except ApiError:
-            raise PreventUpdate from None
-        chosen = newest if "live" in (live or []) or value is None else value
-        return low, high, marks, chosen
+    def serve_steps(_tick: Any, live: list[str], state: dict[str, Any], value: Any) -> tuple:
+        return follow_steps(client, live, state, value)
 
     @app.callback(
         Output(ids.SAMPLES_DATA, "data"),
@@ -175,35 +227,17 @@ def register(app: Dash, client: ApiClient) -> None:
         State(ids.SAMPLES_STATE, "data"),
         State(ids.SAMPLES_DATA, "data"),
     )
-    def load_samples(
-        step: Any,
-        sort: str,
-        order: str,
-        compare_run: str | None,
-        compare_step: Any,
-        state: dict[str, Any],
-        shown: Any,
+    def serve_samples(
+        step: Any, sort: str, order: str, run: Any, at: Any, state: dict[str, Any], shown: Any
     ) -> tuple:
-        comparing = ctx.triggered_id in (ids.SAMPLES_COMPARE_RUN, ids.SAMPLES_COMPARE_STEP)
-        try:
-            data, caption = fetch(client, state, step, sort, order)
-        except ApiError as exc:
-            return [], "", str(exc), None
-        other = Comparison.of(state["run_id"], compare_run, compare_step, step)
-        beside = None if other is None else compared(client, other, sort, order)
-        if data == shown and not comparing:
-            raise PreventUpdate  # a live tick that found nothing new
-        return data, caption, "", beside
+        choices = {"sort": sort, "order": order, "compare_run": run, "compare_step": at}
+        return load_samples(client, ctx.triggered_id, step, choices, state, shown)
 
-    @app.callback(
+    app.callback(
         Output(ids.SAMPLES_GRID, "data"),
         Output(ids.SAMPLES_GRID, "active_cell"),
         Input(ids.SAMPLES_DATA, "data"),
-    )
-    def fill_table(data: list[dict[str, Any]] | None) -> tuple:
-        samples = [SamplePublic.model_validate(s) for s in data or []]
-        first = {"row": 0, "column": 0, "column_id": "index"} if samples else None
-        return sample_views.rows(samples), first
+    )(fill_table)
 
     @app.callback(
         Output(ids.SAMPLES_DETAIL, "children"),
@@ -212,14 +246,8 @@ def register(app: Dash, client: ApiClient) -> None:
         Input(ids.SAMPLES_COLOUR, "value"),
         State(ids.SAMPLES_GRID, "data"),
     )
-    def show_sample(active: dict[str, Any] | None, colour: str, rows: Any) -> tuple:
-        position = None if not active else active.get("row")
-        if position is None or not rows or position >= len(rows):
-            return None, []
-        row = rows[position]
-        sample = read_sample(client, row["run_id"], row["step"], row["sample_index"], row["split"])
-        detail = None if sample is None else sample_views.detail(sample, colour)
-        return detail, sample_views.selected_style(position)
+    def serve_sample(active: dict[str, Any] | None, colour: str, rows: Any) -> tuple:
+        return show_sample(client, active, colour, rows)
 
 
 def read_sample(
