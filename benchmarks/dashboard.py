@@ -198,6 +198,7 @@ def _breakdown(bench: dict[str, Any], done_ms: float) -> dict[str, Any]:
 def first_render(
     browser: Any, base: str, run_id: str, samples: int = RENDER_SAMPLES
 ) -> dict[str, Any]:
+    """Median first render of the run page in Chromium, with its response size and breakdown."""
     from rlguard_frontend.run_data import MINIS_FIRST
 
     times, dash_bytes, breakdowns, draw_all = [], [], [], []
@@ -260,6 +261,7 @@ WATCH_JS = """() => {
 def live_latency(
     browser: Any, base: str, spool: str, samples: int = LATENCY_SAMPLES
 ) -> dict[str, Any]:
+    """Seconds from ``run.log()`` to the point drawn in Chromium, over ``samples`` points."""
     import rlguard
 
     run = rlguard.init(project="bench", name="live", url=base, spool_dir=spool, gpu=False)
@@ -297,6 +299,7 @@ PARTS = ("live", "render", "compare", "groups", "table")
 
 
 def main() -> None:
+    """Measure the dashboard's views in real Chromium and print the figures as JSON."""
     from playwright.sync_api import sync_playwright
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

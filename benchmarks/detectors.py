@@ -119,6 +119,8 @@ def us_per_step(feed_run: Callable[[Run], Any], run: Run) -> float:
 
 
 def suite_pass(factory: Callable[[Mapping[str, Any]], Any]) -> Callable[[Run], int]:
+    """A pass that feeds a run step by step to a suite made by ``factory``; its event count."""
+
     def feed_run(run: Run) -> int:
         suite, events = factory(CONFIG), 0
         for step, values in run:
@@ -141,6 +143,7 @@ def batched_pass(factory: Callable[[Mapping[str, Any]], Any]) -> Callable[[Run],
 
 
 def bare_pass(run: Run) -> int:
+    """The floor: a pass that only walks the run's values."""
     count = 0
     for _step_number, values in run:
         for _key, _value in values.items():
@@ -211,6 +214,7 @@ def batch_costs(run: Run, folder: Path, batch_steps: int = BATCH_STEPS) -> dict[
 
 
 def main() -> None:
+    """Measure the detectors' cost per fed step and per live batch and print JSON."""
     result: dict[str, Any] = {"steps": STEPS, "keys_per_step": 20, "repeats": REPEATS}
     feed, batched = suite_pass(DetectorSuite), batched_pass(DetectorSuite)
     with tempfile.TemporaryDirectory() as folder:

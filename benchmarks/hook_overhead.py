@@ -43,6 +43,7 @@ PACED_STEP_S = 0.001
 
 
 def measure(step_fn: Callable[[int], None], steps: int) -> dict[str, float]:
+    """Median and p99 cost of ``step_fn`` per call over ``steps`` calls, in microseconds."""
     costs = []
     clock = time.perf_counter_ns
     for step in range(steps):
@@ -160,6 +161,7 @@ def cpu_per_step(steps: int, rounds: int, tmp: Path) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Measure ``log()`` beside its peers and the hook's CPU per step; print JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("log", "cpu"), help="run one half")
     parser.add_argument("--steps", type=int, default=20_000, help="log() calls timed per case")

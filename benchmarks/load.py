@@ -186,6 +186,7 @@ def _missing(steps: int, keys: int, counts: list[int]) -> int:
 
 
 def database_bytes(database_url: str) -> int:
+    """Bytes the database holds on disk (the SQLite file, or PostgreSQL's database size)."""
     if database_url.startswith("sqlite"):  # the file alone: the WAL is reused scratch space
         return Path(database_url.split(":///", 1)[1]).stat().st_size
     import psycopg
@@ -347,6 +348,7 @@ TOPOLOGIES = {
 
 @contextlib.contextmanager
 def database(kind: str, folder: Path) -> Iterator[str]:
+    """A database URL of ``kind`` (sqlite or postgres), thrown away afterwards."""
     if kind == "sqlite":
         yield sqlite_url(folder, "load.db")
         return
@@ -355,6 +357,7 @@ def database(kind: str, folder: Path) -> Iterator[str]:
 
 
 def main() -> int:
+    """Run the load levels on every topology and print JSON; 1 on a lost or duplicated point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--levels", default="8,16,32,64,128,256")
     parser.add_argument("--seconds", type=float, default=60.0)

@@ -54,6 +54,7 @@ def capture(base: str, run_ids: list[str], out: Path, groups: int) -> None:
 
 
 def main() -> None:
+    """Train a small demo sweep into a throwaway service and capture the compare page."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/images/compare-groups.png"))
     parser.add_argument("--presets", nargs=2, default=["healthy", "runaway-kl"])

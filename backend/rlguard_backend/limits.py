@@ -193,6 +193,7 @@ class BodyLimits:
         return self.max_request_bytes, "RLGUARD_MAX_REQUEST_BYTES"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Refuse an HTTP request's body past its limit or the budget; pass anything else on."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
