@@ -39,8 +39,11 @@ def carry_token(work: Callable[..., T]) -> Callable[..., T]:
     token = REQUEST_TOKEN.get()
 
     def run(*args: Any) -> T:
-        REQUEST_TOKEN.set(token)  # the pools that use this live for one request
-        return work(*args)
+        reset = REQUEST_TOKEN.set(token)
+        try:
+            return work(*args)
+        finally:  # a pooled thread never keeps one viewer's token for the next work
+            REQUEST_TOKEN.reset(reset)
 
     return run
 
