@@ -57,11 +57,12 @@ def test_runs_grid_copied_url_restores_sort_filter_and_columns(
     expect(fresh.locator(NAME_FILTER)).to_have_value("run-001", timeout=WAIT_MS)
     assert fresh.get_by_text("10 of 30 runs match", exact=True).is_visible()
     assert "finished" in fresh.locator("#runs-status").inner_text()
+    assert fresh.url == copied  # opening the view added no history entry of its own
     context.close()
     page.go_back()
     page.wait_for_function("!location.search.includes('status=')", timeout=WAIT_MS)
     _names_are(page, expected)
-    assert "finished" not in page.locator("#runs-status").inner_text()
+    expect(page.locator("#runs-status")).not_to_contain_text("finished", timeout=WAIT_MS)
     page.go_back()
     page.wait_for_function("!location.search.includes('filter=')", timeout=WAIT_MS)
     expect(page.locator(NAME_FILTER)).to_have_value("", timeout=WAIT_MS)
@@ -101,6 +102,7 @@ def test_run_page_copied_url_restores_smoothing_zoom_and_keys(
     assert fresh.locator(slider).get_attribute("aria-valuenow") == "0.99"
     assert fresh.locator("#run-key-search").input_value() == "k1"
     assert plot_state(fresh, "entropy")["lengths"] == plot_state(page, "entropy")["lengths"]
+    assert fresh.url == copied
     context.close()
     page.go_back()
     page.wait_for_function("!location.search.includes('keys=')", timeout=WAIT_MS)
