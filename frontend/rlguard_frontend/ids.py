@@ -24,6 +24,7 @@ RUNS_TOTAL = "runs-total"
 RUNS_KINDS = "runs-kinds"
 RUNS_REFRESHED = "runs-refreshed"
 RUNS_QUERY = "runs-query"
+RUNS_VIEW = "runs-view"
 
 RUN_ID = "run-id"
 RUN_HEADER = "run-header"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlencode
 
-from dash import Dash, Input, Output
+from dash import Dash, Input, Output, no_update
 from dash.exceptions import PreventUpdate
 
 from rlguard_frontend import ids
@@ -210,6 +210,22 @@ def url_for(state: UrlState, search: str | None, path: str) -> dict[str, str]:
     if type(state).from_query(search).with_changes(theme=state.theme) == state:  # type: ignore[attr-defined]
         raise PreventUpdate
     return {"search": f"?{query}", "shown": f"{path}?{query}" if query else path}
+
+
+def next_view(state: UrlState, last: str | None, path: str) -> tuple[Any, str]:
+    """(URL for ``push_to_url``, the view) when the view moved on from ``last``.
+
+    ``last`` is ``None`` until the page's first report of its view (the runs grid's first
+    request), which is the view the URL built: it is recorded, and no history entry is made,
+    so a URL the page shows differently (a sort on a column it lacks) never traps back.
+    """
+    view = state.with_changes(theme=None).to_query()
+    if last is None:
+        return no_update, view
+    if view == last:
+        raise PreventUpdate  # paging or a refresh: the same view
+    query = state.to_query()
+    return {"search": f"?{query}", "shown": f"{path}?{query}" if query else path}, view
 
 
 def push_to_url(app: Dash, store: str) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dash import html
+from dash import html, no_update
 from dash.exceptions import PreventUpdate
 
 from rlguard_frontend import ids, routing, run_callbacks
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.pages import runs
-from rlguard_frontend.url_state import RunsState, RunViewState, url_for
+from rlguard_frontend.url_state import RunsState, RunViewState, next_view, url_for
 
 LR_FILTER = {"hparam.lr": {"filterType": "number", "type": "lessThan", "filter": 3e-06}}
 
@@ -66,6 +66,21 @@ def test_runs_state_from_the_grids_request_drops_the_default_columns() -> None:
     with pytest.raises(PreventUpdate):  # paging alone is no new view
         url_for(state, "?" + state.to_query(), "/")
     assert url_for(state, "", "/")["shown"] == "/?" + state.to_query()
+
+
+def test_runs_next_view_records_the_first_view_and_pushes_only_changes() -> None:
+    built = RunsState(status="failed", theme="dark")
+    assert next_view(built, None, "/") == (no_update, "status=failed")  # as the URL built it
+    with pytest.raises(PreventUpdate):  # a refresh or another page of rows: the same view
+        next_view(built.with_changes(theme="light"), "status=failed", "/")
+    moved = built.with_changes(sort=("name",))
+    assert next_view(moved, "status=failed", "/") == (
+        {
+            "search": "?status=failed&sort=name&theme=dark",
+            "shown": "/?status=failed&sort=name&theme=dark",
+        },
+        "status=failed&sort=name",
+    )
 
 
 def _find(node: Any, element_id: str) -> Any:

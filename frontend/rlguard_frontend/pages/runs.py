@@ -192,6 +192,7 @@ def layout(query: str | None = None) -> html.Div:
             dcc.Store(id=ids.RUNS_KINDS, data={}),
             dcc.Store(id=ids.RUNS_REFRESHED),
             dcc.Store(id=ids.RUNS_QUERY),
+            dcc.Store(id=ids.RUNS_VIEW),
             filters,
             choosers,
             html.Div(id=ids.RUNS_ERROR, className="error"),
@@ -357,6 +358,7 @@ def register(app: Dash, client: ApiClient) -> None:
 
     @app.callback(
         Output(ids.RUNS_QUERY, "data"),
+        Output(ids.RUNS_VIEW, "data"),
         Input(ids.RUNS_PROJECT, "value"),
         Input(ids.RUNS_TAG, "value"),
         Input(ids.RUNS_STATUS, "value"),
@@ -364,14 +366,14 @@ def register(app: Dash, client: ApiClient) -> None:
         Input(ids.RUNS_PINNED, "value"),
         Input(ids.RUNS_TABLE, "getRowsRequest"),
         State(ids.THEME, "data"),  # carried into the link with the next change of view
-        State(ids.URL, "search"),
+        State(ids.RUNS_VIEW, "data"),
         prevent_initial_call=True,
     )
-    def keep_in_url(*values: Any) -> dict[str, str]:
+    def keep_in_url(*values: Any) -> tuple:
         """Each change of view becomes a history entry: back/forward and copied links work."""
         if len(ctx.triggered) != 1:
             raise PreventUpdate  # the page was just built (from this URL): nothing changed
-        return url_state.url_for(state_from(*values[:-1]), values[-1], "/")
+        return url_state.next_view(state_from(*values[:-1]), values[-1], "/")
 
     url_state.push_to_url(app, ids.RUNS_QUERY)
 
