@@ -101,6 +101,9 @@ def test_run_page_copied_url_restores_smoothing_zoom_and_keys(
     slider = "#run-smoothing [role=slider]"
     assert fresh.locator(slider).get_attribute("aria-valuenow") == "0.99"
     assert fresh.locator("#run-key-search").input_value() == "k1"
+    shown_minis = fresh.locator(".mini:visible")
+    assert shown_minis.locator(".mini-title").all_inner_texts() == ["extra/k1"]
+    expect(shown_minis.locator(".js-plotly-plot")).to_have_count(1, timeout=WAIT_MS)
     assert plot_state(fresh, "entropy")["lengths"] == plot_state(page, "entropy")["lengths"]
     assert fresh.url == copied
     context.close()
