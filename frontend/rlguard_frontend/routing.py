@@ -31,11 +31,11 @@ def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
     """The page at a ``location``."""
     path, _, query = where.partition("?")
     if path == "/":
-        return runs.layout()
+        return runs.layout(query)
     if path.startswith("/runs/") and path.endswith("/samples"):
         return samples.layout(path.removeprefix("/runs/").removesuffix("/samples"), query)
     if path.startswith("/runs/") and len(path) > len("/runs/"):
-        return run_detail.layout(path.removeprefix("/runs/"), client, theme)
+        return run_detail.layout(path.removeprefix("/runs/"), client, theme, query)
     if path.rstrip("/") == "/alerts":
         return inbox.layout()
     if path.rstrip("/") == "/compare":

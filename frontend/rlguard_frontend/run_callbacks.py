@@ -15,6 +15,7 @@ from dash.exceptions import PreventUpdate
 from rlguard_frontend import panel_views, run_data, traces
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.panel_views import view_from
+from rlguard_frontend.url_state import RunViewState
 
 LIVE_REDRAW_AFTER_POINTS = 1500  # then refetch downsampled history: traces stay ~2,000 points
 
@@ -119,4 +120,44 @@ def shared_zoom(
     lo = max(0, math.floor(float(event["xaxis.range[0]"])))
     hi = math.ceil(float(event["xaxis.range[1]"]))
     zoom = {"from": lo, "to": max(hi, lo)}
-    return (no_update, no_update) if zoom == current else (zoom, f"steps {lo}–{hi}")
+    return (no_update, no_update) if zoom == current else (zoom, zoom_label(zoom))
+
+
+def zoom_label(zoom: dict[str, int] | None) -> str:
+    """``"all steps"``, or the zoomed step range."""
+    return f"steps {zoom['from']}–{zoom['to']}" if zoom else "all steps"
+
+
+def key_style(name: str, search: str | None) -> dict[str, str]:
+    """A mini chart's style: hidden when its key does not contain the search."""
+    return {} if (search or "").strip().lower() in name.lower() else {"display": "none"}
+
+
+def searched_minis(plan: dict[str, Any], search: str) -> list[str]:
+    """The mini charts a key search shows (none without one), drawn with the page."""
+    wanted = search.strip().lower()
+    first = run_data.panel_ids(plan)
+    minis = plan["minis"].items()
+    return [m for m, name in minis if wanted and wanted in name.lower() and m not in first]
+
+
+def view_state(
+    smooth: float | None,
+    log: list[str] | None,
+    xmode: str | None,
+    zoom: dict[str, int] | None,
+    keys: str | None,
+    theme: str | None,
+) -> RunViewState:
+    """The run page's controls as one state (what the URL holds), cleaned up as a URL is."""
+    zoom = zoom or {}
+    query = RunViewState(
+        smoothing=float(smooth or 0),
+        xmode=xmode or "step",
+        log=bool(log),
+        from_step=zoom.get("from"),
+        to_step=zoom.get("to"),
+        keys=(keys or "").strip(),
+        theme=theme,
+    ).to_query()
+    return RunViewState.from_query(query)

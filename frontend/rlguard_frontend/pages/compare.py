@@ -13,7 +13,7 @@ from typing import Any
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from rlguard_frontend import compare_data, figures, ids
+from rlguard_frontend import compare_data, figures, ids, url_state
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.compare_data import MAX_RUNS, SIGNAL_UNITS, ComparedRun
 from rlguard_frontend.compare_figures import LEGEND_MAX_RUNS, band_figure, compare_figure
@@ -341,24 +341,9 @@ def register(app: Dash, client: ApiClient) -> None:
             raise PreventUpdate  # the page was just built (from this URL): nothing changed
         return url_for(state_from(*values[:-1]), values[-1])
 
-    # The URL lives in the app's shell; only this page's own store may drive it from here.
-    app.clientside_callback(
-        "function(url) { return url ? [url.search, url.shown] : "
-        "[window.dash_clientside.no_update, window.dash_clientside.no_update]; }",
-        Output(ids.URL, "search"),
-        Output(ids.PAGE_SHOWN, "data", allow_duplicate=True),
-        Input(ids.COMPARE_QUERY, "data"),
-        prevent_initial_call=True,
-    )
+    url_state.push_to_url(app, ids.COMPARE_QUERY)
 
 
 def url_for(state: CompareState, search: str | None) -> dict[str, str]:
-    """The URL search and page location of a state; unchanged when the URL already says it.
-
-    The theme alone makes no history entry: a link carries the viewer's theme, a toggle does
-    not add a step to back/forward.
-    """
-    query = state.to_query()
-    if CompareState.from_query(search).with_changes(theme=state.theme) == state:
-        raise PreventUpdate
-    return {"search": f"?{query}", "shown": f"/compare?{query}" if query else "/compare"}
+    """The URL search and page location of a state; unchanged when the URL already says it."""
+    return url_state.url_for(state, search, "/compare")

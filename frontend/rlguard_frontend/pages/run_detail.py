@@ -9,12 +9,13 @@ from dash import ALL, ClientsideFunction, Dash, Input, Output, State, ctx, dcc, 
 from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import RunPublic
-from rlguard_frontend import alert_views, ids, run_callbacks, run_data, run_state, traces
+from rlguard_frontend import alert_views, ids, run_callbacks, run_data, run_state, traces, url_state
 from rlguard_frontend.api_client import ApiClient, ApiError, carry_token
 from rlguard_frontend.controls import control_id, controls_bar
 from rlguard_frontend.pages import run_alerts
 from rlguard_frontend.panel_views import view_from
 from rlguard_frontend.panels import PANELS
+from rlguard_frontend.url_state import RunViewState
 
 PREFIX = "run"
 PANEL_MAX_POINTS = run_data.PANEL_MAX_POINTS
@@ -25,17 +26,22 @@ def _graph_id(panel_id: str) -> dict[str, str]:
     return {"type": ids.PANEL_GRAPH, "panel": panel_id}
 
 
-def layout(run_id: str, client: ApiClient, theme: str | None = None) -> html.Div:
-    """The page with its first draw in it: opening a run costs one round trip."""
+def layout(
+    run_id: str, client: ApiClient, theme: str | None = None, query: str | None = None
+) -> html.Div:
+    """The page with its first draw in it, as its URL's ``query`` says: one round trip."""
+    view = RunViewState.from_query(query)
     try:
-        first = initial_draw(client, run_id, theme)
+        first = initial_draw(client, run_id, theme, view)
     except ApiError as exc:  # the tick retries: refresh_run builds the panels once it can
         first = {"error": str(exc), "header": [], "plan": None, "cursor": None, "alerts": []}
         first["digest"] = alert_views.digest([])
         first["cards"], first["minis"] = [], []
     zoom_reset = html.Div(
         [
-            html.Span("all steps", id=ids.RUN_ZOOM_LABEL, className="zoom-label"),
+            html.Span(
+                run_callbacks.zoom_label(view.zoom), id=ids.RUN_ZOOM_LABEL, className="zoom-label"
+            ),
             html.Button("reset zoom", id=ids.RUN_ZOOM_RESET, className="button-small"),
         ],
         className="control",
@@ -46,13 +52,21 @@ def layout(run_id: str, client: ApiClient, theme: str | None = None) -> html.Div
             dcc.Store(id=ids.RUN_ID, data=run_id),
             dcc.Store(id=ids.RUN_PLAN, data=first["plan"]),
             dcc.Store(id=ids.RUN_CURSOR, data=first["cursor"]),
-            dcc.Store(id=ids.RUN_ZOOM),
+            dcc.Store(id=ids.RUN_ZOOM, data=view.zoom),
+            dcc.Store(id=ids.RUN_QUERY),
             dcc.Store(id=ids.RUN_ALERTS, data=first["digest"]),
             dcc.Store(id=ids.RUN_REDRAW, data=0),
             dcc.Store(id=ids.RUN_LIVE),
             html.Div(first["header"], id=ids.RUN_HEADER, className="run-header"),
             html.Div(first["error"], id=ids.RUN_ERROR, className="error"),
-            controls_bar(PREFIX, live=True, extra=[zoom_reset]),
+            controls_bar(
+                PREFIX,
+                live=True,
+                extra=[zoom_reset],
+                smoothing=view.smoothing,
+                log=view.log,
+                xmode=view.xmode,
+            ),
             html.Div(
                 [
                     html.Div(first["cards"], id=ids.RUN_PANELS, className="panels"),
@@ -78,6 +92,7 @@ def layout(run_id: str, client: ApiClient, theme: str | None = None) -> html.Div
                             html.H3("All other keys"),
                             dcc.Input(
                                 id=ids.RUN_KEY_SEARCH,
+                                value=view.keys,
                                 placeholder="search keys…",
                                 type="search",
                                 className="search",
@@ -95,18 +110,23 @@ def layout(run_id: str, client: ApiClient, theme: str | None = None) -> html.Div
     )
 
 
-def initial_draw(client: ApiClient, run_id: str, theme: str | None) -> dict[str, Any]:
+def initial_draw(
+    client: ApiClient, run_id: str, theme: str | None, shown: RunViewState | None = None
+) -> dict[str, Any]:
     """Header, plan, drawn cards, live cursor and alerts of a run, as the controls start."""
+    shown = shown or RunViewState()
+    smooth, xmode, zoom = shown.smoothing, shown.xmode, shown.zoom
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlguard-alerts") as pool:
         listed = pool.submit(carry_token(client.list_alerts), run_id)
         run = client.get_run(run_id)
         plan = run_data.make_plan(client, run, None)
-        drawn_ids = run_data.panel_ids(plan)
-        series = run_data.read_drawn_series(client, run_id, plan, 0.0, None, drawn_ids, "step")
+        drawn_ids = run_data.panel_ids(plan) + run_callbacks.searched_minis(plan, shown.keys)
+        series = run_data.read_drawn_series(client, run_id, plan, smooth, zoom, drawn_ids, xmode)
         alerts = listed.result().data
-    view = view_from(0, [], "step", theme, None, traces.start_time(series))
-    drawn, cursor = run_data.draw(drawn_ids, plan, series, alerts, view)
-    cards, minis = panel_cards(plan, dict(zip(drawn_ids, drawn, strict=True)))
+    log = ["log"] if shown.log else []
+    view = view_from(smooth, log, xmode, theme, zoom, traces.start_time(series))
+    drawn, cursor = run_data.draw(drawn_ids, plan, series, alerts, view, frozen=bool(zoom))
+    cards, minis = panel_cards(plan, dict(zip(drawn_ids, drawn, strict=True)), shown.keys)
     return {
         "error": "",
         "header": header(run),
@@ -152,11 +172,12 @@ def _step(step: int | None) -> str:
 
 
 def panel_cards(
-    plan: dict[str, Any], drawn: dict[str, dict[str, Any]] | None = None
+    plan: dict[str, Any], drawn: dict[str, dict[str, Any]] | None = None, search: str = ""
 ) -> tuple[list[Any], list[Any]]:
     """Cards for the registry panels (or why one is empty) and the mini charts.
 
-    ``drawn`` holds figures by panel id when the cards come already drawn.
+    ``drawn`` holds figures by panel id when the cards come already drawn; ``search`` hides
+    the mini charts whose key does not contain it.
     """
     drawn = drawn or {}
     cards, empty = [], []
@@ -189,6 +210,7 @@ def panel_cards(
                 ),
             ],
             id={"type": ids.MINI_CARD, "panel": mini},
+            style=run_callbacks.key_style(name, search),
             className="card mini",
         )
         for mini, name in plan["minis"].items()
@@ -349,7 +371,27 @@ def register(app: Dash, client: ApiClient) -> None:
     )
     def filter_keys(query: str | None, plan: dict[str, Any] | None) -> list[dict[str, str]]:
         names = [(plan or {}).get("minis", {}).get(o["id"]["panel"], "") for o in ctx.outputs_list]
-        wanted = (query or "").strip().lower()
-        return [{} if wanted in name.lower() else {"display": "none"} for name in names]
+        return [run_callbacks.key_style(name, query) for name in names]
+
+    @app.callback(
+        Output(ids.RUN_QUERY, "data"),
+        Input(smoothing, "value"),
+        Input(log, "value"),
+        Input(xaxis, "value"),
+        Input(ids.RUN_ZOOM, "data"),
+        Input(ids.RUN_KEY_SEARCH, "value"),
+        State(ids.THEME, "data"),  # carried into the link with the next change of view
+        State(ids.URL, "search"),
+        State(ids.RUN_ID, "data"),
+        prevent_initial_call=True,
+    )
+    def keep_in_url(*values: Any) -> dict[str, str]:
+        """Each change of view becomes a history entry: back/forward and copied links work."""
+        if len(ctx.triggered) != 1:
+            raise PreventUpdate  # the page was just built (from this URL): nothing changed
+        shown = run_callbacks.view_state(*values[:-2])
+        return url_state.url_for(shown, values[-2], f"/runs/{values[-1]}")
+
+    url_state.push_to_url(app, ids.RUN_QUERY)
 
     run_alerts.register(app, client, xaxis)

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 import dash_ag_grid as dag
-from dash import Dash, Input, Output, State, dcc, html
+from dash import Dash, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import RUN_STATUSES, RunFieldPublic
-from rlguard_frontend import ids
+from rlguard_frontend import ids, url_state
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.runs_grid import PAGE_ROWS, grid_rows
+from rlguard_frontend.url_state import RunsState
 
 STATUS_FILTERS = (*RUN_STATUSES, "stale")
 REFRESH_EVERY_TICKS = 10  # rows refetched this often even when no run was added
@@ -114,15 +115,31 @@ GRID_OPTIONS: dict[str, Any] = {
 }
 
 
-def layout() -> html.Div:
-    """The runs page: filters, column choice and the server-side runs grid."""
+def layout(query: str | None = None) -> html.Div:
+    """The runs page as its URL's ``query`` says: filters, columns and the server-side grid."""
+    state = RunsState.from_query(query, STATUS_FILTERS)
+    columns = list(DEFAULT_COLUMNS if state.columns is None else state.columns)
+    projects = [{"label": state.project, "value": state.project}] if state.project else []
     filters = html.Div(
         [
-            dcc.Dropdown(id=ids.RUNS_PROJECT, placeholder="any project", className="filter"),
-            dcc.Input(id=ids.RUNS_TAG, placeholder="tag", debounce=True, className="filter-input"),
+            dcc.Dropdown(
+                id=ids.RUNS_PROJECT,
+                options=projects,
+                value=state.project,
+                placeholder="any project",
+                className="filter",
+            ),
+            dcc.Input(
+                id=ids.RUNS_TAG,
+                value=state.tag or "",
+                placeholder="tag",
+                debounce=True,
+                className="filter-input",
+            ),
             dcc.Dropdown(
                 id=ids.RUNS_STATUS,
                 options=[{"label": s, "value": s} for s in STATUS_FILTERS],
+                value=state.status,
                 placeholder="any status",
                 className="filter",
             ),
@@ -135,16 +152,16 @@ def layout() -> html.Div:
         [
             dcc.Dropdown(
                 id=ids.RUNS_COLUMNS,
-                options=[{"label": HEADERS[c], "value": c} for c in DEFAULT_COLUMNS],
-                value=list(DEFAULT_COLUMNS),
+                options=[{"label": HEADERS.get(c, c), "value": c} for c in columns],
+                value=columns,
                 multi=True,
                 placeholder="columns: config and summary keys, last values, alerts",
                 className="filter filter-wide",
             ),
             dcc.Dropdown(
                 id=ids.RUNS_PINNED,
-                options=[],
-                value=[],
+                options=pin_options(columns),
+                value=list(state.pinned),
                 multi=True,
                 placeholder="pin columns",
                 className="filter",
@@ -154,7 +171,8 @@ def layout() -> html.Div:
     )
     grid = dag.AgGrid(
         id=ids.RUNS_TABLE,
-        columnDefs=column_defs(list(DEFAULT_COLUMNS), [], {}),
+        columnDefs=column_defs(columns, list(state.pinned), {}, state),
+        filterModel=state.filter_model,
         defaultColDef={
             "sortable": True,
             "resizable": True,
@@ -173,6 +191,8 @@ def layout() -> html.Div:
             dcc.Store(id=ids.RUNS_TOTAL),
             dcc.Store(id=ids.RUNS_KINDS, data={}),
             dcc.Store(id=ids.RUNS_REFRESHED),
+            dcc.Store(id=ids.RUNS_QUERY),
+            dcc.Store(id=ids.RUNS_VIEW),
             filters,
             choosers,
             html.Div(id=ids.RUNS_ERROR, className="error"),
@@ -183,13 +203,17 @@ def layout() -> html.Div:
 
 
 def column_defs(
-    columns: list[str], pinned: list[str], kinds: dict[str, str]
+    columns: list[str], pinned: list[str], kinds: dict[str, str], state: RunsState | None = None
 ) -> list[dict[str, Any]]:
-    """The fixed columns, then the chosen ones; pinned ones stay at the left while scrolling."""
+    """The fixed columns, then the chosen ones; pinned ones stay at the left while scrolling.
+
+    ``state`` gives the sort the grid starts with (the URL's).
+    """
+    state = state or RunsState()
     defs = []
     for column in FIXED_COLUMNS:
         pin = "left" if column["colId"] in pinned or column.get("pinned") else None
-        defs.append({**column, "pinned": pin})
+        defs.append({**column, "pinned": pin, "sort": state.sort_of(column["colId"])})
     for field in columns:
         numeric = (
             kinds.get(field) == "number"
@@ -203,6 +227,7 @@ def column_defs(
                 "colId": field,
                 "field": field,
                 "pinned": "left" if field in pinned else None,
+                "sort": state.sort_of(field),
                 "valueFormatter": NUMBER_FORMAT,
                 **(NUMBER_FILTER if numeric else TEXT_FILTER),
             }
@@ -300,10 +325,12 @@ def register(app: Dash, client: ApiClient) -> None:
         Input(ids.RUNS_PINNED, "value"),
         Input(ids.RUNS_KINDS, "data"),
         State(ids.RUNS_TABLE, "columnDefs"),
+        State(ids.URL, "search"),  # the grid's sort, kept there
         prevent_initial_call=True,
     )
-    def choose_columns(columns, pinned, kinds, shown) -> tuple:
-        defs = column_defs(columns or [], pinned or [], kinds or {})
+    def choose_columns(columns, pinned, kinds, shown, search) -> tuple:
+        sorted_by = RunsState.from_query(search, STATUS_FILTERS)
+        defs = column_defs(columns or [], pinned or [], kinds or {}, sorted_by)
         if defs == shown:
             raise PreventUpdate  # new column definitions would reset the viewer's sort
         return defs, pin_options(columns)
@@ -329,6 +356,51 @@ def register(app: Dash, client: ApiClient) -> None:
         prevent_initial_call=True,
     )
 
+    @app.callback(
+        Output(ids.RUNS_QUERY, "data"),
+        Output(ids.RUNS_VIEW, "data"),
+        Input(ids.RUNS_PROJECT, "value"),
+        Input(ids.RUNS_TAG, "value"),
+        Input(ids.RUNS_STATUS, "value"),
+        Input(ids.RUNS_COLUMNS, "value"),
+        Input(ids.RUNS_PINNED, "value"),
+        Input(ids.RUNS_TABLE, "getRowsRequest"),
+        State(ids.THEME, "data"),  # carried into the link with the next change of view
+        State(ids.RUNS_VIEW, "data"),
+        prevent_initial_call=True,
+    )
+    def keep_in_url(*values: Any) -> tuple:
+        """Each change of view becomes a history entry: back/forward and copied links work."""
+        if len(ctx.triggered) != 1:
+            raise PreventUpdate  # the page was just built (from this URL): nothing changed
+        return url_state.next_view(state_from(*values[:-1]), values[-1], "/")
+
+    url_state.push_to_url(app, ids.RUNS_QUERY)
+
     @app.callback(Output(ids.RUNS_COMPARE, "children"), Input(ids.RUNS_TABLE, "selectedRows"))
     def link_compare(selected: list[dict[str, Any]] | None) -> Any:
         return compare_link(selected)
+
+
+def state_from(
+    project: str | None,
+    tag: str | None,
+    status: str | None,
+    columns: list[str] | None,
+    pinned: list[str] | None,
+    request: dict[str, Any] | None,
+    theme: str | None,
+) -> RunsState:
+    """The pickers' values and the grid's latest request as one state (what the URL holds)."""
+    request = request or {}
+    chosen = tuple(columns or ())
+    return RunsState(
+        project=project or None,
+        tag=(tag or "").strip() or None,
+        status=status or None,
+        columns=None if chosen == DEFAULT_COLUMNS else chosen,
+        pinned=tuple(pinned or ()),
+        sort=url_state.sort_from(request.get("sortModel")),
+        filters=url_state.grid_filters(request.get("filterModel")),
+        theme=theme,
+    )
