@@ -1,0 +1,151 @@
+"""Capture one picture of a real alert per detector for the detector reference.
+
+Trains each failure preset of the demo once (``rlguard demo``, the tiny GRPO loop on CPU, seed 0,
+a few steps past its alert's window in tests/demo/test_demo_alerts.py) into a throwaway SQLite
+service (``rlguard up``), opens each run page in headless Chromium, waits until the alert is drawn
+and saves the panel it shades (or, for an alert no panel shades, the sidebar with its message) as
+a PNG under docs/images/alerts/.
+
+    .venv/bin/python scripts/alert_screenshots.py
+
+About five minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.dashboard import CHROMIUM, CHROMIUM_ARGS, rlguard_up
+
+PROJECT = "alert-screenshots"
+SEED = 0
+VIEWPORT = {"width": 1280, "height": 1600}
+SCALE = 2  # a 475 px card comes out about 950 px wide
+STEPS = {"collapse": 50, "entropy-blowup": 60, "kl-too-strong": 130, "runaway-kl": 140}
+PANEL_GRAPH = "run-panel-graph"  # rlguard_frontend.ids.PANEL_GRAPH
+ALERT_ITEM = "run-alert-item"  # rlguard_frontend.ids.ALERT_ITEM
+# The panel's plot holds the alert's shading (a shape with a fill) and its marker trace, drawn.
+ALERT_DRAWN_JS = """(id) => {
+    const graph = document.getElementById(id);
+    const plot = graph && graph.querySelector('.js-plotly-plot');
+    if (!plot || !plot.data || !plot._fullLayout) return false;
+    const lines = plot.data.some(t => !(t.meta && t.meta.role === 'alerts') && t.x && t.x.length);
+    const marks = plot.data.some(t => t.meta && t.meta.role === 'alerts' && t.x && t.x.length);
+    const shaded = (plot._fullLayout.shapes || []).some(s => s.fillcolor);
+    return lines && marks && shaded && plot.querySelectorAll('.shapelayer path').length > 0
+        && plot.querySelectorAll('.scatterlayer .point').length > 0;
+}"""
+DETAIL_SHOWN_JS = """(message) => {
+    const shown = document.querySelector('.alert-detail .alert-message');
+    return shown !== null && shown.textContent === message;
+}"""
+
+
+@dataclass(frozen=True)
+class Shot:
+    """One picture: the alert ``key`` of a preset's run, on ``panel`` (None: the sidebar)."""
+
+    out: str
+    preset: str
+    key: str
+    panel: str | None
+
+
+SHOTS = (
+    Shot("entropy_collapse.png", "collapse", "entropy_collapse", "entropy"),
+    Shot("entropy_blowup.png", "entropy-blowup", "entropy_blowup", "entropy"),
+    Shot("entropy_gibberish.png", "entropy-blowup", "entropy_gibberish", None),
+    Shot("kl_penalty_strong.png", "kl-too-strong", "kl_penalty_strong", "kl"),
+    Shot("kl_runaway.png", "runaway-kl", "kl_runaway", "kl"),
+)
+
+
+def train(base: str, preset: str) -> None:
+    """One demo run streamed into the service."""
+    command = [sys.executable, "-m", "rlguard", "demo", "--preset", preset, "--seed", str(SEED)]
+    command += ["--steps", str(STEPS[preset]), "--url", base, "--project", PROJECT]
+    subprocess.run([*command, "--device", "cpu"], check=True, capture_output=True, timeout=1800)
+
+
+def first_alert(base: str, run_id: str, key: str) -> dict[str, Any]:
+    """The run's earliest alert with this key; an error naming the keys raised if none."""
+    alerts = httpx.get(f"{base}/api/v1/runs/{run_id}/alerts", params={"limit": 500}).json()
+    found = sorted((a for a in alerts["data"] if a["key"] == key), key=lambda a: a["first_step"])
+    if not found:
+        raised = sorted({a["key"] for a in alerts["data"]})
+        raise RuntimeError(f"run {run_id} raised no {key} alert (it raised: {raised})")
+    return found[0]
+
+
+def dash_id(kind: str, **fields: Any) -> str:
+    """The DOM id Dash gives a pattern-matching component id (its keys sorted, compact JSON)."""
+    return json.dumps({**fields, "type": kind}, sort_keys=True, separators=(",", ":"))
+
+
+def capture(page: Any, base: str, run_id: str, shot: Shot, out: Path) -> dict[str, Any]:
+    """One shot of a run page: the shaded panel's card, or the sidebar with the alert open."""
+    alert = first_alert(base, run_id, shot.key)
+    page.goto(f"{base}/runs/{run_id}")
+    if shot.panel is not None:
+        graph = dash_id(PANEL_GRAPH, panel=shot.panel)
+        page.wait_for_function(ALERT_DRAWN_JS, arg=graph, timeout=120_000, polling="raf")
+        target = page.locator(f"[id='{graph}']").locator(
+            "xpath=ancestor::div[contains(@class, 'card')][1]"
+        )
+    else:
+        page.locator(f"[id='{dash_id(ALERT_ITEM, alert=alert['id'])}']").click(timeout=60_000)
+        page.wait_for_function(DETAIL_SHOWN_JS, arg=alert["message"], timeout=60_000)
+        target = page.locator("aside.sidebar")
+    target.screenshot(path=str(out), animations="disabled")
+    return alert
+
+
+def shoot(base: str, folder: Path) -> None:
+    """Every shot from the runs the service holds, one PNG each under ``folder``."""
+    from playwright.sync_api import sync_playwright
+
+    listed = httpx.get(f"{base}/api/v1/runs", params={"project": PROJECT, "limit": 100})
+    runs = {run["name"]: run["id"] for run in listed.json()["data"]}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=VIEWPORT, device_scale_factor=SCALE)
+        for shot in SHOTS:
+            out = folder / shot.out
+            alert = capture(page, base, runs[f"{shot.preset}-seed{SEED}"], shot, out)
+            print(
+                f"{out}: {shot.preset} seed {SEED} step {STEPS[shot.preset]}, {shot.key} "
+                f"{alert['severity']} at steps {alert['first_step']}-{alert['last_step']}, "
+                f"{out.stat().st_size // 1024} KiB"
+            )
+        browser.close()
+
+
+def main() -> None:
+    """Train the failure presets into a throwaway service and capture one alert per detector."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("docs/images/alerts"))
+    parser.add_argument("--url", help="a service that already holds the runs: capture only")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.url:
+        shoot(args.url, args.out)
+        return
+    with tempfile.TemporaryDirectory() as folder, rlguard_up(f"sqlite:///{folder}/demo.db") as base:
+        longest_first = sorted(STEPS, key=lambda preset: -STEPS[preset])
+        with ThreadPoolExecutor(2) as pool:  # two trainers at a time on a two-core machine
+            list(pool.map(lambda preset: train(base, preset), longest_first))
+        shoot(base, args.out)
+
+
+if __name__ == "__main__":
+    main()
