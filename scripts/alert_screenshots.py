@@ -3,12 +3,12 @@
 Trains each failure preset of the demo once (``rlguard demo``, the tiny GRPO loop on CPU, seed 0,
 a few steps past its alert's window in tests/demo/test_demo_alerts.py) into a throwaway SQLite
 service (``rlguard up``), opens each run page in headless Chromium, waits until the alert is drawn
-and saves the panel it shades (or, for an alert no panel shades, the sidebar with its message) as
-a PNG under docs/images/alerts/.
+and saves the panel it shades (or, for an alert no panel shades, the sidebar with the alert's
+message, evidence and advice opened) as a PNG under docs/images/alerts/, one per detector.
 
     .venv/bin/python scripts/alert_screenshots.py
 
-About five minutes on two cores.
+About ten minutes on two busy cores; ``--url`` captures from a service that holds the runs.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from benchmarks.dashboard import CHROMIUM, CHROMIUM_ARGS, rlguard_up
 PROJECT = "alert-screenshots"
 SEED = 0
 VIEWPORT = {"width": 1280, "height": 1600}
-SCALE = 2  # a 475 px card comes out about 950 px wide
+PANEL_SCALE = 1.2  # a 900 px card comes out about 1080 px wide
+SIDEBAR_SCALE = 1.8  # the 320 px sidebar about 580 px
 STEPS = {"collapse": 50, "entropy-blowup": 60, "kl-too-strong": 130, "runaway-kl": 140}
 PANEL_GRAPH = "run-panel-graph"  # rlguard_frontend.ids.PANEL_GRAPH
 ALERT_ITEM = "run-alert-item"  # rlguard_frontend.ids.ALERT_ITEM
@@ -62,11 +63,15 @@ class Shot:
 
 
 SHOTS = (
+    Shot("nonfinite.png", "entropy-blowup", "truncated_at_floor", None),
     Shot("entropy_collapse.png", "collapse", "entropy_collapse", "entropy"),
     Shot("entropy_blowup.png", "entropy-blowup", "entropy_blowup", "entropy"),
-    Shot("entropy_gibberish.png", "entropy-blowup", "entropy_gibberish", None),
-    Shot("kl_penalty_strong.png", "kl-too-strong", "kl_penalty_strong", "kl"),
+    Shot("no_learning_signal.png", "collapse", "no_learning_signal", None),
+    Shot("entropy_cov_leading.png", "runaway-kl", "entropy_cov_leading", "entropy"),
     Shot("kl_runaway.png", "runaway-kl", "kl_runaway", "kl"),
+    Shot("kl_spike.png", "entropy-blowup", "kl_spike", "kl"),
+    Shot("kl_penalty.png", "kl-too-strong", "kl_penalty_strong", "kl"),
+    Shot("sample_quality.png", "entropy-blowup", "entropy_gibberish", None),
 )
 
 
@@ -118,8 +123,9 @@ def shoot(base: str, folder: Path) -> None:
     runs = {run["name"]: run["id"] for run in listed.json()["data"]}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport=VIEWPORT, device_scale_factor=SCALE)
         for shot in SHOTS:
+            scale = PANEL_SCALE if shot.panel else SIDEBAR_SCALE
+            page = browser.new_page(viewport=VIEWPORT, device_scale_factor=scale)
             out = folder / shot.out
             alert = capture(page, base, runs[f"{shot.preset}-seed{SEED}"], shot, out)
             print(
@@ -127,6 +133,7 @@ def shoot(base: str, folder: Path) -> None:
                 f"{alert['severity']} at steps {alert['first_step']}-{alert['last_step']}, "
                 f"{out.stat().st_size // 1024} KiB"
             )
+            page.close()
         browser.close()
 
 
