@@ -31,7 +31,7 @@ PROJECT = "alert-screenshots"
 SEED = 0
 VIEWPORT = {"width": 1280, "height": 1600}
 PANEL_SCALE = 1.2  # a 900 px card comes out about 1080 px wide
-SIDEBAR_SCALE = 1.8  # the 320 px sidebar about 580 px
+DETAIL_SCALE = 1.8  # the 320 px alert detail about 580 px
 STEPS = {"collapse": 50, "entropy-blowup": 60, "kl-too-strong": 130, "runaway-kl": 140}
 PANEL_GRAPH = "run-panel-graph"  # rlguard_frontend.ids.PANEL_GRAPH
 ALERT_ITEM = "run-alert-item"  # rlguard_frontend.ids.ALERT_ITEM
@@ -54,7 +54,7 @@ DETAIL_SHOWN_JS = """(message) => {
 
 @dataclass(frozen=True)
 class Shot:
-    """One picture: the alert ``key`` of a preset's run, on ``panel`` (None: the sidebar)."""
+    """One picture: the alert ``key`` of a preset's run, on ``panel`` (None: its detail)."""
 
     out: str
     preset: str
@@ -71,6 +71,7 @@ SHOTS = (
     Shot("kl_runaway.png", "runaway-kl", "kl_runaway", "kl"),
     Shot("kl_spike.png", "entropy-blowup", "kl_spike", "kl"),
     Shot("kl_penalty.png", "kl-too-strong", "kl_penalty_strong", "kl"),
+    Shot("length.png", "entropy-blowup", "entropy_length_rise", "reward"),
     Shot("sample_quality.png", "entropy-blowup", "entropy_gibberish", None),
 )
 
@@ -98,7 +99,7 @@ def dash_id(kind: str, **fields: Any) -> str:
 
 
 def capture(page: Any, base: str, run_id: str, shot: Shot, out: Path) -> dict[str, Any]:
-    """One shot of a run page: the shaded panel's card, or the sidebar with the alert open."""
+    """One shot of a run page: the shaded panel's card, or the alert opened in the sidebar."""
     alert = first_alert(base, run_id, shot.key)
     page.goto(f"{base}/runs/{run_id}")
     if shot.panel is not None:
@@ -110,7 +111,7 @@ def capture(page: Any, base: str, run_id: str, shot: Shot, out: Path) -> dict[st
     else:
         page.locator(f"[id='{dash_id(ALERT_ITEM, alert=alert['id'])}']").click(timeout=60_000)
         page.wait_for_function(DETAIL_SHOWN_JS, arg=alert["message"], timeout=60_000)
-        target = page.locator("aside.sidebar")
+        target = page.locator(".alert-detail")
     target.screenshot(path=str(out), animations="disabled")
     return alert
 
@@ -124,7 +125,7 @@ def shoot(base: str, folder: Path) -> None:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for shot in SHOTS:
-            scale = PANEL_SCALE if shot.panel else SIDEBAR_SCALE
+            scale = PANEL_SCALE if shot.panel else DETAIL_SCALE
             page = browser.new_page(viewport=VIEWPORT, device_scale_factor=scale)
             out = folder / shot.out
             alert = capture(page, base, runs[f"{shot.preset}-seed{SEED}"], shot, out)
