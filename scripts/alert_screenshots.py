@@ -6,7 +6,7 @@ service (``rlguard up``), opens each run page in headless Chromium, waits until 
 and saves the panel it shades (or, for an alert no panel shades, the sidebar with the alert's
 message, evidence and advice opened) as a PNG under docs/images/alerts/, one per detector.
 
-    .venv/bin/python scripts/alert_screenshots.py
+    .venv/bin/python -m scripts.alert_screenshots
 
 About ten minutes on two busy cores; ``--url`` captures from a service that holds the runs.
 """
