@@ -32,9 +32,11 @@ SEED = 0
 VIEWPORT = {"width": 1280, "height": 1600}
 PANEL_SCALE = 1.2  # a 900 px card comes out about 1080 px wide
 DETAIL_SCALE = 1.8  # the 320 px alert detail about 580 px
+PAD = 12  # around the alert detail, which has no margin of its own
 STEPS = {"collapse": 50, "entropy-blowup": 60, "kl-too-strong": 130, "runaway-kl": 140}
 PANEL_GRAPH = "run-panel-graph"  # rlguard_frontend.ids.PANEL_GRAPH
 ALERT_ITEM = "run-alert-item"  # rlguard_frontend.ids.ALERT_ITEM
+CARD_OF_GRAPH = "xpath=ancestor::div[contains(@class, 'card')][1]"
 # The panel's plot holds the alert's shading (a shape with a fill) and its marker trace, drawn.
 ALERT_DRAWN_JS = """(id) => {
     const graph = document.getElementById(id);
@@ -105,14 +107,16 @@ def capture(page: Any, base: str, run_id: str, shot: Shot, out: Path) -> dict[st
     if shot.panel is not None:
         graph = dash_id(PANEL_GRAPH, panel=shot.panel)
         page.wait_for_function(ALERT_DRAWN_JS, arg=graph, timeout=120_000, polling="raf")
-        target = page.locator(f"[id='{graph}']").locator(
-            "xpath=ancestor::div[contains(@class, 'card')][1]"
-        )
+        card = page.locator(f"[id='{graph}']").locator(CARD_OF_GRAPH)
+        card.screenshot(path=str(out), animations="disabled")
     else:
         page.locator(f"[id='{dash_id(ALERT_ITEM, alert=alert['id'])}']").click(timeout=60_000)
         page.wait_for_function(DETAIL_SHOWN_JS, arg=alert["message"], timeout=60_000)
-        target = page.locator(".alert-detail")
-    target.screenshot(path=str(out), animations="disabled")
+        box = page.locator(".alert-detail").bounding_box()
+        assert box is not None, "the alert detail is not on the page"
+        clip = {"x": box["x"] - PAD, "y": box["y"] - PAD}
+        clip |= {"width": box["width"] + 2 * PAD, "height": box["height"] + PAD}
+        page.screenshot(path=str(out), clip=clip, animations="disabled")
     return alert
 
 
