@@ -29,7 +29,7 @@ from benchmarks.dashboard import CHROMIUM, CHROMIUM_ARGS, rlguard_up
 
 PROJECT = "alert-screenshots"
 SEED = 0
-VIEWPORT = {"width": 1280, "height": 1600}
+WIDTH, HEIGHT = 1280, 1600  # the viewport: panel cards about 900 px wide
 PANEL_SCALE = 1.2  # a 900 px card comes out about 1080 px wide
 DETAIL_SCALE = 1.8  # the 320 px alert detail about 580 px
 PAD = 12  # around the alert detail, which has no margin of its own
@@ -130,7 +130,9 @@ def shoot(base: str, folder: Path) -> None:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for shot in SHOTS:
             scale = PANEL_SCALE if shot.panel else DETAIL_SCALE
-            page = browser.new_page(viewport=VIEWPORT, device_scale_factor=scale)
+            page = browser.new_page(
+                viewport={"width": WIDTH, "height": HEIGHT}, device_scale_factor=scale
+            )
             out = folder / shot.out
             alert = capture(page, base, runs[f"{shot.preset}-seed{SEED}"], shot, out)
             print(
