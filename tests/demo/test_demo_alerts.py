@@ -20,15 +20,12 @@ what the runs really did.
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
-
 import pytest
 
 pytest.importorskip("torch")
 
 from rlguard.demo import ALL, PRESETS
-from rlguard.demo.parallel import train_one
+from rlguard.demo.parallel import train_jobs
 from rlguard_backend.stability import AlertEvent, DetectorSuite
 
 STEPS, SEEDS = 200, range(5)
@@ -55,20 +52,18 @@ RANK = {"info": 0, "warn": 1, "critical": 2}
 @pytest.fixture(scope="module")
 def alerts() -> dict[tuple[str, int], list[AlertEvent]]:
     """(preset, seed) -> every event the detectors raise over the steps trained."""
-    context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch threads
-    with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
-        jobs = {
-            (name, seed): pool.submit(train_one, name, TRAINED[name], seed, "cpu")
-            for seed in SEEDS
-            for name in sorted(ALL, key=lambda n: -TRAINED[n])  # longest first: no idle tail
-        }
-        histories = {job_key: job.result().history for job_key, job in jobs.items()}
+    runs = [
+        (name, seed)
+        for seed in SEEDS
+        for name in sorted(ALL, key=lambda n: -TRAINED[n])  # longest first: no idle tail
+    ]
+    results = train_jobs([(name, TRAINED[name], seed) for name, seed in runs], workers=2)
     found = {}
-    for (name, seed), history in histories.items():
+    for (name, seed), result in zip(runs, results, strict=True):
         suite = DetectorSuite(PRESETS[name].run_config(planned_steps=STEPS))
         found[name, seed] = [
             event
-            for step, metrics in enumerate(history, start=1)
+            for step, metrics in enumerate(result.history, start=1)
             for event in suite.feed(step, metrics)
         ]
     return found

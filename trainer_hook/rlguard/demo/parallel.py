@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
 
 from rlguard.demo.presets import PresetConfig, resolve
 from rlguard.demo.trainer import LogFn, SamplesFn, TrainResult, train
@@ -52,10 +51,24 @@ def train_parallel(
     workers: int | None = None,
 ) -> dict[str, TrainResult]:
     """Train every preset in its own spawned process (``workers`` at a time; default all)."""
+    names = [resolve(preset).name for preset in presets]
+    jobs = [(preset, steps, seed) for preset in presets]
+    results = train_jobs(jobs, device, make_logger, workers)
+    return dict(zip(names, results, strict=True))
+
+
+def train_jobs(
+    jobs: Sequence[tuple[str | PresetConfig, int, int]],
+    device: str = "cpu",
+    make_logger: LoggerFactory | None = None,
+    workers: int | None = None,
+) -> list[TrainResult]:
+    """Train each (preset, steps, seed) job in a spawned process, ``workers`` at a time; the
+    results in the jobs' order."""
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch threads
-    jobs: dict[str, Any] = {}
-    with ProcessPoolExecutor(max_workers=workers or len(presets), mp_context=context) as pool:
-        for preset in presets:
-            name = resolve(preset).name
-            jobs[name] = pool.submit(train_one, preset, steps, seed, device, make_logger)
-        return {name: job.result() for name, job in jobs.items()}
+    with ProcessPoolExecutor(max_workers=workers or len(jobs), mp_context=context) as pool:
+        futures = [
+            pool.submit(train_one, preset, steps, seed, device, make_logger)
+            for preset, steps, seed in jobs
+        ]
+        return [future.result() for future in futures]
