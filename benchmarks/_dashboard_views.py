@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from benchmarks._support import POLL_MS
+
 # The keys of the stability panels, verl-style (the run page benchmark adds a policy loss).
 COMPARE_KEYS = (
     "actor/entropy",
@@ -40,6 +42,14 @@ COMPARE_DRAWN_JS = """([role, lines]) => {
     return cards > 0 && plots.length === cards && plots.every(p => p.data &&
         p.data.filter(t => t.meta && t.meta.role === role && t.x.length > 0).length >= lines);
 }"""
+# What a page shows when it never becomes ready: its error lines and each plot's traces.
+STATE_JS = """() => ({
+    errors: [...document.querySelectorAll('.error, .empty, .dash-fe-error__title')]
+        .map(e => e.innerText).filter(t => t),
+    cards: document.querySelectorAll('.compare-grid .card').length,
+    plots: [...document.querySelectorAll('.js-plotly-plot')].map(p => (p.data || [])
+        .map(t => `${t.meta && t.meta.role}:${t.x ? t.x.length : 0}`).join(' ')),
+})"""
 # Responses of the Dash callbacks and layout, decoded bytes, recorded from navigation start.
 RESPONSES_JS = """(() => {
     window.__answers = [];
@@ -183,7 +193,10 @@ def _open(browser: Any, url: str, ready: str, arg: Any = None) -> tuple[float, i
     page = context.new_page()
     started = time.perf_counter()
     page.goto(url)
-    page.wait_for_function(ready, arg=arg, timeout=120_000, polling="raf")
+    try:
+        page.wait_for_function(ready, arg=arg, timeout=120_000, polling=POLL_MS)
+    except Exception as exc:
+        raise RuntimeError(f"{url} never became ready: {page.evaluate(STATE_JS)}") from exc
     elapsed = time.perf_counter() - started
     done = page.evaluate("performance.now()")
     answers = page.evaluate("window.__answers")
@@ -265,7 +278,7 @@ def runs_table(browser: Any, base: str, total: int, samples: int) -> dict[str, A
             " && [...document.querySelectorAll('.ag-center-cols-container .ag-row "
             "[col-id=\"name\"]')].every(c => c.innerText.startsWith('sweep-0004'))",
             timeout=60_000,
-            polling="raf",
+            polling=POLL_MS,
         )
         filtered.append(time.perf_counter() - started)
         page.context.close()

@@ -21,6 +21,9 @@ PG_ADMIN_DSN = os.environ.get(
     "RLGUARD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 STARTUP_TIMEOUT_S = 60
+# Browser waits poll on a timer, a frame's time apart: requestAnimationFrame (Playwright's
+# default) can stop firing on a loaded box and a wait then times out with the page drawn.
+POLL_MS = 16
 NGINX_CONF = Path(__file__).resolve().parents[1] / "deploy" / "nginx.conf"
 
 

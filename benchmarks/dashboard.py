@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 
 from benchmarks import _dashboard_views as views
+from benchmarks._support import POLL_MS
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -210,7 +211,7 @@ def first_render(
         started = time.perf_counter()
         page.goto(f"{base}/runs/{run_id}")
         page.wait_for_function(
-            ALL_DRAWN_JS % min(MINIS_FIRST, minis), timeout=60_000, polling="raf"
+            ALL_DRAWN_JS % min(MINIS_FIRST, minis), timeout=60_000, polling=POLL_MS
         )
         done_ms = page.evaluate("performance.now()")
         times.append(time.perf_counter() - started)
@@ -218,7 +219,7 @@ def first_render(
         bench = page.evaluate(f"({{...window.__bench, resources: {RESOURCES_JS}}})")
         started = time.perf_counter()
         page.click("#run-minis-all")
-        page.wait_for_function(ALL_DRAWN_JS % minis, timeout=60_000, polling="raf")
+        page.wait_for_function(ALL_DRAWN_JS % minis, timeout=60_000, polling=POLL_MS)
         draw_all.append(time.perf_counter() - started)
         # the layout and the callback answers (decoded) that arrived before the page was complete
         dash_bytes.append(sum(c["bytes"] for c in bench["calls"] if c["end"] <= done_ms))
@@ -269,14 +270,18 @@ def live_latency(
     run.flush()
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
     page.goto(f"{base}/runs/{run.id}")
-    page.wait_for_function("document.querySelectorAll('.panels .js-plotly-plot').length > 0")
+    page.wait_for_function(
+        "document.querySelectorAll('.panels .js-plotly-plot').length > 0", polling=POLL_MS
+    )
     page.evaluate(WATCH_JS)
     latencies = []
     for step in range(1, samples + 1):
         time.sleep(random.uniform(0.0, 1.0))  # de-phase from the sender's and page's timers
         logged = time.time()
         run.log({"actor/entropy": 1.0 / (1 + step)}, step=step)
-        page.wait_for_function(f"window.__seen[{step}] !== undefined", timeout=30_000)
+        page.wait_for_function(
+            f"window.__seen[{step}] !== undefined", timeout=30_000, polling=POLL_MS
+        )
         latencies.append(page.evaluate(f"window.__seen[{step}]") / 1000 - logged)
     run.finish()
     page.close()

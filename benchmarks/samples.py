@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 for folder in ("trainer_hook", "backend", "frontend"):
     sys.path.insert(0, str(ROOT / folder))
 
-from benchmarks._support import postgres_database, service, sqlite_url, summary_ms  # noqa: E402
+from benchmarks._support import POLL_MS, postgres_database, service, sqlite_url, summary_ms  # noqa: E402
 
 SAMPLES_PER_STEP = 64
 SAMPLE_TEXT_BYTES = 2000
@@ -184,7 +184,7 @@ def view_render(rounds: int, tmp: Path) -> dict[str, object]:
                         ".startsWith(`step ${step}: `)",
                         arg=[step, min(count, 200)],
                         timeout=60_000,
-                        polling="raf",
+                        polling=POLL_MS,
                     )
                     times[case].append(time.perf_counter() - started)
                     rows[case] = page.locator(VIEW_ROWS).count()

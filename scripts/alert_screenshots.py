@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks._support import POLL_MS
 from benchmarks.dashboard import CHROMIUM, CHROMIUM_ARGS, rlguard_up
 
 PROJECT = "alert-screenshots"
@@ -106,12 +107,14 @@ def capture(page: Any, base: str, run_id: str, shot: Shot, out: Path) -> dict[st
     page.goto(f"{base}/runs/{run_id}")
     if shot.panel is not None:
         graph = dash_id(PANEL_GRAPH, panel=shot.panel)
-        page.wait_for_function(ALERT_DRAWN_JS, arg=graph, timeout=120_000, polling="raf")
+        page.wait_for_function(ALERT_DRAWN_JS, arg=graph, timeout=120_000, polling=POLL_MS)
         card = page.locator(f"[id='{graph}']").locator(CARD_OF_GRAPH)
         card.screenshot(path=str(out), animations="disabled")
     else:
         page.locator(f"[id='{dash_id(ALERT_ITEM, alert=alert['id'])}']").click(timeout=60_000)
-        page.wait_for_function(DETAIL_SHOWN_JS, arg=alert["message"], timeout=60_000)
+        page.wait_for_function(
+            DETAIL_SHOWN_JS, arg=alert["message"], timeout=60_000, polling=POLL_MS
+        )
         box = page.locator(".alert-detail").bounding_box()
         assert box is not None, "the alert detail is not on the page"
         clip = {"x": box["x"] - PAD, "y": box["y"] - PAD}

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks._support import POLL_MS
 from benchmarks.dashboard import CHROMIUM, CHROMIUM_ARGS, rlguard_up
 
 PROJECT = "compare-screenshot"
@@ -48,7 +49,7 @@ def capture(base: str, run_ids: list[str], out: Path, groups: int) -> None:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": HEIGHT})
         page.goto(url)
-        page.wait_for_function(BANDS_DRAWN_JS, arg=groups, timeout=120_000, polling="raf")
+        page.wait_for_function(BANDS_DRAWN_JS, arg=groups, timeout=120_000, polling=POLL_MS)
         page.screenshot(path=str(out), full_page=True, clip=CLIP)
         browser.close()
 

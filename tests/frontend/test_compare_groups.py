@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import new_run_id
-from tests.frontend.helpers import WAIT_MS
+from tests.frontend.helpers import POLL_MS, WAIT_MS
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 LRS = (1e-3, 3e-3)
@@ -66,7 +66,7 @@ def _entropy(page: Any) -> Any:
 
 def _group_means(page: Any) -> list[dict[str, Any]]:
     """The entropy panel's group means, once it has drawn them."""
-    page.wait_for_function(ENTROPY_MEANS_DRAWN_JS, timeout=WAIT_MS)
+    page.wait_for_function(ENTROPY_MEANS_DRAWN_JS, timeout=WAIT_MS, polling=POLL_MS)
     return _entropy(page).evaluate(MEANS_JS)
 
 
@@ -137,10 +137,10 @@ def test_compare_copied_url_restores_the_view_in_a_fresh_browser(
     assert "optim.lr" in fresh.locator("#compare-group-by").inner_text()
     context.close()
     page.go_back()
-    page.wait_for_function("!location.search.includes('smooth=')", timeout=WAIT_MS)
+    page.wait_for_function("!location.search.includes('smooth=')", timeout=WAIT_MS, polling=POLL_MS)
     assert page.locator("#compare-band input[value='minmax']").is_checked()
     page.go_back()
-    page.wait_for_function("!location.search.includes('band=')", timeout=WAIT_MS)
+    page.wait_for_function("!location.search.includes('band=')", timeout=WAIT_MS, polling=POLL_MS)
     expect(page.locator("#compare-band input[value='std']")).to_be_checked(timeout=WAIT_MS)
     assert _group_means(page) == first
     assert errors == [] and page.console_errors == []

@@ -12,7 +12,7 @@ from plotly.offline import get_plotlyjs_version
 
 from rlguard_frontend import plotly_bundle
 from tests.conftest import new_run_id
-from tests.frontend.helpers import WAIT_MS, graph_selector, seed_run
+from tests.frontend.helpers import POLL_MS, WAIT_MS, graph_selector, seed_run
 
 PLOTLY_BUNDLE = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 DARK_PAPER = "#161b22"
@@ -21,7 +21,9 @@ DASH_PLOTLY = "_dash-component-suites/plotly/"  # where dcc.Graph fetches plotly
 
 def _entropy_drawn(page: Any) -> None:
     entropy = f"document.querySelector(`{graph_selector('entropy')}`)"
-    page.wait_for_function(f"({entropy}?.data?.[0]?.x?.length ?? 0) > 0", timeout=WAIT_MS)
+    page.wait_for_function(
+        f"({entropy}?.data?.[0]?.x?.length ?? 0) > 0", timeout=WAIT_MS, polling=POLL_MS
+    )
 
 
 def _record_answers(page: Any, route: str) -> list[Any]:
@@ -98,7 +100,7 @@ def test_run_page_first_drawn_in_the_theme_last_chosen(dashboard: Any, page: Any
     _entropy_drawn(page)
     page.click("#app-theme-toggle")
     paper = f"document.querySelector(`{graph_selector('entropy')}`).layout.paper_bgcolor"
-    page.wait_for_function(f"{paper} === '{DARK_PAPER}'", timeout=WAIT_MS)
+    page.wait_for_function(f"{paper} === '{DARK_PAPER}'", timeout=WAIT_MS, polling=POLL_MS)
     layouts = _record_answers(page, "_dash-layout")
     page.reload()
     _entropy_drawn(page)

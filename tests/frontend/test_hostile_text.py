@@ -20,6 +20,7 @@ from rlguard_backend.models import Alert
 from rlguard_compose import start_background
 from rlguard_frontend import routing
 from tests.conftest import new_run_id
+from tests.frontend.helpers import POLL_MS
 
 WAIT_MS = 30_000
 SCRIPT = "<script id=pwn-script>window.__pwned = 1</script>"
@@ -127,7 +128,7 @@ def test_hostile_text_shows_as_text_on_every_page(
         page.goto(server.url + path)
         _shows_literally(page, text)
         if routing.draws_charts(path):  # legends, hover and marker labels are drawn in SVG
-            page.wait_for_function(CHARTS_DRAWN_JS, timeout=WAIT_MS)
+            page.wait_for_function(CHARTS_DRAWN_JS, timeout=WAIT_MS, polling=POLL_MS)
         assert page.evaluate(INJECTED_JS) == CLEAN, path
         name = path.strip("/").split("?")[0].replace("/", "-") or "runs"
         page.screenshot(path=str(artifacts_dir / f"hostile-{name[:40]}.png"))

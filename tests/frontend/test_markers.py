@@ -10,7 +10,7 @@ import httpx
 from rlguard_backend.db import write_session
 from rlguard_backend.models import Alert
 from tests.conftest import new_run_id
-from tests.frontend.helpers import WAIT_MS, graph_selector, seed_run
+from tests.frontend.helpers import POLL_MS, WAIT_MS, graph_selector, seed_run
 
 SHAPES_JS = """el => (el.layout.shapes || []).filter(s => s.yref === 'paper' && s.x0 === s.x1)
     .map(s => [s.x0, s.line.dash])"""
@@ -41,6 +41,7 @@ def test_run_page_marks_restarts_rewinds_lr_changes_and_alerts_on_every_chart(
         page.wait_for_function(
             f"document.querySelector(`{graph_selector(panel)}`)?.data?.length > 0",
             timeout=WAIT_MS,
+            polling=POLL_MS,
         )
         lines = page.eval_on_selector(graph_selector(panel), SHAPES_JS)
         assert [300, "dash"] in lines, (panel, lines)  # the learning rate dropped
@@ -64,6 +65,7 @@ def test_constant_learning_rate_ticks_are_whole_and_inside_the_chart(
     page.wait_for_function(
         f"document.querySelector(`{chart}`)?.querySelectorAll('.ytick text').length > 1",
         timeout=WAIT_MS,
+        polling=POLL_MS,
     )
     ticks = page.eval_on_selector(
         chart,

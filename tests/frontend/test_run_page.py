@@ -9,7 +9,7 @@ from typing import Any
 import rlguard
 from rlguard_backend.models import Alert
 from tests.conftest import new_run_id
-from tests.frontend.helpers import WAIT_MS, graph_selector, plot_state, seed_run
+from tests.frontend.helpers import POLL_MS, WAIT_MS, graph_selector, plot_state, seed_run
 
 
 def test_run_page_draws_registry_panels_without_console_errors(
@@ -21,7 +21,9 @@ def test_run_page_draws_registry_panels_without_console_errors(
     for panel in ("kl", "clip", "entropy", "reward", "k0"):
         page.wait_for_selector(graph_selector(panel), timeout=WAIT_MS)
     page.wait_for_function(
-        f"document.querySelector(`{graph_selector('entropy')}`).data.length > 0", timeout=WAIT_MS
+        f"document.querySelector(`{graph_selector('entropy')}`).data.length > 0",
+        timeout=WAIT_MS,
+        polling=POLL_MS,
     )
     entropy = plot_state(page, "entropy")
     assert entropy["lengths"] == [300, 0]  # the line, the empty alert slot
@@ -37,6 +39,7 @@ def test_run_page_draws_registry_panels_without_console_errors(
     page.wait_for_function(
         f"document.querySelector(`{graph_selector('k0')}`).layout.paper_bgcolor === '#161b22'",
         timeout=WAIT_MS,
+        polling=POLL_MS,
     )
     assert plot_state(page, "entropy")["lengths"] == [300, 0]  # the line, the empty alert slot
     page.screenshot(path=str(artifacts_dir / "run-page-dark.png"), full_page=True)
@@ -72,19 +75,23 @@ def test_run_page_last_step_advances_while_trainer_logs(
         page.wait_for_function(
             f"({entropy}?.data?.[0]?.x?.length ?? 0) > 0",
             timeout=WAIT_MS,
+            polling=POLL_MS,
         )
         first = plot_state(page, "entropy")["lastX"]
         # live points arrive through extendData: the drawn line grows past what was first drawn
         page.wait_for_function(
             f"{entropy}.data[0].x.at(-1) > {first + 20}",
             timeout=WAIT_MS,
+            polling=POLL_MS,
         )
         last_step = "document.querySelector('#run-last-step').innerText"
         # the page may have opened before the first batch landed ("—"): the header catches up
-        page.wait_for_function(f"/^[0-9]+$/.test({last_step})", timeout=WAIT_MS)
+        page.wait_for_function(f"/^[0-9]+$/.test({last_step})", timeout=WAIT_MS, polling=POLL_MS)
         shown = int(page.inner_text("#run-last-step"))
         page.wait_for_function(
-            f"Number(document.querySelector('#run-last-step').innerText) > {shown}", timeout=WAIT_MS
+            f"Number(document.querySelector('#run-last-step').innerText) > {shown}",
+            timeout=WAIT_MS,
+            polling=POLL_MS,
         )
         state = plot_state(page, "entropy")
         assert state["lengths"][0] == len(
@@ -129,6 +136,7 @@ def test_run_page_shows_entropy_collapse_alert_on_panel_and_timeline(
     page.wait_for_function(
         f"(document.querySelector(`{graph_selector('entropy')}`)?.layout?.shapes?.length ?? 0) > 0",
         timeout=WAIT_MS,
+        polling=POLL_MS,
     )
     assert alert_id in plot_state(page, "entropy")["customdata"]
     assert plot_state(page, "clip")["customdata"] == []
@@ -160,11 +168,15 @@ def test_run_page_patches_in_alert_raised_after_load_and_acts_on_it(
     seed_run(dashboard.url, run_id)
     page.goto(f"{dashboard.url}/runs/{run_id}")
     entropy = f"document.querySelector(`{graph_selector('entropy')}`)"
-    page.wait_for_function(f"({entropy}?.data?.[0]?.x?.length ?? 0) > 0", timeout=WAIT_MS)
+    page.wait_for_function(
+        f"({entropy}?.data?.[0]?.x?.length ?? 0) > 0", timeout=WAIT_MS, polling=POLL_MS
+    )
     assert plot_state(page, "entropy")["shapes"] == 2  # the start and 50 % guides
     alert_id = _insert_alert(dashboard, run_id)
     # the guides, the alert's line (on every chart) and its range on this one
-    page.wait_for_function(f"{entropy}.layout.shapes.length === 4", timeout=WAIT_MS)
+    page.wait_for_function(
+        f"{entropy}.layout.shapes.length === 4", timeout=WAIT_MS, polling=POLL_MS
+    )
     state = plot_state(page, "entropy")
     assert state["customdata"] == [alert_id]
     assert state["lengths"] == [300, 1], "the patch adds the marker, the line is not resent"

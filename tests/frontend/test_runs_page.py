@@ -10,6 +10,7 @@ import httpx
 
 from benchmarks._dashboard_views import seed_table
 from tests.conftest import new_run_id
+from tests.frontend.helpers import POLL_MS
 
 WAIT_MS = 20_000
 
@@ -88,9 +89,13 @@ def test_runs_grid_pages_sorts_and_filters_two_thousand_runs_on_the_server(
     page.get_by_text(HOSTILE, exact=True).wait_for(timeout=WAIT_MS)  # a config value, as text
     header = page.locator(".ag-header-cell[col-id='hparam.lr'] .ag-header-cell-label")
     header.click()
-    page.wait_for_function(f"{FIRST_NAME_JS} === 'run-0000'", timeout=WAIT_MS)  # ascending
+    page.wait_for_function(
+        f"{FIRST_NAME_JS} === 'run-0000'", timeout=WAIT_MS, polling=POLL_MS
+    )  # ascending
     header.click()
-    page.wait_for_function(f"{FIRST_NAME_JS} === 'run-1999'", timeout=WAIT_MS)  # descending
+    page.wait_for_function(
+        f"{FIRST_NAME_JS} === 'run-1999'", timeout=WAIT_MS, polling=POLL_MS
+    )  # descending
     page.screenshot(path=str(artifacts_dir / "runs-grid-2000.png"), full_page=True)
     name_filter = page.locator(".ag-floating-filter[aria-colindex='3'] input")
     name_filter.fill("run-004")
@@ -99,6 +104,7 @@ def test_runs_grid_pages_sorts_and_filters_two_thousand_runs_on_the_server(
     page.wait_for_function(
         f"JSON.stringify({NAMES_JS}) === '{json.dumps(expected, separators=(',', ':'))}'",
         timeout=WAIT_MS,
+        polling=POLL_MS,
     )
     assert _grid_names(page) == expected
     assert dialogs == []

@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from benchmarks._dashboard_views import seed_table
 from tests.conftest import new_run_id
-from tests.frontend.helpers import WAIT_MS, graph_selector, plot_state, seed_run
+from tests.frontend.helpers import POLL_MS, WAIT_MS, graph_selector, plot_state, seed_run
 
 NAMES_JS = (
     "[...document.querySelectorAll(\".ag-center-cols-container .ag-row [col-id='name']\")]"
@@ -29,7 +29,9 @@ def _fresh(browser: Any) -> tuple[Any, Any, list[str]]:
 
 def _names_are(page: Any, names: list[str]) -> None:
     wanted = json.dumps(names, separators=(",", ":"))
-    page.wait_for_function(f"JSON.stringify({NAMES_JS}) === '{wanted}'", timeout=WAIT_MS)
+    page.wait_for_function(
+        f"JSON.stringify({NAMES_JS}) === '{wanted}'", timeout=WAIT_MS, polling=POLL_MS
+    )
 
 
 def test_runs_grid_copied_url_restores_sort_filter_and_columns(
@@ -60,11 +62,11 @@ def test_runs_grid_copied_url_restores_sort_filter_and_columns(
     assert fresh.url == copied  # opening the view added no history entry of its own
     context.close()
     page.go_back()
-    page.wait_for_function("!location.search.includes('status=')", timeout=WAIT_MS)
+    page.wait_for_function("!location.search.includes('status=')", timeout=WAIT_MS, polling=POLL_MS)
     _names_are(page, expected)
     expect(page.locator("#runs-status")).not_to_contain_text("finished", timeout=WAIT_MS)
     page.go_back()
-    page.wait_for_function("!location.search.includes('filter=')", timeout=WAIT_MS)
+    page.wait_for_function("!location.search.includes('filter=')", timeout=WAIT_MS, polling=POLL_MS)
     expect(page.locator(NAME_FILTER)).to_have_value("", timeout=WAIT_MS)
     page.get_by_text("30 runs", exact=True).wait_for(timeout=WAIT_MS)
     assert errors == [] and page.console_errors == []
@@ -108,17 +110,18 @@ def test_run_page_copied_url_restores_smoothing_zoom_and_keys(
     assert fresh.url == copied
     context.close()
     page.go_back()
-    page.wait_for_function("!location.search.includes('keys=')", timeout=WAIT_MS)
+    page.wait_for_function("!location.search.includes('keys=')", timeout=WAIT_MS, polling=POLL_MS)
     page.go_back()
-    page.wait_for_function("!location.search.includes('from=')", timeout=WAIT_MS)
+    page.wait_for_function("!location.search.includes('from=')", timeout=WAIT_MS, polling=POLL_MS)
     page.get_by_text("all steps", exact=True).wait_for(timeout=WAIT_MS)
     page.go_back()
-    page.wait_for_function("!location.search.includes('smooth=')", timeout=WAIT_MS)
+    page.wait_for_function("!location.search.includes('smooth=')", timeout=WAIT_MS, polling=POLL_MS)
     lengths = "el.data.map(t => (t.x || []).length)"
     page.wait_for_function(
         f"JSON.stringify((el => {lengths})(document.querySelector(`{graph_selector('entropy')}`)))"
         f" === '{first['lengths']}'.replaceAll(' ', '')",
         timeout=WAIT_MS,
+        polling=POLL_MS,
     )
     assert page.locator("#run-smoothing [role=slider]").get_attribute("aria-valuenow") == "0"
     assert errors == [] and page.console_errors == []
