@@ -10,6 +10,7 @@ from dash import dcc, html
 
 from rlguard_backend.schemas import AlertPublic
 from rlguard_frontend import ids
+from rlguard_frontend.figures import step_span
 
 SEVERITY_ORDER = {"critical": 0, "warn": 1, "info": 2}
 TIMELINE_MAX = 100  # a long run may hold thousands of (mostly resolved) alerts
@@ -33,7 +34,7 @@ def timeline(alerts: list[AlertPublic]) -> list[Any]:
             [
                 html.Span(alert.severity, className=f"sev sev-{alert.severity}"),
                 html.Span(alert.detector, className="detector"),
-                html.Span(f"steps {alert.first_step}–{alert.last_step}", className="steps"),
+                html.Span(step_span(alert), className="steps"),
                 html.Span(
                     alert.status + (" · ack" if alert.acknowledged else ""), className="astatus"
                 ),
@@ -55,7 +56,7 @@ def alert_detail(alert: AlertPublic) -> list[Any]:
         html.H4(
             [html.Span(alert.severity, className=f"sev sev-{alert.severity}"), " ", alert.detector]
         ),
-        html.P(f"steps {alert.first_step}–{alert.last_step} · {alert.status}", className="hint"),
+        html.P(f"{step_span(alert)} · {alert.status}", className="hint"),
         html.P(alert.message, className="alert-message"),
         html.H5("Evidence"),
         html.Table(evidence, className="evidence") if evidence else html.P("—"),

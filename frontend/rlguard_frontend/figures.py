@@ -205,6 +205,13 @@ def alert_overlay(
     return shapes, _alert_markers(alerts, anchor, view, shapes)
 
 
+def step_span(alert: AlertPublic) -> str:
+    """The steps an alert covers; an open one lasts to the newest step, not its last refresh."""
+    if alert.status == "open":
+        return f"since step {alert.first_step}"
+    return f"steps {alert.first_step}–{alert.last_step}"
+
+
 def _alert_markers(
     alerts: Sequence[AlertPublic], anchor: SeriesData, view: View, shapes: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -216,8 +223,8 @@ def _alert_markers(
         colours.append(SEVERITY_COLOURS.get(alert.severity, "#999999"))
         xs.append(x0)
         ids.append(alert.id)
-        steps = f"steps {alert.first_step}–{alert.last_step}"
-        hovers.append(text(f"{alert.severity}: {alert.detector} ({steps}) — click for details"))
+        span = step_span(alert)
+        hovers.append(text(f"{alert.severity}: {alert.detector} ({span}) — click for details"))
     if xs:
         shapes += [_alert_shape(r, anchor, view) for r in merged_ranges(alerts, anchor.steps)]
     return {
@@ -244,20 +251,23 @@ def _alert_markers(
 def merged_ranges(
     alerts: Sequence[AlertPublic], steps: Sequence[int]
 ) -> list[tuple[str, int, int]]:
-    """(colour, first, last) step ranges, merged per colour where closer than ~a pixel apart.
+    """(colour, first, last) step ranges, merged per colour where closer than ~a pixel apart;
+    an open alert runs to the newest step drawn (its ``last_step`` is its last refresh).
 
     Plotly draws each shape as its own element: thousands of short alerts would cost seconds.
     """
     gap = (steps[-1] - steps[0]) / MERGE_BUCKETS if len(steps) > 1 else 0
     ranges: list[tuple[str, int, int]] = []
     ordered = sorted(alerts, key=lambda a: (a.severity, a.first_step))
+    newest = steps[-1] if steps else 0
     for alert in ordered:
         colour = SEVERITY_COLOURS.get(alert.severity, "#999999")
+        end = max(alert.last_step, newest) if alert.status == "open" else alert.last_step
         last = ranges[-1] if ranges else None
         if last is not None and last[0] == colour and alert.first_step <= last[2] + gap:
-            ranges[-1] = (colour, last[1], max(last[2], alert.last_step))
+            ranges[-1] = (colour, last[1], max(last[2], end))
         else:
-            ranges.append((colour, alert.first_step, alert.last_step))
+            ranges.append((colour, alert.first_step, end))
     return ranges
 
 

@@ -54,8 +54,15 @@ def topology(pg_url: str, tmp_path: Path) -> Any:
 
 def _stream(url: str, run_id: str, spool: Path, at: dict[int, Any]) -> Any:
     """Log the collapse scenario through the hook, a batch per 10 steps; ``at[i]()`` at step i."""
+    # no system sampler: its host points every 5 s would make the counts depend on how long
+    # the stream took (the killed one takes longer), not on what the trainer logged
     run = rlguard.init(
-        project="scale", run_id=run_id, url=url, config=COLLAPSE.config, spool_dir=str(spool)
+        project="scale",
+        run_id=run_id,
+        url=url,
+        config=COLLAPSE.config,
+        spool_dir=str(spool),
+        gpu=False,
     )
     for i, (step, values) in enumerate(COLLAPSE.run(seed=5)):
         if i in at:

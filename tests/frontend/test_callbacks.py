@@ -14,7 +14,7 @@ from rlguard_frontend import ids, run_callbacks, run_data, runs_grid, sample_vie
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.compare_figures import RunMarks, compare_figure
 from rlguard_frontend.compare_state import CompareState
-from rlguard_frontend.figures import View
+from rlguard_frontend.figures import View, merged_ranges, step_span
 from rlguard_frontend.pages import compare, inbox, samples
 from tests.conftest import RunningServer, new_run_id
 from tests.frontend.helpers import seed_run
@@ -231,6 +231,32 @@ def test_compare_figure_draws_a_runs_warn_and_critical_alerts_in_its_colour() ->
     shapes = figure["layout"]["shapes"]
     assert [s["x0"] for s in shapes] == [50]  # the info alert stays on the run page
     assert shapes[0]["line"]["color"] == figure["data"][1]["line"]["color"]
+
+
+def test_an_open_alert_shades_to_the_newest_step_and_a_resolved_one_to_its_last() -> None:
+    base = {
+        "run_id": "r",
+        "detector": "entropy_collapse",
+        "key": "entropy_collapse",
+        "severity": "warn",
+        "secondary": False,
+        "acknowledged": False,
+        "message": "m",
+        "evidence": {},
+        "advice": [],
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z",
+    }
+    opened = AlertPublic.model_validate(
+        {**base, "id": 1, "status": "open", "first_step": 15, "last_step": 16}
+    )
+    resolved = AlertPublic.model_validate(
+        {**base, "id": 2, "status": "resolved", "first_step": 15, "last_step": 16}
+    )
+    steps = list(range(0, 50))  # the run has logged steps 0..49; the alert last refreshed at 16
+    assert merged_ranges([opened], steps)[0][1:] == (15, 49)
+    assert merged_ranges([resolved], steps)[0][1:] == (15, 16)
+    assert (step_span(opened), step_span(resolved)) == ("since step 15", "steps 15–16")
 
 
 def _nan_run(server: RunningServer) -> str:

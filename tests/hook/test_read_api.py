@@ -18,7 +18,9 @@ from tests.hook.hookutil import ROOT, ServiceProcess, api, child_env
 @pytest.fixture
 def logged(service: ServiceProcess, run_id: str, spool_dir: Path) -> str:
     """A run of 250 steps: `loss` at every step, `rare` every 50th, an entropy that goes NaN."""
-    run = rlguard.init(project="notebook", run_id=run_id, url=service.url, spool_dir=str(spool_dir))
+    run = rlguard.init(
+        project="notebook", run_id=run_id, url=service.url, spool_dir=str(spool_dir), gpu=False
+    )
     for step in range(250):
         values = {"loss": step / 10, "actor/entropy": math.nan if step == 200 else 1.0}
         if step % 50 == 0:
