@@ -46,7 +46,7 @@ def target(request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[tuple[st
 def test_fuzz_openapi_surface_answers_as_documented(target: tuple[str, list[Any]]) -> None:
     url, headers = target
     binary = shutil.which("schemathesis", path=str(sys.prefix) + "/bin") or "schemathesis"
-    options = ["--checks", CHECKS, "--max-examples", "15", "--seed", "7", "-n", "1", "--no-color"]
+    options = ["--checks", CHECKS, "--max-examples", "8", "--seed", "7", "-n", "1", "--no-color"]
     result = subprocess.run(
         [binary, "run", f"{url}/openapi.json", *options, *headers],
         capture_output=True,

@@ -9,6 +9,10 @@ what the runs really did.
   median, four updates per batch with KL-Cov's unclipped ratio) and kl_runaway WARN gone (seeds
   2, 3, 4: KL x1.6-3.8 over 50 steps while the reward trend stood still, t 0.7-1.7). Now two
   updates per batch, 16 prompts, a 70 %-right warm-up and beta 1.5: KL settles near 0.06.
+  Then beta 1.75 (KL near 0.045): on an AVX-512 machine, whose CPU kernels round differently,
+  seed 4 at beta 1.5 raised kl_runaway WARN (KL 0.035 -> 0.052 over steps 19-69, x1.50, reward
+  flat over 30 points); over seeds 0-9 there, beta 1.5 left 9 clean, 2.0 left 8 (kl_penalty_strong
+  on a seed whose reward barely rose, a kl_spike), 1.75 left all 10.
 - adaptive-kl: kl_spike CRITICAL gone (seeds 0-3: single updates at 0.077-0.15, past 1.5x the
   0.05 budget at lr 3e-3) and kl_runaway WARN gone (seeds 0, 2, 3). Now lr 1e-3, two updates per
   batch, 16 prompts, horizon 400: beta dips while KL ramps up, then holds KL near 0.1.
