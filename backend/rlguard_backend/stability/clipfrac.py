@@ -127,6 +127,7 @@ class ClipFraction(Detector):
             signals=(),
             fires=lambda d, v: "info" if d._announce else None,
             clears=NEVER,
+            enabled=lambda d: d.context.updates_per_batch == 1,
             describe=_describe_inactive,
             advice=["Use more updates per batch only if you want the clip to act."],
         ),

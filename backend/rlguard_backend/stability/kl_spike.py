@@ -186,7 +186,8 @@ class KlSpike(Detector):
             fires=lambda d, v: capped(d._spike, d.context.updates_per_batch is None),
             describe=_describe_spike,
             advice=SPIKE_ADVICE,
-            applies=lambda d, v: d._size is not None and not d._on_policy,
+            applies=lambda d, v: d._size is not None,
+            enabled=lambda d: not d._on_policy,
         ),
         Rule(
             "logprob_mismatch",
@@ -194,6 +195,7 @@ class KlSpike(Detector):
             fires=lambda d, v: "warn" if d._size > d.thresholds["on_policy_tolerance"] else None,
             describe=_describe_mismatch,
             advice=MISMATCH_ADVICE,
-            applies=lambda d, v: d._size is not None and d._on_policy,
+            applies=lambda d, v: d._size is not None,
+            enabled=lambda d: d._on_policy,
         ),
     )

@@ -42,6 +42,9 @@ class Rule:
     clears: tuple[Condition, ...] = ()
     clear_steps: str | int = "clear_steps"
     applies: Callable[[Any, StepView], bool] | None = None  # the steps it runs at (None: all)
+    # Whether it can fire at all in this run (detector -> bool, asked once, from the run
+    # context); a rule that cannot never runs. None: it always can.
+    enabled: Callable[[Any], bool] | None = None
 
 
 def never(detector: Any, view: StepView) -> bool:
@@ -115,8 +118,10 @@ class Detector:
             for rule in self.rules
         }
         self.start()
-        # Per rule, what evaluate() reads at every step, looked up once.
-        self._steps = [self._plan(rule) for rule in self.rules]
+        # Per rule that can fire in this run, what evaluate() reads at every step.
+        self._steps = [
+            self._plan(rule) for rule in self.rules if rule.enabled is None or rule.enabled(self)
+        ]
 
     def start(self) -> None:
         """Set the state before the first step (its thresholds and context are set)."""
