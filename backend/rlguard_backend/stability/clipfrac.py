@@ -33,12 +33,12 @@ class ClipFraction(Detector):
         self._warn_at = self._warn_level_of(None)  # the warn level (it moves with _baseline)
 
     needs = (({"clipfrac"}, "no clip fraction logged (actor/pg_clipfrac, clip_ratio/region_mean)"),)
-
-    def missing(self, seen: frozenset[str]) -> str | None:
-        """Also degraded without updates_per_batch: whether clipping is inert is unknown."""
-        unknown = self.context.updates_per_batch is None
-        why = "no updates_per_batch in run config: cannot tell if clipping is inert"
-        return super().missing(seen) or (why if unknown else None)
+    needs_context = (
+        (
+            "updates_per_batch",
+            "no updates_per_batch in run config: cannot tell if clipping is inert",
+        ),
+    )
 
     def observe(self, view: StepView) -> bool:
         """Count the saturation streaks against this step's warn level (after warmup)."""

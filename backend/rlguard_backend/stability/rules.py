@@ -105,6 +105,8 @@ class Detector:
     # (signals, why): the first entry none of whose signals the run logged says why the
     # detector is degraded or disabled (missing()).
     needs: ClassVar[tuple[tuple[Set[str], str], ...]] = ()
+    # (RunContext field, why): then the first of these the run config left unset says why.
+    needs_context: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(
         self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
@@ -162,7 +164,9 @@ class Detector:
 
     def missing(self, seen: frozenset[str]) -> str | None:
         """Why this detector is degraded or disabled, or None when it runs fully."""
-        return next((why for signals, why in self.needs if not seen & signals), None)
+        unlogged = (why for signals, why in self.needs if not seen & signals)
+        unset = (why for field, why in self.needs_context if getattr(self.context, field) is None)
+        return next(unlogged, None) or next(unset, None)
 
     def dump(self) -> dict[str, Any]:
         """The detector's state (its non-setting attributes and rule streaks), JSON-safe."""
