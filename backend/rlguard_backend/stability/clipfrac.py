@@ -30,15 +30,15 @@ class ClipFraction(Detector):
         self._baseline: float | None = None  # median(baseline_points), a cache
         self._baseline_of = 0  # len(baseline_points) when _baseline was computed
         self._announce = False  # this step: clip_inactive says so, once
-        self._warn_at = 0.0  # this step's warn level
+        self._warn_at = self._warn_level_of(None)  # the warn level (it moves with _baseline)
 
     needs = (({"clipfrac"}, "no clip fraction logged (actor/pg_clipfrac, clip_ratio/region_mean)"),)
-
-    def missing(self, seen: frozenset[str]) -> str | None:
-        """Also degraded without updates_per_batch: whether clipping is inert is unknown."""
-        unknown = self.context.updates_per_batch is None
-        why = "no updates_per_batch in run config: cannot tell if clipping is inert"
-        return super().missing(seen) or (why if unknown else None)
+    needs_context = (
+        (
+            "updates_per_batch",
+            "no updates_per_batch in run config: cannot tell if clipping is inert",
+        ),
+    )
 
     def observe(self, view: StepView) -> bool:
         """Count the saturation streaks against this step's warn level (after warmup)."""
@@ -62,9 +62,11 @@ class ClipFraction(Detector):
         if len(points) != self._baseline_of:  # the points are only ever appended to
             self._baseline = median(points) if points else None
             self._baseline_of = len(points)
-        return max(
-            self.thresholds["warn"], self.thresholds["baseline_factor"] * (self._baseline or 0.0)
-        )
+            self._warn_at = self._warn_level_of(self._baseline)
+        return self._warn_at
+
+    def _warn_level_of(self, baseline: float | None) -> float:
+        return max(self.thresholds["warn"], self.thresholds["baseline_factor"] * (baseline or 0.0))
 
     def _describe_inactive(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         message = (
@@ -127,6 +129,7 @@ class ClipFraction(Detector):
             signals=(),
             fires=lambda d, v: "info" if d._announce else None,
             clears=NEVER,
+            enabled=lambda d: d.context.updates_per_batch == 1,
             describe=_describe_inactive,
             advice=["Use more updates per batch only if you want the clip to act."],
         ),

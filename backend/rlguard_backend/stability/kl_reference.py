@@ -238,9 +238,11 @@ class KlPenalty(Detector):
 
     def _binding(self, view: StepView) -> Severity | None:
         th, kl = self.thresholds, self._kl
+        if not self._stagnant or kl < th["small_kl"]:
+            return None
         before = view.kl_ago(view.step, th["binding_lookback_steps"])
         flat = before is not None and before > 0 and abs(kl / before - 1) < th["binding_flatness"]
-        return "info" if self._stagnant and kl >= th["small_kl"] and flat else None
+        return "info" if flat else None
 
     def _describe_binding(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         kl, streak = self._kl, self.progress["kl_binding"].streak

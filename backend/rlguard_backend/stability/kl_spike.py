@@ -49,12 +49,12 @@ class KlSpike(Detector):
         self._clip_falling = False
 
     needs = (({"ppo_kl"}, "no per-update KL logged (actor/ppo_kl): only the grad-norm rule runs"),)
-
-    def missing(self, seen: frozenset[str]) -> str | None:
-        """Also degraded without updates_per_batch: the KL rules are one level weaker."""
-        unknown = self.context.updates_per_batch is None
-        why = "no updates_per_batch (ppo_epochs) in run config: KL rules one level weaker"
-        return super().missing(seen) or (why if unknown else None)
+    needs_context = (
+        (
+            "updates_per_batch",
+            "no updates_per_batch (ppo_epochs) in run config: KL rules one level weaker",
+        ),
+    )
 
     def observe(self, view: StepView) -> bool:
         """Judge this step's grad norm and |ppo_kl| against the windows, then add them."""
@@ -186,7 +186,8 @@ class KlSpike(Detector):
             fires=lambda d, v: capped(d._spike, d.context.updates_per_batch is None),
             describe=_describe_spike,
             advice=SPIKE_ADVICE,
-            applies=lambda d, v: d._size is not None and not d._on_policy,
+            applies=lambda d, v: d._size is not None,
+            enabled=lambda d: not d._on_policy,
         ),
         Rule(
             "logprob_mismatch",
@@ -194,6 +195,7 @@ class KlSpike(Detector):
             fires=lambda d, v: "warn" if d._size > d.thresholds["on_policy_tolerance"] else None,
             describe=_describe_mismatch,
             advice=MISMATCH_ADVICE,
-            applies=lambda d, v: d._size is not None and d._on_policy,
+            applies=lambda d, v: d._size is not None,
+            enabled=lambda d: d._on_policy,
         ),
     )

@@ -39,16 +39,17 @@ class AlertBook:
 
     def severity(self, detector: str, key: str) -> str | None:
         """Severity of the open alert (detector, key), or None when it is not open."""
-        alert = self.open.get(f"{detector}|{key}")
+        alert = self.open.get(slot_of(detector, key))
         return None if alert is None else alert["severity"]
 
-    def emits(self, detector: str, key: str, severity: str) -> bool:
-        """Whether a verdict firing at `severity` this step makes apply() emit (and change)."""
-        return self._change(self.open.get(f"{detector}|{key}"), severity) is not None
+    def emits(self, slot: str, severity: str) -> bool:
+        """Whether a verdict firing at `severity` this step makes apply() emit (and change);
+        `slot` is slot_of(detector, key)."""
+        return self._change(self.open.get(slot), severity) is not None
 
     def apply(self, detector: str, verdict: Verdict, secondary: bool) -> AlertEvent | None:
         """The event this verdict causes at `self.step`, if any."""
-        slot = f"{detector}|{verdict.key}"
+        slot = slot_of(detector, verdict.key)
         alert = self.open.get(slot)
         if verdict.severity is None:  # its clear rule holds
             if alert is None:
@@ -97,3 +98,8 @@ class AlertBook:
             advice=list(verdict.advice or ()),
             secondary=secondary,
         )
+
+
+def slot_of(detector: str, key: str) -> str:
+    """Where the open alert (detector, key) is kept in AlertBook.open."""
+    return f"{detector}|{key}"

@@ -55,6 +55,7 @@ class RewardState:
     ) -> None:
         self.known, self.gain = rewards is not None, gain
         self.r_min, self.r_max, self.note = bounds
+        self.range = self.r_max - self.r_min
         self._steps = [] if rewards is None else rewards.steps
         self._values = [] if rewards is None else rewards.values
         self._t_stat, self._rise = common["improving_t_stat"], common["improving_rise"] * self.range
@@ -92,11 +93,6 @@ class RewardState:
         return self.improving or (
             trend is not None and trend.t_stat > self._t_stat and trend.fitted_rise > self._rise
         )
-
-    @property
-    def range(self) -> float:
-        """r_max - r_min."""
-        return self.r_max - self.r_min
 
     def change(self) -> str:
         """The reward's change since its start, as a sentence says it."""
@@ -146,9 +142,9 @@ class StepView:
 
     warmup_steps: float
     reward: RewardState
-    # emits(detector, key, severity): whether a firing rule makes an event this step.
-    # When it does not, the rule would change nothing: no message or evidence is built.
-    emits: Callable[[str, str, Severity], bool]
+    # emits(slot, severity): whether a firing rule (its lifecycle.slot_of) makes an event this
+    # step. When it does not, the rule would change nothing: no message or evidence is built.
+    emits: Callable[[str, Severity], bool]
     # kl_ago(step, lag): the smoothed KL to the reference `lag` steps before `step` (D3, D5)
     kl_ago: Callable[[int, float], float | None]
     # canonical signal -> EMA (None before its first point), and its start value
@@ -177,7 +173,7 @@ class Observations:
         self,
         context: RunContext,
         common: Thresholds,
-        emits: Callable[[str, str, Severity], bool],
+        emits: Callable[[str, Severity], bool],
         kl_lookback_steps: int,
     ) -> None:
         self.first_step: int | None = None
@@ -285,11 +281,11 @@ class Observations:
             value = finite.get(name)
             if value is None:
                 continue
-            last, current = ema_steps[name], smoothed[name]
-            if current is None or last is None:
+            current = smoothed[name]
+            if current is None:  # its first point (the EMA and its step are set together)
                 current = value
             else:
-                gap = step - last
+                gap = step - ema_steps[name]  # type: ignore[operator]
                 alpha = self._alpha_one[name] if gap == 1 else _alpha(self._half_lives[name], gap)
                 current += alpha * (value - current)
             smoothed[name], ema_steps[name] = current, step

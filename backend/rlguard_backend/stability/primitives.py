@@ -169,7 +169,7 @@ class Lookback(_Points):
         steps.append(step)
         values.append(x)
         # Keep exactly one point at or before the oldest step anyone can ask for.
-        drop = min(bisect_right(steps, step - self._lag_steps), len(steps)) - 1
+        drop = bisect_right(steps, step - self._lag_steps) - 1
         if drop > 0:
             del steps[:drop], values[:drop]
 

@@ -11,12 +11,14 @@ rules read (``observe``).
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity, Verdict
+from rlguard_backend.stability.lifecycle import slot_of
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import json_safe
 from rlguard_backend.stability.thresholds import Thresholds
@@ -40,6 +42,9 @@ class Rule:
     clears: tuple[Condition, ...] = ()
     clear_steps: str | int = "clear_steps"
     applies: Callable[[Any, StepView], bool] | None = None  # the steps it runs at (None: all)
+    # Whether it can fire at all in this run (detector -> bool, asked once, from the run
+    # context); a rule that cannot never runs. None: it always can.
+    enabled: Callable[[Any], bool] | None = None
 
 
 def never(detector: Any, view: StepView) -> bool:
@@ -55,11 +60,13 @@ class RuleProgress:
     own streak in `calms` when it has several); `active` from the step it fires until its
     clear rule resolves it."""
 
-    __slots__ = ("active", "calm", "calms", "streak")
+    __slots__ = ("active", "calm", "calms", "persistence", "rule", "slot", "streak")
 
-    def __init__(self, conditions: int) -> None:
+    def __init__(self, rule: Rule, slot: str, persistence: float) -> None:
         self.streak, self.calm, self.active = 0, 0, False
-        self.calms = [0] * conditions if conditions > 1 else None
+        self.calms = [0] * len(rule.clears) if len(rule.clears) > 1 else None
+        # Settings: the rule, where its open alert is kept, the steps in a row it must fire.
+        self.rule, self.slot, self.persistence = rule, slot, persistence
 
     def longest(self, conditions: tuple[Condition, ...], detector: Any, view: StepView) -> int:
         """Count each condition's streak at this step; the longest."""
@@ -98,6 +105,8 @@ class Detector:
     # (signals, why): the first entry none of whose signals the run logged says why the
     # detector is degraded or disabled (missing()).
     needs: ClassVar[tuple[tuple[Set[str], str], ...]] = ()
+    # (RunContext field, why): then the first of these the run config left unset says why.
+    needs_context: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(
         self, context: RunContext, thresholds: Thresholds, open_keys: set[str] | None = None
@@ -106,10 +115,15 @@ class Detector:
         self.thresholds = thresholds
         # Keys of this detector's open alerts, kept up to date by the suite's AlertBook.
         self.open_keys: set[str] = set() if open_keys is None else open_keys
-        self.progress = {rule.key: RuleProgress(len(rule.clears)) for rule in self.rules}
+        self.progress = {
+            rule.key: RuleProgress(rule, slot_of(self.id, rule.key), self._count(rule.persistence))
+            for rule in self.rules
+        }
         self.start()
-        # Per rule, what evaluate() reads at every step, looked up once.
-        self._steps = [self._plan(rule) for rule in self.rules]
+        # Per rule that can fire in this run, what evaluate() reads at every step.
+        self._steps = [
+            self._plan(rule) for rule in self.rules if rule.enabled is None or rule.enabled(self)
+        ]
 
     def start(self) -> None:
         """Set the state before the first step (its thresholds and context are set)."""
@@ -118,32 +132,41 @@ class Detector:
         """Fold this step into the state the rules read; False: nothing to judge this step."""
         return True
 
-    def evaluate(self, view: StepView) -> list[Verdict]:
+    def evaluate(self, view: StepView) -> tuple[Verdict, ...]:
         """What the rules say at this step: a Verdict where one fires (and would emit), and
         a cleared one where its clear rule resolves its open alert."""
         if not self.observe(view):
-            return []
-        said = []
-        for rule, applies, fires, clears, progress, persistence, clear_steps in self._steps:
+            return ()
+        said: tuple[Verdict, ...] = ()  # usually nothing fires or clears
+        for applies, fires, clears, progress, clear_steps in self._steps:
             if applies is not None and not applies(self, view):
                 continue
             severity = fires(self, view)
-            progress.streak = 0 if severity is None else progress.streak + 1
-            calm = severity is None if clears is None else clears(self, view)
-            progress.calm = progress.calm + 1 if calm else 0
-            if severity is not None and progress.streak >= persistence:
-                progress.active = True
-                if view.emits(self.id, rule.key, severity):
-                    said.append(self._verdict(rule, view, severity))
-            elif progress.calm >= clear_steps:
+            if severity is None:
+                progress.streak = 0
+                progress.calm = progress.calm + 1 if clears is None or clears(self, view) else 0
+            else:
+                progress.streak += 1
+                calm = clears is not None and clears(self, view)
+                progress.calm = progress.calm + 1 if calm else 0
+                if progress.streak >= progress.persistence:
+                    progress.active = True
+                    if view.emits(progress.slot, severity):
+                        said = (*said, self._verdict(progress.rule, view, severity))
+                    continue
+            # An active rule's alert is open (it opens on the step the rule turns active): its
+            # clear rule, held clear_steps in a row, resolves it.
+            if progress.active and progress.calm >= clear_steps:
                 progress.active = False
-                if rule.key in self.open_keys:
-                    said.append(Verdict(rule.key))
+                if progress.rule.key in self.open_keys:
+                    said = (*said, Verdict(progress.rule.key))
         return said
 
     def missing(self, seen: frozenset[str]) -> str | None:
         """Why this detector is degraded or disabled, or None when it runs fully."""
-        return next((why for signals, why in self.needs if not seen & signals), None)
+        unlogged = (why for signals, why in self.needs if not seen & signals)
+        unset = (why for field, why in self.needs_context if getattr(self.context, field) is None)
+        return next(unlogged, None) or next(unset, None)
 
     def dump(self) -> dict[str, Any]:
         """The detector's state (its non-setting attributes and rule streaks), JSON-safe."""
@@ -160,19 +183,21 @@ class Detector:
                 setattr(self, name, _load(getattr(self, name, None), value))
 
     def _plan(self, rule: Rule) -> tuple[Any, ...]:
-        """What evaluate() reads for `rule`. With several clear conditions, its clear rule is
-        "one condition held clear_steps in a row" (each counted by its RuleProgress), held once."""
+        """What evaluate() reads for `rule` at every step. With several clear conditions, its
+        clear rule is "one condition held clear_steps in a row" (each counted by its
+        RuleProgress), held once; a rule that never clears has no clear condition to test."""
         progress, clear_steps = self.progress[rule.key], self._count(rule.clear_steps)
         clears: Condition | None = rule.clears[0] if rule.clears else None
-        if len(rule.clears) > 1:
+        if rule.clears == NEVER:
+            clears, clear_steps = None, math.inf
+        elif len(rule.clears) > 1:
             conditions, needed = rule.clears, clear_steps
 
             def clears(detector: Any, view: StepView) -> bool:
                 return progress.longest(conditions, detector, view) >= needed
 
             clear_steps = 1
-        persistence = self._count(rule.persistence)
-        return rule, rule.applies, rule.fires, clears, progress, persistence, clear_steps
+        return rule.applies, rule.fires, clears, progress, clear_steps
 
     def _count(self, limit: str | int) -> int | float:
         return self.thresholds[limit] if isinstance(limit, str) else limit

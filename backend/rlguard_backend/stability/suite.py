@@ -95,7 +95,8 @@ class DetectorSuite:
         if self._last_step is not None and step <= self._last_step:
             return []
         self._last_step = step
-        plan = self._plan_of(tuple(values))
+        keys = tuple(values)
+        plan = self._plans.get(keys) or self._plan_of(keys)
         canonical, sources = plan.canonical(values)
         self._seen.update(canonical)
         view = self._observations.observe(step, canonical, sources)
