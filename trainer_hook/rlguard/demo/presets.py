@@ -144,26 +144,6 @@ PRESETS: dict[str, PresetConfig] = {
             kl_horizon=400,
         ),
         PresetConfig(
-            name="kl-pinned",
-            description=(
-                "in-reward KL under verl's adaptive controller with a target (0.03) below where "
-                "the reward pulls the policy: beta grows x10 at the controller's maximum rate"
-            ),
-            # The reward pulls the policy to an in-reward KL of ~0.05-0.2 nats/token; a
-            # target of 0.03 stays below it, so the error sits at its +0.2 clip. 16 prompts
-            # (n = 128 sequences) and a horizon of 200 allow 0.2 * 128 / 200 = 12.8 % per step:
-            # beta x10 within ~20 saturated steps while KL stays above 1.2x target (within 5x
-            # of it, so it does not read as a per-sequence vs per-token mix-up). Only near
-            # beta = 2 (x40) does the penalty bring KL down to the target.
-            groups=16,
-            kl_placement="reward",
-            kl_estimator="k1",
-            kl_coef=0.05,
-            kl_ctrl_type="adaptive",
-            kl_target=0.03,
-            kl_horizon=200,
-        ),
-        PresetConfig(
             name="rollout-mismatch",
             description=(
                 "a BF16 inference engine samples the rollouts; from step 30 its weight sync "
@@ -180,6 +160,26 @@ PRESETS: dict[str, PresetConfig] = {
         ),
     ]
 }
+
+PRESETS["kl-pinned"] = replace(
+    PRESETS["adaptive-kl"],
+    name="kl-pinned",
+    description=(
+        "in-reward KL under verl's adaptive controller with a target (0.03) below where the "
+        "reward pulls the policy: beta grows x10 at the controller's maximum rate"
+    ),
+    # The reward pulls the policy to an in-reward KL of ~0.05-0.2 nats/token; a target of 0.03
+    # stays below it, so the error sits at its +0.2 clip. 16 prompts (n = 128 sequences) and a
+    # horizon of 200 allow 0.2 * 128 / 200 = 12.8 % per step: beta x10 within ~20 saturated
+    # steps while KL stays above 1.2x target (within 5x of it, so it does not read as a
+    # per-sequence vs per-token mix-up). Only near beta = 2 (x40) does the penalty bring KL
+    # down to the target.
+    ppo_epochs=2,
+    sft_p_correct=0.5,
+    kl_coef=0.05,
+    kl_target=0.03,
+    kl_horizon=200,
+)
 
 # Presets made to raise one detector each (docs/detectors.md pictures their alerts), trained by
 # name; `--preset all` (make demo) trains the others.
