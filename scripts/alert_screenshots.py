@@ -8,7 +8,8 @@ message, evidence and advice opened) as a PNG under docs/images/alerts/, one per
 
     .venv/bin/python -m scripts.alert_screenshots
 
-About ten minutes on two busy cores; ``--url`` captures from a service that holds the runs.
+About ten minutes on two busy cores; ``--url`` captures from a service that holds the runs,
+``--only kl_controller.png rollout_mismatch.png`` trains and captures only those shots.
 """
 
 from __future__ import annotations
@@ -34,7 +35,14 @@ WIDTH, HEIGHT = 1280, 1600  # the viewport: panel cards about 900 px wide
 PANEL_SCALE = 1.2  # a 900 px card comes out about 1080 px wide
 DETAIL_SCALE = 1.8  # the 320 px alert detail about 580 px
 PAD = 12  # around the alert detail, which has no margin of its own
-STEPS = {"collapse": 50, "entropy-blowup": 60, "kl-too-strong": 130, "runaway-kl": 140}
+STEPS = {
+    "collapse": 50,
+    "entropy-blowup": 60,
+    "kl-too-strong": 130,
+    "runaway-kl": 140,
+    "kl-pinned": 70,
+    "rollout-mismatch": 50,
+}
 PANEL_GRAPH = "run-panel-graph"  # rlguard_frontend.ids.PANEL_GRAPH
 ALERT_ITEM = "run-alert-item"  # rlguard_frontend.ids.ALERT_ITEM
 CARD_OF_GRAPH = "xpath=ancestor::div[contains(@class, 'card')][1]"
@@ -76,6 +84,8 @@ SHOTS = (
     Shot("kl_penalty.png", "kl-too-strong", "kl_penalty_strong", "kl"),
     Shot("length.png", "entropy-blowup", "entropy_length_rise", "reward"),
     Shot("sample_quality.png", "entropy-blowup", "entropy_gibberish", None),
+    Shot("kl_controller.png", "kl-pinned", "kl_controller", "kl_controller"),
+    Shot("rollout_mismatch.png", "rollout-mismatch", "rollout_mismatch", None),
 )
 
 
@@ -123,15 +133,15 @@ def capture(page: Any, base: str, run_id: str, shot: Shot, out: Path) -> dict[st
     return alert
 
 
-def shoot(base: str, folder: Path) -> None:
-    """Every shot from the runs the service holds, one PNG each under ``folder``."""
+def shoot(base: str, folder: Path, shots: tuple[Shot, ...] = SHOTS) -> None:
+    """Each shot from the runs the service holds, one PNG each under ``folder``."""
     from playwright.sync_api import sync_playwright
 
     listed = httpx.get(f"{base}/api/v1/runs", params={"project": PROJECT, "limit": 100})
     runs = {run["name"]: run["id"] for run in listed.json()["data"]}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        for shot in SHOTS:
+        for shot in shots:
             scale = PANEL_SCALE if shot.panel else DETAIL_SCALE
             page = browser.new_page(
                 viewport={"width": WIDTH, "height": HEIGHT}, device_scale_factor=scale
@@ -152,16 +162,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/images/alerts"))
     parser.add_argument("--url", help="a service that already holds the runs: capture only")
+    parser.add_argument(
+        "--only", nargs="+", metavar="PNG", help="capture only these shots (kl_controller.png ...)"
+    )
     args = parser.parse_args()
+    shots = tuple(shot for shot in SHOTS if not args.only or shot.out in args.only)
+    if args.only and len(shots) != len(set(args.only)):
+        parser.error(f"--only takes some of: {', '.join(shot.out for shot in SHOTS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.url:
-        shoot(args.url, args.out)
+        shoot(args.url, args.out, shots)
         return
+    presets = {shot.preset for shot in shots}
     with tempfile.TemporaryDirectory() as folder, rlguard_up(f"sqlite:///{folder}/demo.db") as base:
-        longest_first = sorted(STEPS, key=lambda preset: -STEPS[preset])
+        longest_first = sorted(presets, key=lambda preset: -STEPS[preset])
         with ThreadPoolExecutor(2) as pool:  # two trainers at a time on a two-core machine
             list(pool.map(lambda preset: train(base, preset), longest_first))
-        shoot(base, args.out)
+        shoot(base, args.out, shots)
 
 
 if __name__ == "__main__":

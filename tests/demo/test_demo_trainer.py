@@ -127,3 +127,29 @@ def test_train_logs_decoded_rollouts_as_samples() -> None:
         assert "".join(sample["tokens"]) == sample["response"]
     groups = [s["group"] for s in calls[0][1]]
     assert groups == sorted(groups) and len(set(groups)) == 4
+
+
+def test_engine_synced_in_fp32_samples_exactly_as_the_trainer() -> None:
+    import dataclasses
+
+    plain = train(QUICK, steps=3, seed=5)
+    engine = train(dataclasses.replace(QUICK, rollout_engine=True), steps=3, seed=5)
+    gap_keys = {
+        k for m in engine.history for k in m if k.startswith(("rollout_corr/", "training/"))
+    }
+    assert not any(k.startswith(("rollout_corr/", "training/")) for m in plain.history for k in m)
+    assert "rollout_corr/k3_kl" in gap_keys and "rollout_corr/log_ppl_abs_diff" in gap_keys
+    assert [m["rollout_corr/k3_kl"] for m in engine.history] == [0.0, 0.0, 0.0]
+    assert min(engine.series("training/rollout_actor_probs_pearson_corr")) > 0.999999
+    without_gap = [{k: v for k, v in m.items() if k not in gap_keys} for m in engine.history]
+    assert _without_timing(without_gap) == _without_timing(plain.history)
+    assert not set(QUICK.run_config(3)) & {"rollout_engine", "engine_dtype"}
+
+
+def test_engine_whose_sync_stops_drifts_from_the_trainer() -> None:
+    import dataclasses
+
+    stale = dataclasses.replace(QUICK, rollout_engine=True, engine_sync_stops_at=2)
+    gap = train(stale, steps=4, seed=5).series("rollout_corr/k3_kl")
+    assert gap[0] == 0.0 and min(gap[1:]) > 0.0
+    assert stale.run_config(4)["engine_sync_stops_at"] == 2

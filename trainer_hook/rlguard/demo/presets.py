@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+# Left out of the run config when the engine is off: the other presets' configs stay as they were.
+ENGINE_KNOBS = frozenset({"rollout_engine", "engine_dtype", "engine_sync_stops_at"})
+
 
 @dataclass(frozen=True)
 class PresetConfig:
@@ -38,6 +41,9 @@ class PresetConfig:
     temperature: float = 1.0
     sft_steps: int = 100  # deterministic supervised warm-up on the task format
     sft_p_correct: float = 0.5  # share of warm-up targets that are the right sum
+    rollout_engine: bool = False  # sample with a separate inference engine (demo/engine.py)
+    engine_dtype: str = "float32"  # float32 | bfloat16
+    engine_sync_stops_at: int = 0  # first step whose weights never reach the engine; 0: never
     val_every: int = 10
     val_samples: int = 8  # samples per held-out prompt: pass@1 and pass@val_samples
     model: dict[str, int] = field(default_factory=lambda: {"d_model": 32, "layers": 2})
@@ -60,7 +66,8 @@ class PresetConfig:
             # its per-update KL budget (the detectors' kappa, 0.01 for LLMs) is wider.
             "ppo_kl_target": 0.05,
         }
-        knobs = {k: v for k, v in asdict(self).items() if k not in ("name", "description", "model")}
+        hidden = {"name", "description", "model"} | (set() if self.rollout_engine else ENGINE_KNOBS)
+        knobs = {k: v for k, v in asdict(self).items() if k not in hidden}
         return {**knobs, **context}
 
 
@@ -138,10 +145,48 @@ PRESETS: dict[str, PresetConfig] = {
             kl_target=0.1,
             kl_horizon=400,
         ),
+        PresetConfig(
+            name="rollout-mismatch",
+            description=(
+                "a BF16 inference engine samples the rollouts; from step 30 its weight sync "
+                "stops and the trainer updates on a stale policy's samples"
+            ),
+            # The engine is a BF16 copy of the policy, synced before every step: its log-probs
+            # differ from the trainer's FP32 ones by ~1e-5 nats/token (k3), as a vLLM BF16
+            # engine does. From step 30 it receives no weights (a broken sync): the trainer
+            # moves on while the engine samples from the step-29 policy, so the gap grows
+            # x100+ within a few steps and the run drifts onto samples it would not draw.
+            rollout_engine=True,
+            engine_dtype="bfloat16",
+            engine_sync_stops_at=30,
+        ),
     ]
 }
 
-ALL = tuple(PRESETS)
+PRESETS["kl-pinned"] = replace(
+    PRESETS["adaptive-kl"],
+    name="kl-pinned",
+    description=(
+        "in-reward KL under verl's adaptive controller with a target (0.03) below where the "
+        "reward pulls the policy: beta grows x10 at the controller's maximum rate"
+    ),
+    # The reward pulls the policy to an in-reward KL of ~0.05-0.2 nats/token; a target of 0.03
+    # stays below it, so the error sits at its +0.2 clip. 16 prompts (n = 128 sequences) and a
+    # horizon of 200 allow 0.2 * 128 / 200 = 12.8 % per step: beta x10 within ~20 saturated
+    # steps while KL stays above 1.2x target (within 5x of it, so it does not read as a
+    # per-sequence vs per-token mix-up). Only near beta = 2 (x40) does the penalty bring KL
+    # down to the target.
+    ppo_epochs=2,
+    sft_p_correct=0.5,
+    kl_coef=0.05,
+    kl_target=0.03,
+    kl_horizon=200,
+)
+
+# Presets made to raise one detector each (docs/detectors.md pictures their alerts), trained by
+# name; `--preset all` (make demo) trains the others.
+DETECTOR_PRESETS = ("kl-pinned", "rollout-mismatch")
+ALL = tuple(name for name in PRESETS if name not in DETECTOR_PRESETS)
 
 
 def resolve(preset: str | PresetConfig, **overrides: Any) -> PresetConfig:

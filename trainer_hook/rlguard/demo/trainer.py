@@ -12,6 +12,7 @@ from torch import nn
 
 from rlguard import probes
 from rlguard.demo import losses
+from rlguard.demo.engine import InferenceEngine, mismatch_metrics
 from rlguard.demo.model import TinyCausalLM, response_logits, sample, token_log_probs
 from rlguard.demo.presets import PresetConfig, resolve
 from rlguard.demo.rollouts import Rollout, to_samples
@@ -51,6 +52,7 @@ class _Run:
     heldout: torch.Tensor
     generator: torch.Generator
     val_generator: torch.Generator
+    engine: InferenceEngine | None = None  # samples the rollouts when the preset has one
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -112,6 +114,11 @@ def _setup(cfg: PresetConfig, seed: int, device: str) -> _Run:
         heldout=heldout.to(device),
         generator=generator,
         val_generator=torch.Generator(device).manual_seed(seed + 1),
+        engine=(
+            InferenceEngine(policy, cfg.engine_dtype, cfg.engine_sync_stops_at)
+            if cfg.rollout_engine
+            else None
+        ),
     )
 
 
@@ -147,7 +154,10 @@ def _train_step(run: _Run) -> tuple[dict[str, float], Rollout]:
     pick = torch.randint(len(run.train_set), (cfg.groups,), generator=gen, device=device)
     operands = run.train_set[pick].repeat_interleave(cfg.group_size, dim=0)
     prompts = task.prompt_ids(operands).to(device)
-    responses = sample(run.policy, prompts, RESPONSE_LEN, gen, cfg.temperature)
+    if run.engine is not None:
+        run.engine.receive(run.policy)
+    sampler = run.policy if run.engine is None else run.engine.model
+    responses = sample(sampler, prompts, RESPONSE_LEN, gen, cfg.temperature)
     scores, well_formed = task.score(responses, operands)
     mask = response_mask(responses)
     ids = torch.cat([prompts, responses], dim=1)
@@ -156,7 +166,11 @@ def _train_step(run: _Run) -> tuple[dict[str, float], Rollout]:
         old_logp = token_log_probs(old_logits, responses)
         ref_logp = token_log_probs(response_logits(run.reference, ids, task.prompt_len), responses)
     token_entropy = probes.entropy_from_logits(old_logits)
-    stats = {
+    stats: dict[str, torch.Tensor] = {}
+    if run.engine is not None:  # verl recomputes old_log_prob with the actor, as here
+        rollout_logp = run.engine.log_probs(ids, responses, task.prompt_len)
+        stats = mismatch_metrics(old_logp, rollout_logp, mask)
+    stats |= {
         "actor/entropy": probes.masked_mean(token_entropy, mask),
         "probe/kl_to_ref": probes.masked_mean(probes.kl_estimate(old_logp, ref_logp, "k3"), mask),
         "critic/score/mean": scores.mean(),
