@@ -196,6 +196,24 @@ def test_compare_view_draws_every_runs_markers_in_its_colour_and_the_baselines_o
         assert [a.get("hovertext") for a in layout["annotations"]] == ["rewind (step 30)"]
 
 
+def _alert(**fields: Any) -> AlertPublic:
+    """An alert as the API returns it: a WARN entropy_collapse unless ``fields`` say else."""
+    alert = {
+        "run_id": "r",
+        "detector": "entropy_collapse",
+        "key": "entropy_collapse",
+        "severity": "warn",
+        "secondary": False,
+        "acknowledged": False,
+        "message": "m",
+        "evidence": {},
+        "advice": [],
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z",
+    }
+    return AlertPublic.model_validate({**alert, **fields})
+
+
 def test_compare_figure_draws_a_runs_warn_and_critical_alerts_in_its_colour() -> None:
     series = SeriesData(
         steps=[0, 50, 100],
@@ -205,21 +223,8 @@ def test_compare_figure_draws_a_runs_warn_and_critical_alerts_in_its_colour() ->
         total_points=3,
         last_step=100,
     )
-    alert = {
-        "run_id": "b",
-        "detector": "nonfinite",
-        "key": "entropy",
-        "status": "open",
-        "secondary": False,
-        "acknowledged": False,
-        "message": "m",
-        "evidence": {},
-        "advice": [],
-        "created_at": "2026-01-01T00:00:00Z",
-        "updated_at": "2026-01-01T00:00:00Z",
-    }
     alerts = [
-        AlertPublic.model_validate({**alert, **extra})
+        _alert(run_id="b", detector="nonfinite", key="entropy", status="open", **extra)
         for extra in (
             {"id": 1, "severity": "critical", "first_step": 50, "last_step": 50},
             {"id": 2, "severity": "info", "first_step": 80, "last_step": 80},
@@ -234,25 +239,8 @@ def test_compare_figure_draws_a_runs_warn_and_critical_alerts_in_its_colour() ->
 
 
 def test_an_open_alert_shades_to_the_newest_step_and_a_resolved_one_to_its_last() -> None:
-    base = {
-        "run_id": "r",
-        "detector": "entropy_collapse",
-        "key": "entropy_collapse",
-        "severity": "warn",
-        "secondary": False,
-        "acknowledged": False,
-        "message": "m",
-        "evidence": {},
-        "advice": [],
-        "created_at": "2026-01-01T00:00:00Z",
-        "updated_at": "2026-01-01T00:00:00Z",
-    }
-    opened = AlertPublic.model_validate(
-        {**base, "id": 1, "status": "open", "first_step": 15, "last_step": 16}
-    )
-    resolved = AlertPublic.model_validate(
-        {**base, "id": 2, "status": "resolved", "first_step": 15, "last_step": 16}
-    )
+    opened = _alert(id=1, status="open", first_step=15, last_step=16)
+    resolved = _alert(id=2, status="resolved", first_step=15, last_step=16)
     steps = list(range(0, 50))  # the run has logged steps 0..49; the alert last refreshed at 16
     assert merged_ranges([opened], steps)[0][1:] == (15, 49)
     assert merged_ranges([resolved], steps)[0][1:] == (15, 16)
