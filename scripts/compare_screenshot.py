@@ -4,7 +4,7 @@ Trains two demo presets on three seeds each (``rlguard demo``, the tiny GRPO loo
 throwaway SQLite service (``rlguard up``), then opens the compare page over the six runs grouped
 by preset (mean ± 1 std across seeds, smoothed) in headless Chromium and saves its top as a PNG.
 
-    .venv/bin/python scripts/compare_screenshot.py --out docs/images/compare-groups.png
+    .venv/bin/python -m scripts.compare_screenshot --out docs/images/compare-groups.png
 
 About three minutes on two cores (--steps 60).
 """
