@@ -25,7 +25,7 @@ demo: setup
 	$(VENV)/bin/rlguard demo --serve --host $(HOST) --port $(PORT)
 
 test: setup services
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30
 
 lint: setup
 	$(VENV)/bin/ruff check .
