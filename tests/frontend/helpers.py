@@ -9,8 +9,6 @@ from typing import Any
 import httpx
 
 WAIT_MS = 20_000
-# Waits poll on a timer: requestAnimationFrame (Playwright's default) starves on a loaded box.
-POLL_MS = 20
 
 
 def graph_selector(panel: str) -> str:

@@ -10,9 +10,10 @@ import httpx
 import plotly
 from plotly.offline import get_plotlyjs_version
 
+from benchmarks._support import POLL_MS
 from rlguard_frontend import plotly_bundle
 from tests.conftest import new_run_id
-from tests.frontend.helpers import POLL_MS, WAIT_MS, graph_selector, seed_run
+from tests.frontend.helpers import WAIT_MS, graph_selector, seed_run
 
 PLOTLY_BUNDLE = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 DARK_PAPER = "#161b22"

@@ -154,9 +154,10 @@ def _train_step(run: _Run) -> tuple[dict[str, float], Rollout]:
     pick = torch.randint(len(run.train_set), (cfg.groups,), generator=gen, device=device)
     operands = run.train_set[pick].repeat_interleave(cfg.group_size, dim=0)
     prompts = task.prompt_ids(operands).to(device)
+    sampler = run.policy
     if run.engine is not None:
         run.engine.receive(run.policy)
-    sampler = run.policy if run.engine is None else run.engine.model
+        sampler = run.engine.model
     responses = sample(sampler, prompts, RESPONSE_LEN, gen, cfg.temperature)
     scores, well_formed = task.score(responses, operands)
     mask = response_mask(responses)
