@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rlguard._sample_signals import SIGNAL_KEYS as SAMPLE_SIGNAL_KEYS
+from rlguard.sample_signals import SIGNAL_KEYS as SAMPLE_SIGNAL_KEYS
 from rlguard_backend import alerts, repository
 from rlguard_backend.backtests import backtest, fold_events, replace_live, replay_run, stored_chunks
 from rlguard_backend.checkpoints import (

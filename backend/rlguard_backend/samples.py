@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rlguard._sample_signals import step_signals  # the hook's own definition: one for both
+from rlguard.sample_signals import step_signals  # the one definition, the hook's and ours
 from rlguard_backend import ingest, sql
 from rlguard_backend.errors import InvalidField, PayloadTooLarge
 from rlguard_backend.models import Sample, utcnow

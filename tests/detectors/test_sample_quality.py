@@ -14,6 +14,7 @@ import pytest
 
 import rlguard
 from rlguard.demo import PRESETS, train
+from rlguard.sample_signals import step_signals
 from tests.conftest import RunningServer, new_run_id
 
 FAST = {"gpu": False, "flush_interval_s": 0.05}
@@ -132,9 +133,20 @@ def test_length_loops_name_the_repetition_behind_a_length_rise(
     assert not {"length_loops", "repetition_loops"} & set(plain)
 
 
+SIGNALS = "samples/truncated_fraction,samples/degenerate_fraction,samples/repetition_rate"
+SENTENCE = "The answer is 42, since six times seven is 42."
+
+
+def _late_step_samples(step: int) -> list[dict[str, Any]]:
+    """Four samples of ``step``: sound text until step 20, empty responses from then on."""
+    return [
+        {"response": "" if step >= 20 else SENTENCE, "truncated": float(i == 0)} for i in range(4)
+    ]
+
+
 def _late_samples_run(url: str, lag: int) -> str:
     """A run whose samples (posted to REST, signals derived by the service) come ``lag``
-    batches after their step's metrics; from step 20 on every response is empty."""
+    batches after their step's metrics."""
     run_id = new_run_id("late")
     with httpx.Client(base_url=f"{url}/api/v1", timeout=30) as client:
         assert client.post("/runs", json={"id": run_id, "project": "late"}).status_code == 201
@@ -144,17 +156,73 @@ def _late_samples_run(url: str, lag: int) -> str:
                 assert client.post(f"/runs/{run_id}/batches", json=body).status_code == 200
             late = step - lag
             if late >= 0:
-                text = "" if late >= 20 else "The answer is 42, since six times seven is 42."
-                samples = [{"step": late, "index": i, "response": text} for i in range(4)]
+                samples = [
+                    {"step": late, "index": i, **sample}
+                    for i, sample in enumerate(_late_step_samples(late))
+                ]
                 body = {"batch_id": f"s{late}", "samples": samples}
                 assert client.post(f"/runs/{run_id}/samples", json=body).status_code == 200
     return run_id
 
 
-def test_late_samples_reach_the_detectors_at_the_next_step_fed(server: RunningServer) -> None:
-    on_time = _first_steps(server.url, _late_samples_run(server.url, lag=0))
-    late = _first_steps(server.url, _late_samples_run(server.url, lag=3))
+def _stored_signals(url: str, run_id: str) -> dict[str, dict[int, float]]:
+    answer = httpx.get(f"{url}/api/v1/runs/{run_id}/series", params={"keys": SIGNALS}).json()
+    return {
+        key: dict(zip(data["steps"], data["values"], strict=True))
+        for key, data in answer["series"].items()
+    }
+
+
+def test_samples_posted_to_rest_get_signals_the_detectors_read(db_server: RunningServer) -> None:
+    on_time_id = _late_samples_run(db_server.url, lag=0)
+    stored = _stored_signals(db_server.url, on_time_id)
+    # derived by the service with the hook's definition, at each sample's own step
+    assert stored["samples/degenerate_fraction"] == {s: float(s >= 20) for s in range(60)}
+    assert stored["samples/truncated_fraction"] == dict.fromkeys(range(60), 0.25)
+    assert step_signals(_late_step_samples(30)) == {
+        key: stored[key][30]
+        for key in ("samples/degenerate_fraction", "samples/truncated_fraction")
+    }
+    on_time = _first_steps(db_server.url, on_time_id)
+    assert on_time["degenerate_responses"] == (on_time["degenerate_responses"][0], "critical")
+    assert on_time["degenerate_responses"][0] >= 20
+    late = _first_steps(db_server.url, _late_samples_run(db_server.url, lag=3))
     # three batches late (the step was fed two batches before): seen at the step then
     # pending, three steps after their own, so the alert opens that much later
-    assert on_time["degenerate_responses"][0] >= 20
     assert late["degenerate_responses"][0] == on_time["degenerate_responses"][0] + 3
+
+
+def _hook_run(url: str, spool_dir: Path, lag: int) -> str:
+    """A run logged through the real hook, one sender drain a step (``flush()``), whose
+    samples of each step are logged ``lag`` drains after its metrics."""
+    run = rlguard.init(
+        project="late", url=url, spool_dir=str(spool_dir), gpu=False, flush_interval_s=3600
+    )
+    for step in range(60 + lag):
+        if step < 60:
+            run.log({"x": 1.0}, step=step)
+        if step >= lag:
+            run.log_samples(_late_step_samples(step - lag), step=step - lag)
+        assert run.flush(timeout_s=30)
+    status = run.finish()
+    # x, the degenerate and truncated shares, and the repetition rate of the 20 sound steps
+    assert (status.sent, status.samples_sent) == (60 + 60 * 2 + 20, 60 * 4)
+    return run.id
+
+
+@pytest.mark.parametrize("lag", [2, 5])
+def test_hook_samples_drains_after_their_metrics_reach_the_detectors(
+    server: RunningServer, tmp_path: Path, lag: int
+) -> None:
+    on_time = _first_steps(server.url, _hook_run(server.url, tmp_path, lag=0))
+    late_id = _hook_run(server.url, tmp_path, lag=lag)
+    stored = _stored_signals(server.url, late_id)["samples/degenerate_fraction"]
+    assert stored == {s: float(s >= 20) for s in range(60)}  # stored at their own steps
+    late = _first_steps(server.url, late_id)
+    # The step was fed lag - 1 drains before its samples came: they are seen with the step
+    # then pending, lag - 1 steps after their own, and the alert opens that much later.
+    assert on_time["degenerate_responses"][0] >= 20
+    assert late["degenerate_responses"] == (
+        on_time["degenerate_responses"][0] + lag - 1,
+        "critical",
+    )

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import ast
 import codecs
+import subprocess
+import sys
 import this
+from pathlib import Path
 
 import pytest
 
-from rlguard._sample_signals import (
+from rlguard.sample_signals import (
     DEGENERATE,
     REPETITION,
     TRUNCATED,
     SampleSignals,
     is_degenerate,
     repetition_rate,
+    step_signals,
 )
+from tests.hook.hookutil import child_env
 
 ZEN = codecs.decode(this.s, "rot13")  # human text that ships with Python
 
@@ -80,3 +86,44 @@ def test_sample_signals_read_a_bounded_number_of_texts_per_call() -> None:
     values = signals.read([(0, 0.0, records, "train")])[0]
     assert values == {DEGENERATE: pytest.approx(0.5, abs=0.2)}  # 64 of them, at random
     assert values[DEGENERATE] not in (0.0, 1.0)  # not every other one
+
+
+def test_step_signals_read_one_step_as_the_hook_s_sender_does() -> None:
+    records = [{"response": "now " * 40, "truncated": True}, {"response": "", "truncated": 0}]
+    by_drain = SampleSignals().read([(7, 0.0, records, "train")])
+    assert (
+        step_signals(records)
+        == by_drain[7]
+        == {
+            TRUNCATED: 0.5,
+            REPETITION: pytest.approx(1 - 1 / 37),
+            DEGENERATE: 0.5,
+        }
+    )
+
+
+def test_sample_signals_import_the_standard_library_only() -> None:
+    code = (
+        "import sys, rlguard.sample_signals;"
+        "heavy = {'numpy', 'torch', 'pydantic', 'sqlalchemy', 'rlguard_backend'};"
+        "print(sorted(heavy & set(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_service_imports_only_the_public_sample_signals_from_the_hook() -> None:
+    backend = Path(__file__).resolve().parents[2] / "backend" / "rlguard_backend"
+    imported = set()
+    for path in backend.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            imported |= {name for name in names if name.split(".")[0] == "rlguard"}
+    assert imported == {"rlguard.sample_signals"}

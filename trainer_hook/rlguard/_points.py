@@ -99,15 +99,18 @@ class PointBatcher:
             or steps[-1] > _wire.MAX_STEP
             or not all(map(operator.lt, steps, steps[1:]))
             or not all(map(keys.__eq__, map(tuple, dicts)))
-            or not PLAIN_TYPES.issuperset(map(type, chain.from_iterable(map(dict.values, dicts))))
         ):
             return False
+        values = list(chain.from_iterable(map(dict.values, dicts)))  # one pass over the dicts
+        if not PLAIN_TYPES.issuperset(map(type, values)):
+            return False
         times = list(map(_TIME, entries))
+        width = len(keys)
         start = 0
         while start < len(steps):  # batches of max_points, as add() ships them
-            room = max(1, -(-(self.max_points - self._batch.points) // len(keys)))
+            room = max(1, -(-(self.max_points - self._batch.points) // width))
             end = start + room
-            rows = chain.from_iterable(map(dict.values, dicts[start:end]))
+            rows = values[start * width : end * width]
             try:
                 self._batch.add_rows(keys, steps[start:end], times[start:end], rows)
             except (OverflowError, struct.error):  # an int beyond float range: add() skips it

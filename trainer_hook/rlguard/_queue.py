@@ -101,7 +101,9 @@ class LogQueue:
         """Everything queued so far: (metric entries and markers, sample entries), oldest first."""
         metrics = self._metrics
         entries = [metrics.popleft() for _ in range(len(metrics))]
-        self.taken += sum(entry_bytes(item[2]) for item in entries if type(item) is tuple)
+        logged = [item[2] for item in entries if type(item) is tuple]
+        # what log() charged them, summed in C: a call per entry cost ~0.3 µs a step
+        self.taken += ENTRY_BYTES * len(logged) + KEY_BYTES * sum(map(len, logged))
         with self._lock:
             samples, self._samples = self._samples, collections.deque()
             self.sample_bytes = 0

@@ -9,7 +9,8 @@ import uuid
 from typing import Any
 
 from rlguard._queue import LogQueue
-from rlguard._spool import POINTS
+from rlguard._spool import POINTS, SAMPLES
+from rlguard.errors import RejectedError
 
 logger = logging.getLogger("rlguard")
 
@@ -58,19 +59,59 @@ class Warnings:
             logger.warning(message)
 
 
-class DropReport:
-    """What this process dropped undelivered (points, steps, samples), and what the service
-    was last told of it in a heartbeat (named by a process id, so a report sent twice counts
-    once)."""
+NOUNS = {POINTS: "point(s)", SAMPLES: "sample(s)"}
 
-    def __init__(self, counters: Counters, queue: LogQueue) -> None:
+
+class DropReport:
+    """What this process dropped undelivered (points, steps, samples): counted, warned about
+    once per cause, and what the service was last told of it in a heartbeat (named by a
+    process id, so a report sent twice counts once)."""
+
+    def __init__(self, counters: Counters, queue: LogQueue, warnings: Warnings) -> None:
         self._counters = counters
         self._queue = queue
+        self._warnings = warnings
         self.process = uuid.uuid4().hex
         self.reported = (0, 0, 0)
 
     def __repr__(self) -> str:
         return f"DropReport(reported={self.reported})"
+
+    def drop(self, kind: str, count: int, cause: str, message: str) -> None:
+        """Count ``count`` points (kind ``"p"``) or samples (``"s"``) dropped for ``cause``."""
+        self._counters.add(kind, "dropped", count)
+        self._counters.last_error = message
+        self._warnings.warn_once(cause, message)
+
+    def spool_failed(self, kind: str, count: int, exc: BaseException, disk_full: bool) -> None:
+        """A batch the spool could not write (``exc``) is dropped."""
+        self.drop(
+            kind,
+            count,
+            "spool-disk-full" if disk_full else "spool-error",
+            f"rlguard: cannot write the spool ({exc}); {count} {NOUNS[kind]} dropped "
+            "(shown once; run.status() counts them and the service is told)",
+        )
+
+    def dead_lettered(
+        self, kind: str, count: int, exc: RejectedError, kept_in: object, write_error: object = None
+    ) -> None:
+        """A batch the service rejected (``exc``) is kept in the dead letters ``kept_in``, or
+        lost when writing them failed (``write_error``)."""
+        self._counters.add(kind, "dead_lettered", count)
+        self._counters.last_error = str(exc)
+        if write_error is not None:
+            self._warnings.warn_once(
+                "dead-letter-failed",
+                f"rlguard: the service rejected a batch ({exc}) "
+                f"and the dead-letter file cannot be written ({write_error})",
+            )
+            return
+        self._warnings.warn_once(
+            f"rejected:{exc.status}",
+            f"rlguard: the service rejected a batch of "
+            f"{count} {NOUNS[kind]} ({exc}); kept in {kept_in} (shown once per status)",
+        )
 
     def current(self) -> tuple[int, int, int]:
         """Points, steps and samples dropped so far, in the sender and in the queue."""
@@ -92,11 +133,11 @@ class DropReport:
         points, steps, samples = drops
         return {"process": self.process, "points": points, "steps": steps, "samples": samples}
 
-    def warn_queue_full(self, warnings: Warnings, max_queue_mb: float) -> None:
+    def warn_queue_full(self, max_queue_mb: float) -> None:
         """Warn once when the log queue has refused or evicted anything."""
         steps, samples = self._queue.dropped_steps, self._queue.dropped_samples
         if steps or samples:
-            warnings.warn_once(
+            self._warnings.warn_once(
                 "queue-full",
                 f"rlguard: the log queue reached its budget (max_queue_mb={max_queue_mb}); "
                 f"samples are dropped first, then new steps; {steps} step(s) and {samples} "

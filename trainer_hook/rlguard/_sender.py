@@ -24,14 +24,12 @@ from rlguard._points import PointBatcher
 from rlguard._queue import STOP, FlushMarker, LogQueue
 from rlguard._report import Counters, DropReport, Warnings, spool_room_message
 from rlguard._sample_batches import SampleBatcher
-from rlguard._sample_signals import SampleSignals
 from rlguard._spool import POINTS, SAMPLES, Spool, SpooledBatch, kept_up_to
 from rlguard._transport import Transport
 from rlguard.errors import RejectedError, RetryableError, SpoolError, TransportError
+from rlguard.sample_signals import SampleSignals
 
 logger = logging.getLogger("rlguard")
-
-_NOUNS = {POINTS: "point(s)", SAMPLES: "sample(s)"}
 
 
 class Sender:
@@ -77,7 +75,7 @@ class Sender:
         self._close_deadline = float("inf")
         self._final: dict[str, Any] | None = None
         self._packed_refused = False  # a service older than the packed body: send JSON
-        self._drops = DropReport(self.counters, self.queue)
+        self._drops = DropReport(self.counters, self.queue, self._warnings)
         self._thread = threading.Thread(
             target=self._loop, name=f"rlguard-sender-{cfg.run_id}", daemon=True
         )
@@ -155,7 +153,7 @@ class Sender:
         """Convert and ship everything queued; True when the stop sentinel was reached."""
         stopped = False
         queued, sample_entries = self.queue.take()
-        self._drops.warn_queue_full(self._warnings, self.cfg.max_queue_mb)
+        self._drops.warn_queue_full(self.cfg.max_queue_mb)
         # What the samples say about their steps goes with those steps' metrics, in one batch
         signals = self._sample_signals.read(sample_entries)
         self.counters.sample_signal_points += sum(map(len, signals.values()))
@@ -245,16 +243,10 @@ class Sender:
             batch = self._put_making_room(batch_id, points, body, kind)
         except (SpoolError, OSError) as exc:
             full = isinstance(exc, SpoolError) and exc.disk_full
-            self._drop(
-                kind,
-                points,
-                "spool-disk-full" if full else "spool-error",
-                f"rlguard: cannot write the spool ({exc}); {points} {_NOUNS[kind]} dropped "
-                "(shown once; run.status() counts them and the service is told)",
-            )
+            self._drops.spool_failed(kind, points, exc, full)
             return
         if batch is None:  # larger than the whole budget
-            self._drop(kind, points, "spool-full", self._room_message("reached its budget"))
+            self._drops.drop(kind, points, "spool-full", self._room_message("reached its budget"))
             return
         self._backlog.append(batch)
         self.counters.add(kind, "spooled", points)
@@ -278,15 +270,10 @@ class Sender:
         victim = next((b for b in self._backlog if b.kind == SAMPLES), self._backlog[0])
         self._backlog.remove(victim)
         self.spool.remove(victim, victim.size)
-        self._drop(victim.kind, victim.points, cause, message)
+        self._drops.drop(victim.kind, victim.points, cause, message)
 
     def _room_message(self, problem: str) -> str:
         return spool_room_message(self.spool.dir, problem, self.cfg.spool_budget_mb)
-
-    def _drop(self, kind: str, points: int, cause: str, message: str) -> None:
-        self.counters.add(kind, "dropped", points)
-        self.counters.last_error = message
-        self._warnings.warn_once(cause, message)
 
     def _replay(self, until: float) -> None:
         """Post spooled batches oldest first while the service answers and time remains."""
@@ -316,22 +303,12 @@ class Sender:
     def _dead_letter(
         self, body: bytes, points: int, exc: RejectedError, kind: str = POINTS
     ) -> None:
-        self.counters.add(kind, "dead_lettered", points)
-        self.counters.last_error = str(exc)
         try:
             path = self.spool.dead_letter(body, str(exc))
         except (SpoolError, OSError) as write_error:
-            self._warnings.warn_once(
-                "dead-letter-failed",
-                f"rlguard: the service rejected a batch ({exc}) "
-                f"and the dead-letter file cannot be written ({write_error})",
-            )
+            self._drops.dead_lettered(kind, points, exc, self.spool.dir, write_error)
             return
-        self._warnings.warn_once(
-            f"rejected:{exc.status}",
-            f"rlguard: the service rejected a batch of "
-            f"{points} {_NOUNS[kind]} ({exc}); kept in {path} (shown once per status)",
-        )
+        self._drops.dead_lettered(kind, points, exc, path)
 
     def _note_failure(self, exc: RetryableError) -> None:
         self._failures += 1

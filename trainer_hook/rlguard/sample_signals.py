@@ -16,8 +16,12 @@ Text is read for at most ``TEXTS_PER_CALL`` responses of a call, drawn at random
 thousands of rollouts costs the sender thread a bounded ~1 ms. Several calls at one step add
 up: the values of a step are re-logged as each call arrives, the later holding them all.
 
-This module is the one definition of the three signals: the service imports ``step_signals``
-to derive them for samples posted straight to its REST API.
+This public module is the one definition of the three signals, standard library only: the hook's
+sender reads each drain with ``SampleSignals``; the service imports ``step_signals`` to derive
+them for samples posted straight to its REST API, and ``SIGNAL_KEYS`` to know them.
+
+>>> step_signals([{"response": "", "truncated": True}, {"response": "7", "truncated": False}])
+{'samples/truncated_fraction': 0.5, 'samples/degenerate_fraction': 0.5}
 """
 
 from __future__ import annotations
@@ -28,6 +32,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rlguard import _wire
+
+__all__ = [
+    "DEGENERATE",
+    "REPETITION",
+    "SIGNAL_KEYS",
+    "TRUNCATED",
+    "SampleSignals",
+    "is_degenerate",
+    "repetition_rate",
+    "step_signals",
+]
 
 TRUNCATED = "samples/truncated_fraction"
 REPETITION = "samples/repetition_rate"
