@@ -218,6 +218,23 @@ def test_auth_project_tokens_reach_only_their_project(service: Service) -> None:
     assert created == 403
 
 
+def test_auth_alert_ids_past_the_largest_integer_are_refused_with_422(service: Service) -> None:
+    """An alert id no database can hold is a 422 naming the parameter, also for a token limited
+    to a project (whose check looks the alert up first): it was a 500 (OverflowError)."""
+    own = service.issue("admin", "auth")[1]
+    for alert_id in (2**63, 10**40):
+        for token in (service.tokens["admin"], own):
+            for method, path, body in (
+                ("PATCH", f"{API}/alerts/{alert_id}", {"acknowledged": True}),
+                ("GET", f"{API}/alerts/{alert_id}/samples", None),
+            ):
+                headers = {"Authorization": f"Bearer {token}"}
+                answer = httpx.request(method, service.url + path, json=body, headers=headers)
+                assert answer.status_code == 422, (path, answer.text)
+                assert answer.json()["detail"][0]["loc"] == ["path", "alert_id"]
+    assert call(service, "GET", f"{API}/alerts/{2**63 - 1}/samples", token=own) == 404
+
+
 def test_auth_hook_streams_with_a_write_token(service: Service, tmp_path: Any) -> None:
     run_id = new_run_id("hook")
     run = rlguard.init(

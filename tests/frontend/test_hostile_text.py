@@ -5,6 +5,7 @@ are; no dialog opens, no injected element exists, no injected script runs."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,17 @@ def _shows_literally(page: Any, text: str) -> None:
     page.get_by_text(text, exact=False).first.wait_for(timeout=WAIT_MS)
 
 
+def _visit(page: Any, url: str, path: str, text: str, artifacts_dir: Path, charts: bool) -> None:
+    """Open a page, wait for ``text`` and its charts, check nothing was injected, keep a picture."""
+    page.goto(url + path)
+    _shows_literally(page, text)
+    if charts:  # legends, hover and marker labels are drawn in SVG
+        page.wait_for_function(CHARTS_DRAWN_JS, timeout=WAIT_MS, polling=POLL_MS)
+    assert page.evaluate(INJECTED_JS) == CLEAN, path
+    name = re.sub(r"\W+", "-", path.split("?")[0]).strip("-") or "runs"
+    page.screenshot(path=str(artifacts_dir / f"hostile-{name[:40]}.png"))
+
+
 def test_hostile_text_shows_as_text_on_every_page(
     signed_in: tuple[Any, dict[str, str]], page: Any, artifacts_dir: Path
 ) -> None:
@@ -125,14 +137,13 @@ def test_hostile_text_shows_as_text_on_every_page(
         (f"/runs/{first}/samples?step=10", SCRIPT),  # the samples: prompts, responses
     ]
     for path, text in views:
-        page.goto(server.url + path)
-        _shows_literally(page, text)
-        if routing.draws_charts(path):  # legends, hover and marker labels are drawn in SVG
-            page.wait_for_function(CHARTS_DRAWN_JS, timeout=WAIT_MS, polling=POLL_MS)
-        assert page.evaluate(INJECTED_JS) == CLEAN, path
-        name = path.strip("/").split("?")[0].replace("/", "-") or "runs"
-        page.screenshot(path=str(artifacts_dir / f"hostile-{name[:40]}.png"))
-    _shows_literally(page, LINK)  # a sample's response, markdown left as typed
-    _shows_literally(page, MARKDOWN)
+        _visit(page, server.url, path, text, artifacts_dir, routing.draws_charts(path))
+        if path.endswith("samples?step=10"):  # a sample's response, markdown left as typed
+            _shows_literally(page, LINK)
+            _shows_literally(page, MARKDOWN)
+    # pages of no run: the path or id typed in the address bar comes back in their text
+    for path, text in ((f"/{SCRIPT}", SCRIPT), (f"/runs/{IMAGE}", IMAGE)):  # not found; no run
+        for where in (path, f"{path}/samples"):
+            _visit(page, server.url, where, text, artifacts_dir, charts=False)
     assert dialogs == []
     assert page.console_errors == []

@@ -11,6 +11,7 @@ from rlguard_backend import alerts, repository
 from rlguard_backend.api.deps import (
     READ,
     WRITE,
+    AlertId,
     DatabaseDep,
     IdentityDep,
     Limit,
@@ -79,7 +80,7 @@ async def read_alerts(
 
 
 @router.patch("/alerts/{alert_id}", response_model=AlertPublic, dependencies=[WRITE])
-async def update_alert(alert_id: int, data: AlertUpdate, db: WriterDep) -> AlertPublic:
+async def update_alert(alert_id: AlertId, data: AlertUpdate, db: WriterDep) -> AlertPublic:
     """Acknowledge an alert (it stays open) or resolve it by hand."""
 
     def update(session: Session) -> AlertPublic:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Path, Query, Request
 
 from rlguard_backend import auth, repository
 from rlguard_backend.auth import Identity
@@ -43,6 +43,8 @@ async def admit_write(request: Request) -> AsyncIterator[Database]:
 # Paging of every list endpoint; an offset past 2^62 would overflow the databases' integers.
 Limit = Annotated[int, Query(ge=1, le=1000)]
 Offset = Annotated[int, Query(ge=0, le=2**62)]
+MAX_ALERT_ID = 2**63 - 1  # the largest integer either database stores
+AlertId = Annotated[int, Path(ge=1, le=MAX_ALERT_ID, description="the alert's id")]
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[Database, Depends(get_database)]
@@ -110,7 +112,7 @@ async def _check_project(request: Request, identity: Identity) -> None:
     if "run_id" in params:
         run_id = params["run_id"]
         owner = await database.read(lambda session: repository.run_project(session, run_id))
-    elif "alert_id" in params and str(params["alert_id"]).isdigit():
+    elif str(params.get("alert_id")).isdigit() and int(params["alert_id"]) <= MAX_ALERT_ID:
         alert_id = int(params["alert_id"])
         owner = await database.read(lambda session: repository.alert_project(session, alert_id))
     if owner is not None and owner != identity.project:

@@ -9,7 +9,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rlguard_backend import alerts, ingest, repository, samples
 from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_body
-from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, Limit, Offset, SettingsDep, WriterDep
+from rlguard_backend.api.deps import (
+    READ,
+    WRITE,
+    AlertId,
+    DatabaseDep,
+    Limit,
+    Offset,
+    SettingsDep,
+    WriterDep,
+)
 from rlguard_backend.api.points import store_and_detect
 from rlguard_backend.config import Settings
 from rlguard_backend.db import write_session
@@ -124,7 +133,13 @@ async def read_run_samples(
     from_step: Step = 0,
     to_step: Step | None = None,
     split: Annotated[str, Query(description='"train" rollouts or e.g. "validation"')] = "train",
-    sort: Annotated[str, Query(description=f"one of {', '.join(SORT_FIELDS)}")] = "step",
+    sort: Annotated[
+        str,
+        Query(
+            description=f"one of {', '.join(SORT_FIELDS)}",
+            json_schema_extra={"enum": list(SORT_FIELDS)},  # refused below, naming the fields
+        ),
+    ] = "step",
     order: Order = "asc",
     q: Annotated[str | None, Query(min_length=1, description="text in any text field")] = None,
     tokens: Annotated[bool, Query(description="include the per-token arrays")] = False,
@@ -179,7 +194,7 @@ async def read_sample_steps(
 
 @router.get("/alerts/{alert_id}/samples", response_model=SampleList, dependencies=[READ])
 async def read_alert_samples(
-    alert_id: int,
+    alert_id: AlertId,
     db: DatabaseDep,
     before: Annotated[int, Query(ge=0, description="also this many steps before the alert")] = 0,
     tokens: bool = False,

@@ -27,8 +27,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "no API token, or an unknown or revoked one"),
         (403, "the token's scope is too small"),
         (404, "unknown run, key, alert or token"),
+        (408, "the request's head or body arrived too slowly"),
         (409, "the request contradicts what is stored"),
         (413, "above the configured limits"),
+        (431, "request line and headers above the configured limit"),
         (503, "saturated (see Retry-After) or the database is unavailable"),
     )
 }
