@@ -10,7 +10,7 @@ import pytest
 from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import AlertPublic, SeriesData
-from rlguard_frontend import ids, run_callbacks, run_data, runs_grid, sample_views
+from rlguard_frontend import alert_views, ids, run_callbacks, run_data, runs_grid, sample_views
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.compare_figures import RunMarks, compare_figure
 from rlguard_frontend.compare_state import CompareState
@@ -245,6 +245,28 @@ def test_an_open_alert_shades_to_the_newest_step_and_a_resolved_one_to_its_last(
     assert merged_ranges([opened], steps)[0][1:] == (15, 49)
     assert merged_ranges([resolved], steps)[0][1:] == (15, 16)
     assert (step_span(opened), step_span(resolved)) == ("since step 15", "steps 15–16")
+
+
+def test_an_open_alerts_samples_link_runs_to_the_newest_step_as_its_shading_does() -> None:
+    opened = _alert(id=1, status="open", first_step=15, last_step=16)
+    resolved = _alert(id=2, status="resolved", first_step=15, last_step=16)
+    assert alert_views.samples_link(opened).href.endswith("?from=15&sort=reward&order=asc")
+    assert "?from=15&to=16&" in alert_views.samples_link(resolved).href
+
+
+def test_samples_from_a_step_alone_reach_the_newest_step(
+    client: ApiClient, server: RunningServer
+) -> None:
+    run_id = new_run_id("cb-since")
+    seed_run(server.url, run_id, steps=30)
+    _post_samples(server, run_id, 10, 3)
+    _post_samples(server, run_id, 20, 2)
+    since = {"run_id": run_id, "from": 12, "to": None}
+    data, caption = samples.fetch(client, since, None, "reward", "asc")
+    assert [(d["step"], d["index"]) for d in data] == [(20, 0), (20, 1)]
+    assert caption == "since step 12: 2 sample(s), by reward asc"
+    ranged = {"run_id": run_id, "from": 10, "to": 19}
+    assert len(samples.fetch(client, ranged, None, "reward", "asc")[0]) == 3
 
 
 def _nan_run(server: RunningServer) -> str:
