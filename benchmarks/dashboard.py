@@ -25,19 +25,16 @@ import math
 import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from benchmarks import _dashboard_views as views
-from benchmarks._support import POLL_MS
+from benchmarks._dashboard_floor import floor_up
+from benchmarks._support import POLL_MS, serving
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -66,28 +63,9 @@ ALL_DRAWN_JS = """() => {
 }"""
 
 
-@contextlib.contextmanager
-def rlguard_up(database_url: str) -> Iterator[str]:
+def rlguard_up(database_url: str) -> contextlib.AbstractContextManager[str]:
     """``rlguard up`` in a subprocess; yields its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "rlguard", "up", "--port", "0", "--database-url", database_url],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if "listening on" in line:
-                # keep draining its log, or the service blocks once the pipe is full
-                threading.Thread(target=process.stdout.read, daemon=True).start()
-                yield line.split("listening on ", 1)[1].split()[0]
-                break
-        else:
-            raise RuntimeError("rlguard up did not start")
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    return serving(["rlguard", "up", "--port", "0", "--database-url", database_url])
 
 
 def fill_run(base: str, run_id: str, step_count: int = STEPS) -> dict[str, Any]:
@@ -333,7 +311,9 @@ def main() -> None:
                     result.update(first_render(browser, base, "bench-long", sizes.samples))
                 if "compare" in parts:
                     run_ids = views.seed_compare(base, sizes)
-                    result["compare"] = views.compare_overlay(browser, base, run_ids, sizes.samples)
+                    result["compare"] = views.compare_overlay(
+                        browser, base, run_ids, sizes.compare_steps, sizes.samples
+                    )
                 if "groups" in parts:
                     run_ids = views.seed_groups(base, sizes)
                     result["groups"] = views.grouped_bands(
@@ -346,14 +326,17 @@ def main() -> None:
 
 
 def _table(browser: Any, path: Path, sizes: views.Sizes) -> dict[str, Any]:
-    """The runs grid on a database of its own: 50 runs (the baseline), then ``table_runs``."""
+    """The runs grid on a database of its own: 50 runs (a baseline), then ``table_runs`` beside
+    the floor (the same grid, rows served from memory)."""
     url = f"sqlite:///{path}"
-    with rlguard_up(url) as base:
+    total = sizes.table_runs
+    with rlguard_up(url) as base, floor_up("grid", total) as floor:
         views.seed_table(url, 50, "first")
-        baseline = views.runs_table(browser, base, 50, sizes.samples)
-        views.seed_table(url, sizes.table_runs - 50, "rest")
-        measured = views.runs_table(browser, base, sizes.table_runs, sizes.samples)
-    return {**measured, "baseline_50_runs": baseline}
+        baseline = views.runs_table(browser, {"50": f"{base}/"}, 50, sizes.samples)["50"]
+        views.seed_table(url, total - 50, "rest")
+        grids = {"rlguard": f"{base}/", "floor": f"{floor}/"}
+        measured = views.runs_table(browser, grids, total, sizes.samples)
+    return {**measured["rlguard"], "baseline_50_runs": baseline, "floor": measured["floor"]}
 
 
 if __name__ == "__main__":
