@@ -114,6 +114,28 @@ def test_compare_grouping_choices_leave_seeds_out(client: ApiClient, sweep: list
     assert [k["value"] for k in keys] == ["config.optim.lr"]
 
 
+def _component(node: Any, element_id: str) -> Any:
+    """The component with ``element_id`` in a layout tree, or None."""
+    if getattr(node, "id", None) == element_id:
+        return node
+    children = getattr(node, "children", None)
+    for child in children if isinstance(children, list) else [children]:
+        found = _component(child, element_id) if child is not None else None
+        if found is not None:
+            return found
+    return None
+
+
+def test_compare_layout_comes_with_the_pickers_choices(client: ApiClient, sweep: list[str]) -> None:
+    page = compare.layout(f"runs={','.join(sweep)}&baseline={sweep[1]}", client)
+    keys = _component(page, ids.COMPARE_GROUP_BY).options
+    assert [k["value"] for k in keys] == ["config.optim.lr"]  # seeds left out
+    baseline = _component(page, ids.COMPARE_BASELINE)
+    assert [o["value"] for o in baseline.options] == sweep and baseline.value == sweep[1]
+    picked = [o["value"] for o in _component(page, ids.COMPARE_RUNS).options]
+    assert set(sweep) <= set(picked)
+
+
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
