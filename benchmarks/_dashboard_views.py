@@ -55,7 +55,8 @@ STATE_JS = """() => ({
     plots: [...document.querySelectorAll('.js-plotly-plot')].map(p => (p.data || [])
         .map(t => `${t.meta && t.meta.role}:${t.x ? t.x.length : 0}`).join(' ')),
 })"""
-# Responses of the Dash callbacks and layout, decoded bytes, recorded from navigation start.
+# Responses of the Dash callbacks and layout, decoded bytes, recorded from navigation start;
+# ``call`` marks a callback's (its round trip comes after the layout's).
 RESPONSES_JS = """(() => {
     window.__answers = [];
     const realFetch = window.fetch;
@@ -63,7 +64,8 @@ RESPONSES_JS = """(() => {
         const response = await realFetch(url, opts);
         if (String(url).includes('_dash-')) {
             const body = await response.clone().text();
-            window.__answers.push({end: performance.now(), bytes: body.length});
+            window.__answers.push({end: performance.now(), bytes: body.length,
+                                   call: String(url).includes('_dash-update-component')});
         }
         return response;
     };
@@ -191,8 +193,9 @@ def seed_table(
     engine.dispose()
 
 
-def _open(browser: Any, url: str, ready: str, arg: Any = None) -> tuple[float, int, Any]:
-    """Seconds from goto until ``ready`` holds, Dash bytes received by then, and the page."""
+def _open(browser: Any, url: str, ready: str, arg: Any = None) -> tuple[float, int, int, Any]:
+    """Seconds from goto until ``ready`` holds, Dash bytes and callbacks answered by then, and
+    the page."""
     context = browser.new_context(viewport={"width": 1600, "height": 1000})
     context.add_init_script(RESPONSES_JS)
     page = context.new_page()
@@ -204,8 +207,8 @@ def _open(browser: Any, url: str, ready: str, arg: Any = None) -> tuple[float, i
         raise RuntimeError(f"{url} never became ready: {page.evaluate(STATE_JS)}") from exc
     elapsed = time.perf_counter() - started
     done = page.evaluate("performance.now()")
-    answers = page.evaluate("window.__answers")
-    return elapsed, sum(a["bytes"] for a in answers if a["end"] <= done), page
+    answers = [a for a in page.evaluate("window.__answers") if a["end"] <= done]
+    return elapsed, sum(a["bytes"] for a in answers), sum(a["call"] for a in answers), page
 
 
 Case = tuple[str, str, Any]  # (URL, ready condition, its argument)
@@ -216,9 +219,10 @@ def _median_renders(browser: Any, cases: dict[str, Case], samples: int) -> dict[
     times: dict[str, list[float]] = {name: [] for name in cases}
     sizes: dict[str, list[int]] = {name: [] for name in cases}
     panels: dict[str, int] = {}
+    calls: dict[str, int] = {}
     for _ in range(samples):
         for name, (url, ready, arg) in cases.items():
-            elapsed, size, page = _open(browser, url, ready, arg)
+            elapsed, size, calls[name], page = _open(browser, url, ready, arg)
             times[name].append(elapsed)
             sizes[name].append(size)
             panels[name] = page.evaluate("document.querySelectorAll('.compare-grid .card').length")
@@ -228,6 +232,7 @@ def _median_renders(browser: Any, cases: dict[str, Case], samples: int) -> dict[
             "first_render_s": round(statistics.median(times[name]), 3),
             "samples_s": [round(t, 3) for t in times[name]],
             "dash_responses_bytes": max(sizes[name]),
+            "callbacks_before_drawn": calls[name],
             "panels": panels[name],
         }
         for name in cases
@@ -317,9 +322,10 @@ def runs_table(browser: Any, bases: dict[str, str], total: int, samples: int) ->
     of ``bases`` (name: the grid's URL) in turn."""
     first: dict[str, list[float]] = {name: [] for name in bases}
     filtered: dict[str, list[float]] = {name: [] for name in bases}
+    calls: dict[str, int] = {}
     for _ in range(samples):
         for name, url in bases.items():
-            elapsed, _, page = _open(browser, url, GRID_READY_JS, f"{total:,} runs")
+            elapsed, _, calls[name], page = _open(browser, url, GRID_READY_JS, f"{total:,} runs")
             first[name].append(elapsed)
             filtered[name].append(_filter_grid(page))
             page.context.close()
@@ -328,6 +334,7 @@ def runs_table(browser: Any, bases: dict[str, str], total: int, samples: int) ->
             "runs": total,
             "first_render_s": round(statistics.median(first[name]), 3),
             "filter_s": round(statistics.median(filtered[name]), 3),
+            "callbacks_before_drawn": calls[name],
             "goal_s": 1.0,
         }
         for name in bases

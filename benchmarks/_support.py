@@ -95,7 +95,7 @@ def tree_env(tree: Path | None) -> dict[str, str]:
         return {}
     root = tree.resolve()
     here = Path(__file__).resolve().parents[1]  # the benchmarks themselves stay this tree's
-    paths = [root / "trainer_hook", root / "backend", root / "frontend", here]
+    paths = [root / "trainer_hook", root / "backend", root / "frontend", root / "compose", here]
     return {"PYTHONPATH": os.pathsep.join(str(p) for p in paths)}
 
 
@@ -169,10 +169,15 @@ class Nginx:
 
 
 @contextlib.contextmanager
-def serving(args: list[str]) -> Iterator[str]:
-    """``python -m ARGS`` in a subprocess that prints ``listening on URL``; yields the URL."""
+def serving(args: list[str], env: dict[str, str] | None = None) -> Iterator[str]:
+    """``python -m ARGS`` (with ``env`` added to the environment) in a subprocess that prints
+    ``listening on URL``; yields the URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", *args],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         assert process.stdout is not None

@@ -15,9 +15,9 @@ from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.compare_figures import RunMarks, compare_figure
 from rlguard_frontend.compare_state import CompareState
 from rlguard_frontend.figures import View, merged_ranges, step_span
-from rlguard_frontend.pages import compare, inbox, samples
+from rlguard_frontend.pages import compare, inbox, runs, samples
 from tests.conftest import RunningServer, new_run_id
-from tests.frontend.helpers import seed_run
+from tests.frontend.helpers import find_component, seed_run
 
 
 @pytest.fixture
@@ -114,25 +114,23 @@ def test_compare_grouping_choices_leave_seeds_out(client: ApiClient, sweep: list
     assert [k["value"] for k in keys] == ["config.optim.lr"]
 
 
-def _component(node: Any, element_id: str) -> Any:
-    """The component with ``element_id`` in a layout tree, or None."""
-    if getattr(node, "id", None) == element_id:
-        return node
-    children = getattr(node, "children", None)
-    for child in children if isinstance(children, list) else [children]:
-        found = _component(child, element_id) if child is not None else None
-        if found is not None:
-            return found
-    return None
+def test_runs_layout_comes_with_the_pickers_choices(client: ApiClient, sweep: list[str]) -> None:
+    project = client.get_run(sweep[0]).project
+    page = runs.layout(f"project={project}", client)
+    assert {"label": project, "value": project} in find_component(page, ids.RUNS_PROJECT).options
+    columns = [o["value"] for o in find_component(page, ids.RUNS_COLUMNS).options]
+    assert "config.optim.lr" in columns and "hparam.lr" in columns
+    assert find_component(page, ids.RUNS_KINDS).data["config.optim.lr"] == "number"
+    assert "tick runs to compare" in str(find_component(page, ids.RUNS_COMPARE).children)
 
 
 def test_compare_layout_comes_with_the_pickers_choices(client: ApiClient, sweep: list[str]) -> None:
     page = compare.layout(f"runs={','.join(sweep)}&baseline={sweep[1]}", client)
-    keys = _component(page, ids.COMPARE_GROUP_BY).options
+    keys = find_component(page, ids.COMPARE_GROUP_BY).options
     assert [k["value"] for k in keys] == ["config.optim.lr"]  # seeds left out
-    baseline = _component(page, ids.COMPARE_BASELINE)
+    baseline = find_component(page, ids.COMPARE_BASELINE)
     assert [o["value"] for o in baseline.options] == sweep and baseline.value == sweep[1]
-    picked = [o["value"] for o in _component(page, ids.COMPARE_RUNS).options]
+    picked = [o["value"] for o in find_component(page, ids.COMPARE_RUNS).options]
     assert set(sweep) <= set(picked)
 
 

@@ -8,6 +8,7 @@ each. Columns come from the runs' configs and summaries
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import dash_ag_grid as dag
@@ -44,11 +45,17 @@ GRID_OPTIONS: dict[str, Any] = {
 }
 
 
-def layout(query: str | None = None) -> html.Div:
-    """The runs page as its URL's ``query`` says: filters, columns and the server-side grid."""
+def layout(query: str | None = None, client: ApiClient | None = None) -> html.Div:
+    """The runs page as its URL's ``query`` says: filters, columns and the server-side grid;
+    with a ``client``, the pickers' choices come with it (no round trip after the start)."""
     state = RunsState.from_query(query, STATUS_FILTERS)
     columns = list(DEFAULT_COLUMNS if state.columns is None else state.columns)
     projects = [{"label": state.project, "value": state.project}] if state.project else []
+    column_choices = [{"label": HEADERS.get(c, c), "value": c} for c in columns]
+    kinds: dict[str, str] = {}
+    if client is not None:
+        with contextlib.suppress(ApiError):  # the grid's first request shows the error
+            projects, column_choices, kinds = choices(client, state.project, columns)
     filters = html.Div(
         [
             dcc.Dropdown(
@@ -73,7 +80,7 @@ def layout(query: str | None = None) -> html.Div:
                 className="filter",
             ),
             html.Span(id=ids.RUNS_COUNT, className="runs-count"),
-            html.Div(id=ids.RUNS_COMPARE, className="compare-link"),
+            html.Div(compare_link(None), id=ids.RUNS_COMPARE, className="compare-link"),
         ],
         className="filters",
     )
@@ -81,7 +88,7 @@ def layout(query: str | None = None) -> html.Div:
         [
             dcc.Dropdown(
                 id=ids.RUNS_COLUMNS,
-                options=[{"label": HEADERS.get(c, c), "value": c} for c in columns],
+                options=column_choices,
                 value=columns,
                 multi=True,
                 placeholder="columns: config and summary keys, last values, alerts",
@@ -100,7 +107,7 @@ def layout(query: str | None = None) -> html.Div:
     )
     grid = dag.AgGrid(
         id=ids.RUNS_TABLE,
-        columnDefs=column_defs(columns, list(state.pinned), {}, state),
+        columnDefs=column_defs(columns, list(state.pinned), kinds, state),
         filterModel=state.filter_model,
         defaultColDef={
             "sortable": True,
@@ -118,7 +125,7 @@ def layout(query: str | None = None) -> html.Div:
         [
             html.H2("Runs"),
             dcc.Store(id=ids.RUNS_TOTAL),
-            dcc.Store(id=ids.RUNS_KINDS, data={}),
+            dcc.Store(id=ids.RUNS_KINDS, data=kinds),
             dcc.Store(id=ids.RUNS_REFRESHED),
             dcc.Store(id=ids.RUNS_QUERY),
             dcc.Store(id=ids.RUNS_VIEW),
@@ -129,6 +136,16 @@ def layout(query: str | None = None) -> html.Div:
         ],
         className="runs-page",
     )
+
+
+def choices(
+    client: ApiClient, project: str | None, chosen: list[str] | None
+) -> tuple[list[dict[str, str]], list[dict[str, str]], dict[str, str]]:
+    """(project choices, column choices, each field's kind); raises ``ApiError``."""
+    projects = client.list_projects().data
+    fields = client.list_run_fields(project or None).data
+    options, kinds = column_options(fields, chosen)
+    return [{"label": p.name, "value": p.name} for p in projects], options, kinds
 
 
 def runs_total(client: ApiClient, tick: int | None, known: dict[str, int] | None) -> dict[str, int]:
@@ -186,15 +203,13 @@ def register(app: Dash, client: ApiClient) -> None:
         Output(ids.RUNS_KINDS, "data"),
         Input(ids.RUNS_PROJECT, "value"),
         State(ids.RUNS_COLUMNS, "value"),
+        prevent_initial_call=True,  # the first layout came with them
     )
     def list_choices(project: str | None, chosen: list[str] | None) -> tuple:
         try:
-            projects = client.list_projects().data
-            fields = client.list_run_fields(project or None).data
+            return choices(client, project, chosen)
         except ApiError:
             raise PreventUpdate from None
-        options, kinds = column_options(fields, chosen)
-        return [{"label": p.name, "value": p.name} for p in projects], options, kinds
 
     @app.callback(
         Output(ids.RUNS_TABLE, "columnDefs"),
@@ -255,7 +270,11 @@ def register(app: Dash, client: ApiClient) -> None:
 
     url_state.push_to_url(app, ids.RUNS_QUERY)
 
-    @app.callback(Output(ids.RUNS_COMPARE, "children"), Input(ids.RUNS_TABLE, "selectedRows"))
+    @app.callback(
+        Output(ids.RUNS_COMPARE, "children"),
+        Input(ids.RUNS_TABLE, "selectedRows"),
+        prevent_initial_call=True,  # none ticked yet: the layout came with the hint
+    )
     def link_compare(selected: list[dict[str, Any]] | None) -> Any:
         return compare_link(selected)
 
