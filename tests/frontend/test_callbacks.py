@@ -122,6 +122,12 @@ def test_runs_layout_comes_with_the_pickers_choices(client: ApiClient, sweep: li
     assert "config.optim.lr" in columns and "hparam.lr" in columns
     assert find_component(page, ids.RUNS_KINDS).data["config.optim.lr"] == "number"
     assert "tick runs to compare" in str(find_component(page, ids.RUNS_COMPARE).children)
+    known = find_component(page, ids.RUNS_TOTAL).data
+    assert known == {"total": client.list_runs(limit=1).count, "refresh": 0}
+    with pytest.raises(PreventUpdate):  # the first tick: the grid has just asked for its rows
+        runs.runs_total(client, 0, known)
+    assert runs.runs_total(client, runs.REFRESH_EVERY_TICKS, known)["refresh"] == 1
+    assert runs.runs_total(client, 3, {"total": -1, "refresh": 4})["refresh"] == 5  # a new run
 
 
 def test_compare_layout_comes_with_the_pickers_choices(client: ApiClient, sweep: list[str]) -> None:

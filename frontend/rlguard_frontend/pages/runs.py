@@ -53,9 +53,11 @@ def layout(query: str | None = None, client: ApiClient | None = None) -> html.Di
     projects = [{"label": state.project, "value": state.project}] if state.project else []
     column_choices = [{"label": HEADERS.get(c, c), "value": c} for c in columns]
     kinds: dict[str, str] = {}
+    total = None  # known, the first tick refetches no rows: the grid asks for its first itself
     if client is not None:
         with contextlib.suppress(ApiError):  # the grid's first request shows the error
             projects, column_choices, kinds = choices(client, state.project, columns)
+            total = {"total": client.list_runs(limit=1).count, "refresh": 0}
     filters = html.Div(
         [
             dcc.Dropdown(
@@ -124,7 +126,7 @@ def layout(query: str | None = None, client: ApiClient | None = None) -> html.Di
     return html.Div(
         [
             html.H2("Runs"),
-            dcc.Store(id=ids.RUNS_TOTAL),
+            dcc.Store(id=ids.RUNS_TOTAL, data=total),
             dcc.Store(id=ids.RUNS_KINDS, data=kinds),
             dcc.Store(id=ids.RUNS_REFRESHED),
             dcc.Store(id=ids.RUNS_QUERY),
@@ -155,7 +157,7 @@ def runs_total(client: ApiClient, tick: int | None, known: dict[str, int] | None
     except ApiError:
         raise PreventUpdate from None
     known = known or {"total": -1, "refresh": 0}
-    due = (tick or 0) % REFRESH_EVERY_TICKS == 0
+    due = tick is not None and tick > 0 and tick % REFRESH_EVERY_TICKS == 0  # not at the start
     if total == known["total"] and not due:
         raise PreventUpdate
     return {"total": total, "refresh": known["refresh"] + 1}
