@@ -281,12 +281,9 @@ def test_an_open_alerts_samples_link_runs_to_the_newest_step_as_its_shading_does
 
 
 def test_samples_from_a_step_alone_reach_the_newest_step(
-    client: ApiClient, server: RunningServer
+    client: ApiClient, sampled_run: str
 ) -> None:
-    run_id = new_run_id("cb-since")
-    seed_run(server.url, run_id, steps=30)
-    _post_samples(server, run_id, 10, 3)
-    _post_samples(server, run_id, 20, 2)
+    run_id = sampled_run
     since = {"run_id": run_id, "from": 12, "to": None}
     data, caption = samples.fetch(client, since, None, "reward", "asc")
     assert [(d["step"], d["index"]) for d in data] == [(20, 0), (20, 1)]
@@ -333,13 +330,20 @@ def _post_samples(server: RunningServer, run_id: str, step: int, count: int) -> 
     httpx.post(f"{server.url}/api/v1/runs/{run_id}/samples", json=body).raise_for_status()
 
 
-def test_samples_follow_the_newest_step_and_show_the_selected_sample(
-    client: ApiClient, server: RunningServer
-) -> None:
+@pytest.fixture
+def sampled_run(server: RunningServer) -> str:
+    """A 30-step run with 3 samples at step 10 and 2 at step 20."""
     run_id = new_run_id("cb-samples")
     seed_run(server.url, run_id, steps=30)
     _post_samples(server, run_id, 10, 3)
     _post_samples(server, run_id, 20, 2)
+    return run_id
+
+
+def test_samples_follow_the_newest_step_and_show_the_selected_sample(
+    client: ApiClient, sampled_run: str
+) -> None:
+    run_id = sampled_run
     state = {"run_id": run_id, "from": None, "to": None}
     low, high, _, step = samples.follow_steps(client, ["live"], state, 10)
     assert (low, high, step) == (10, 20, 20)
