@@ -1,8 +1,10 @@
 """The many-runs views of benchmarks/dashboard.py: compare overlay, grouped bands, runs table.
 
 Each scenario times the first complete render in real Chromium from ``page.goto`` and, as
-its baseline in the same run, the same page over a small slice of the same data (2 runs
-instead of 50, the runs overlaid instead of grouped, 50 runs instead of 5,000).
+its baselines in the same run, the same page over a small slice of the same data (2 runs
+instead of 50, the runs overlaid instead of grouped, 50 runs instead of 5,000) and the floor
+(``_dashboard_floor``): a minimal Dash page drawing as much with the same components, no API
+behind it, so ``first_render_s - floor.first_render_s`` is what rlguard itself adds.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from typing import Any
 
 import httpx
 
+from benchmarks._dashboard_floor import floor_up
 from benchmarks._support import POLL_MS
+from rlguard_frontend.compare_data import points_per_run
+from rlguard_frontend.pages.compare import GROUP_BINS
 
 # The keys of the stability panels, verl-style (the run page benchmark adds a policy loss).
 COMPARE_KEYS = (
@@ -50,7 +55,8 @@ STATE_JS = """() => ({
     plots: [...document.querySelectorAll('.js-plotly-plot')].map(p => (p.data || [])
         .map(t => `${t.meta && t.meta.role}:${t.x ? t.x.length : 0}`).join(' ')),
 })"""
-# Responses of the Dash callbacks and layout, decoded bytes, recorded from navigation start.
+# Responses of the Dash callbacks and layout, decoded bytes, recorded from navigation start;
+# ``call`` marks a callback's (its round trip comes after the layout's).
 RESPONSES_JS = """(() => {
     window.__answers = [];
     const realFetch = window.fetch;
@@ -58,7 +64,8 @@ RESPONSES_JS = """(() => {
         const response = await realFetch(url, opts);
         if (String(url).includes('_dash-')) {
             const body = await response.clone().text();
-            window.__answers.push({end: performance.now(), bytes: body.length});
+            window.__answers.push({end: performance.now(), bytes: body.length,
+                                   call: String(url).includes('_dash-update-component')});
         }
         return response;
     };
@@ -186,8 +193,9 @@ def seed_table(
     engine.dispose()
 
 
-def _open(browser: Any, url: str, ready: str, arg: Any = None) -> tuple[float, int, Any]:
-    """Seconds from goto until ``ready`` holds, Dash bytes received by then, and the page."""
+def _open(browser: Any, url: str, ready: str, arg: Any = None) -> tuple[float, int, int, Any]:
+    """Seconds from goto until ``ready`` holds, Dash bytes and callbacks answered by then, and
+    the page."""
     context = browser.new_context(viewport={"width": 1600, "height": 1000})
     context.add_init_script(RESPONSES_JS)
     page = context.new_page()
@@ -199,44 +207,80 @@ def _open(browser: Any, url: str, ready: str, arg: Any = None) -> tuple[float, i
         raise RuntimeError(f"{url} never became ready: {page.evaluate(STATE_JS)}") from exc
     elapsed = time.perf_counter() - started
     done = page.evaluate("performance.now()")
-    answers = page.evaluate("window.__answers")
-    return elapsed, sum(a["bytes"] for a in answers if a["end"] <= done), page
+    answers = [a for a in page.evaluate("window.__answers") if a["end"] <= done]
+    return elapsed, sum(a["bytes"] for a in answers), sum(a["call"] for a in answers), page
 
 
-def _median_render(browser: Any, url: str, ready: str, arg: Any, samples: int) -> dict[str, Any]:
-    times, sizes = [], []
+Case = tuple[str, str, Any]  # (URL, ready condition, its argument)
+
+
+def _median_renders(browser: Any, cases: dict[str, Case], samples: int) -> dict[str, Any]:
+    """Each case's median first render; the cases take turns, so load drifts hit them alike."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    sizes: dict[str, list[int]] = {name: [] for name in cases}
+    panels: dict[str, int] = {}
+    calls: dict[str, int] = {}
     for _ in range(samples):
-        elapsed, size, page = _open(browser, url, ready, arg)
-        times.append(elapsed)
-        sizes.append(size)
-        page.context.close()
+        for name, (url, ready, arg) in cases.items():
+            elapsed, size, calls[name], page = _open(browser, url, ready, arg)
+            times[name].append(elapsed)
+            sizes[name].append(size)
+            panels[name] = page.evaluate("document.querySelectorAll('.compare-grid .card').length")
+            page.context.close()
     return {
-        "first_render_s": round(statistics.median(times), 3),
-        "samples_s": [round(t, 3) for t in times],
-        "dash_responses_bytes": max(sizes),
+        name: {
+            "first_render_s": round(statistics.median(times[name]), 3),
+            "samples_s": [round(t, 3) for t in times[name]],
+            "dash_responses_bytes": max(sizes[name]),
+            "callbacks_before_drawn": calls[name],
+            "panels": panels[name],
+        }
+        for name in cases
     }
 
 
-def compare_overlay(browser: Any, base: str, run_ids: list[str], samples: int) -> dict[str, Any]:
-    """The compare page over every run, and over two of them (the baseline)."""
+def compare_overlay(
+    browser: Any, base: str, run_ids: list[str], steps: int, samples: int
+) -> dict[str, Any]:
+    """The compare page over every run, over two of them, and the floor drawing as much."""
     url = f"{base}/compare?runs="
-    many = _median_render(
-        browser, url + ",".join(run_ids), COMPARE_DRAWN_JS, ["raw", len(run_ids)], samples
-    )
-    two = _median_render(
-        browser, url + ",".join(run_ids[:2]), COMPARE_DRAWN_JS, ["raw", 2], samples
-    )
-    return {"runs": len(run_ids), **many, "goal_s": 2.0, "baseline_2_runs": two}
+    runs = len(run_ids)
+    points = min(steps, points_per_run(runs))
+    panels = len(_compared_panels())
+    with floor_up("charts", runs, panels, points) as floor:
+        drawn = _median_renders(
+            browser,
+            {
+                "many": (url + ",".join(run_ids), COMPARE_DRAWN_JS, ["raw", runs]),
+                "two": (url + ",".join(run_ids[:2]), COMPARE_DRAWN_JS, ["raw", 2]),
+                "floor": (f"{floor}/", COMPARE_DRAWN_JS, ["raw", runs]),
+            },
+            samples,
+        )
+    floor_drawn = {**drawn["floor"], "lines": runs, "points_per_line": points}
+    return {
+        "runs": runs,
+        **drawn["many"],
+        "goal_s": 2.0,
+        "baseline_2_runs": drawn["two"],
+        "floor": floor_drawn,
+    }
+
+
+def _compared_panels() -> list[str]:
+    """The compare page's panels for ``COMPARE_KEYS``: one per canonical signal they log."""
+    from rlguard_backend.signals import canonical_signal
+    from rlguard_frontend.compare_data import SIGNAL_UNITS
+
+    logged = {canonical_signal(k) for k in COMPARE_KEYS}
+    return [s for s in SIGNAL_UNITS if s in logged]
 
 
 def grouped_bands(
     browser: Any, base: str, run_ids: list[str], groups: int, samples: int
 ) -> dict[str, Any]:
-    """The runs grouped by learning rate (one band each), and overlaid ungrouped (baseline)."""
+    """The runs grouped by learning rate (one band each), overlaid ungrouped, and the floor."""
     url = f"{base}/compare?runs={','.join(run_ids)}"
-    banded = _median_render(
-        browser, url + "&group=config.optim.lr", COMPARE_DRAWN_JS, ["mean", groups], samples
-    )
     with httpx.Client(base_url=base, timeout=120) as http:
         params = {
             "runs": ",".join(run_ids),
@@ -246,15 +290,25 @@ def grouped_bands(
         started = time.perf_counter()
         answer = http.get("/api/v1/groups", params=params)
         api_s = time.perf_counter() - started
-    overlaid = _median_render(browser, url, COMPARE_DRAWN_JS, ["raw", len(run_ids)], samples)
+    with floor_up("bands", groups, len(GROUP_KEYS), GROUP_BINS) as floor:
+        drawn = _median_renders(
+            browser,
+            {
+                "banded": (url + "&group=config.optim.lr", COMPARE_DRAWN_JS, ["mean", groups]),
+                "overlaid": (url, COMPARE_DRAWN_JS, ["raw", len(run_ids)]),
+                "floor": (f"{floor}/", COMPARE_DRAWN_JS, ["mean", groups]),
+            },
+            samples,
+        )
     return {
         "groups": groups,
         "runs": len(run_ids),
-        **banded,
+        **drawn["banded"],
         "groups_api_s": round(api_s, 3),
         "groups_api_bytes": len(answer.content),
         "goal_s": 2.0,
-        "baseline_overlaid": overlaid,
+        "baseline_overlaid": drawn["overlaid"],
+        "floor": {**drawn["floor"], "lines": groups, "points_per_line": GROUP_BINS},
     }
 
 
@@ -263,28 +317,41 @@ GRID_READY_JS = """(text) => [...document.querySelectorAll('.runs-count')]
     && document.querySelectorAll('.ag-center-cols-container .ag-row').length > 0"""
 
 
-def runs_table(browser: Any, base: str, total: int, samples: int) -> dict[str, Any]:
-    """First render of the runs grid over ``total`` runs and one filter typed into it."""
-    first, filtered = [], []
+def runs_table(browser: Any, bases: dict[str, str], total: int, samples: int) -> dict[str, Any]:
+    """First render of the runs grid over ``total`` runs and one filter typed into it, for each
+    of ``bases`` (name: the grid's URL) in turn."""
+    first: dict[str, list[float]] = {name: [] for name in bases}
+    filtered: dict[str, list[float]] = {name: [] for name in bases}
+    calls: dict[str, int] = {}
     for _ in range(samples):
-        elapsed, _, page = _open(browser, f"{base}/", GRID_READY_JS, f"{total:,} runs")
-        first.append(elapsed)
-        name_filter = page.locator(".ag-floating-filter[aria-colindex='3'] input")
-        started = time.perf_counter()
-        name_filter.fill("sweep-0004")  # 10 of every 10,000: sweep-00040 … sweep-00049
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('.runs-count')].some("
-            "e => e.innerText.includes(' runs match'))"
-            " && [...document.querySelectorAll('.ag-center-cols-container .ag-row "
-            "[col-id=\"name\"]')].every(c => c.innerText.startsWith('sweep-0004'))",
-            timeout=60_000,
-            polling=POLL_MS,
-        )
-        filtered.append(time.perf_counter() - started)
-        page.context.close()
+        for name, url in bases.items():
+            elapsed, _, calls[name], page = _open(browser, url, GRID_READY_JS, f"{total:,} runs")
+            first[name].append(elapsed)
+            filtered[name].append(_filter_grid(page))
+            page.context.close()
     return {
-        "runs": total,
-        "first_render_s": round(statistics.median(first), 3),
-        "filter_s": round(statistics.median(filtered), 3),
-        "goal_s": 1.0,
+        name: {
+            "runs": total,
+            "first_render_s": round(statistics.median(first[name]), 3),
+            "filter_s": round(statistics.median(filtered[name]), 3),
+            "callbacks_before_drawn": calls[name],
+            "goal_s": 1.0,
+        }
+        for name in bases
     }
+
+
+def _filter_grid(page: Any) -> float:
+    """Seconds from typing a name filter until the grid shows only the runs it matches."""
+    name_filter = page.locator(".ag-floating-filter[aria-colindex='3'] input")
+    started = time.perf_counter()
+    name_filter.fill("sweep-0004")  # 10 of every 10,000: sweep-00040 … sweep-00049
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.runs-count')].some("
+        "e => e.innerText.includes(' runs match'))"
+        " && [...document.querySelectorAll('.ag-center-cols-container .ag-row "
+        "[col-id=\"name\"]')].every(c => c.innerText.startsWith('sweep-0004'))",
+        timeout=60_000,
+        polling=POLL_MS,
+    )
+    return time.perf_counter() - started

@@ -95,7 +95,7 @@ def tree_env(tree: Path | None) -> dict[str, str]:
         return {}
     root = tree.resolve()
     here = Path(__file__).resolve().parents[1]  # the benchmarks themselves stay this tree's
-    paths = [root / "trainer_hook", root / "backend", root / "frontend", here]
+    paths = [root / "trainer_hook", root / "backend", root / "frontend", root / "compose", here]
     return {"PYTHONPATH": os.pathsep.join(str(p) for p in paths)}
 
 
@@ -166,3 +166,29 @@ class Nginx:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def serving(args: list[str], env: dict[str, str] | None = None) -> Iterator[str]:
+    """``python -m ARGS`` (with ``env`` added to the environment) in a subprocess that prints
+    ``listening on URL``; yields the URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", *args],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if "listening on" in line:
+                # keep draining its log, or the service blocks once the pipe is full
+                threading.Thread(target=process.stdout.read, daemon=True).start()
+                yield line.split("listening on ", 1)[1].split()[0]
+                break
+        else:
+            raise RuntimeError(f"{' '.join(args)} did not start")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -6,13 +6,15 @@
   and mini chart has drawn (goal ≤ 2 s), with the sizes of the responses behind it;
 - many runs (``_dashboard_views``): the compare page over 50 runs × the stability panels
   (goal ≤ 2 s), grouped bands over 5 groups × 5 seeds of 20,000 steps (goal ≤ 2 s), the runs
-  grid over 5,000 runs, first render and a filter (goal ≤ 1 s); each beside a baseline
-  measured in the same run (2 runs, the runs overlaid, 50 runs).
+  grid over 5,000 runs, first render and a filter (goal ≤ 1 s); each beside baselines
+  measured in the same run (2 runs, the runs overlaid, 50 runs) and its floor: a minimal
+  Dash page drawing as much with the same components (``_dashboard_floor``).
 
 ``rlguard up`` runs in a subprocess on a throwaway SQLite file, or on ``--db PATH``; with
 ``--reuse`` a file already holding the long run is not filled again (saves minutes while
 iterating). ``--only render|live|compare|groups|table`` runs one part; ``--quick`` runs every
-part at a tiny size (the smoke test in tests/benchmarks).
+part at a tiny size (the smoke test in tests/benchmarks); ``--tree PATH`` serves another
+checkout's rlguard (e.g. main's, as a baseline) with this checkout's benchmark and floor.
 """
 
 from __future__ import annotations
@@ -25,19 +27,16 @@ import math
 import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from benchmarks import _dashboard_views as views
-from benchmarks._support import POLL_MS
+from benchmarks._dashboard_floor import floor_up
+from benchmarks._support import POLL_MS, serving, tree_env
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -66,28 +65,13 @@ ALL_DRAWN_JS = """() => {
 }"""
 
 
-@contextlib.contextmanager
-def rlguard_up(database_url: str) -> Iterator[str]:
-    """``rlguard up`` in a subprocess; yields its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "rlguard", "up", "--port", "0", "--database-url", database_url],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if "listening on" in line:
-                # keep draining its log, or the service blocks once the pipe is full
-                threading.Thread(target=process.stdout.read, daemon=True).start()
-                yield line.split("listening on ", 1)[1].split()[0]
-                break
-        else:
-            raise RuntimeError("rlguard up did not start")
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+def rlguard_up(
+    database_url: str, tree: Path | None = None
+) -> contextlib.AbstractContextManager[str]:
+    """``rlguard up`` (of ``tree``, another checkout, when given) in a subprocess; yields its
+    base URL."""
+    args = ["rlguard", "up", "--port", "0", "--database-url", database_url]
+    return serving(args, tree_env(tree))
 
 
 def fill_run(base: str, run_id: str, step_count: int = STEPS) -> dict[str, Any]:
@@ -312,6 +296,7 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep a long run already in --db")
     parser.add_argument("--only", choices=PARTS, help="run one part")
     parser.add_argument("--quick", action="store_true", help="every part, tiny (smoke test)")
+    parser.add_argument("--tree", type=Path, help="serve another checkout's rlguard (a baseline)")
     args = parser.parse_args()
     parts = [args.only] if args.only else list(PARTS)
     sizes = views.Sizes.quick() if args.quick else views.Sizes()
@@ -323,7 +308,7 @@ def main() -> None:
         result: dict[str, Any] = {"benchmark": "dashboard", "steps": steps, "keys": len(KEYS)}
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            with rlguard_up(f"sqlite:///{path}") as base:
+            with rlguard_up(f"sqlite:///{path}", args.tree) as base:
                 if "live" in parts:
                     result.update(live_latency(browser, base, folder, 3 if args.quick else 20))
                 if "render" in parts:
@@ -333,27 +318,32 @@ def main() -> None:
                     result.update(first_render(browser, base, "bench-long", sizes.samples))
                 if "compare" in parts:
                     run_ids = views.seed_compare(base, sizes)
-                    result["compare"] = views.compare_overlay(browser, base, run_ids, sizes.samples)
+                    result["compare"] = views.compare_overlay(
+                        browser, base, run_ids, sizes.compare_steps, sizes.samples
+                    )
                 if "groups" in parts:
                     run_ids = views.seed_groups(base, sizes)
                     result["groups"] = views.grouped_bands(
                         browser, base, run_ids, sizes.groups, sizes.samples
                     )
             if "table" in parts:
-                result["table"] = _table(browser, Path(folder) / "table.db", sizes)
+                result["table"] = _table(browser, Path(folder) / "table.db", sizes, args.tree)
             browser.close()
     print(json.dumps(result))
 
 
-def _table(browser: Any, path: Path, sizes: views.Sizes) -> dict[str, Any]:
-    """The runs grid on a database of its own: 50 runs (the baseline), then ``table_runs``."""
+def _table(browser: Any, path: Path, sizes: views.Sizes, tree: Path | None) -> dict[str, Any]:
+    """The runs grid on a database of its own: 50 runs (a baseline), then ``table_runs`` beside
+    the floor (the same grid, rows served from memory)."""
     url = f"sqlite:///{path}"
-    with rlguard_up(url) as base:
+    total = sizes.table_runs
+    with rlguard_up(url, tree) as base, floor_up("grid", total) as floor:
         views.seed_table(url, 50, "first")
-        baseline = views.runs_table(browser, base, 50, sizes.samples)
-        views.seed_table(url, sizes.table_runs - 50, "rest")
-        measured = views.runs_table(browser, base, sizes.table_runs, sizes.samples)
-    return {**measured, "baseline_50_runs": baseline}
+        baseline = views.runs_table(browser, {"50": f"{base}/"}, 50, sizes.samples)["50"]
+        views.seed_table(url, total - 50, "rest")
+        grids = {"rlguard": f"{base}/", "floor": f"{floor}/"}
+        measured = views.runs_table(browser, grids, total, sizes.samples)
+    return {**measured["rlguard"], "baseline_50_runs": baseline, "floor": measured["floor"]}
 
 
 if __name__ == "__main__":

@@ -70,8 +70,12 @@ def alert_detail(alert: AlertPublic) -> list[Any]:
 
 
 def samples_link(alert: AlertPublic) -> dcc.Link:
-    """The samples of the alert's steps, worst reward first."""
-    query = f"from={alert.first_step}&to={alert.last_step}&sort=reward&order=asc"
+    """The samples of the alert's steps, worst reward first; an open alert's run to the newest
+    step, as its shading does (its ``last_step`` is only its last refresh)."""
+    span = f"from={alert.first_step}"
+    if alert.status != "open":
+        span += f"&to={alert.last_step}"
+    query = f"{span}&sort=reward&order=asc"
     return dcc.Link(
         "show samples",
         href=f"/runs/{alert.run_id}/samples?{query}",

@@ -208,23 +208,24 @@ class ApiClient:
         run_id: str,
         *,
         from_step: int,
-        to_step: int,
+        to_step: int | None,
         sort: str = "reward",
         order: str = "desc",
         limit: int = 200,
         tokens: bool = True,
         index: int | None = None,
     ) -> SampleList:
-        """Samples of a step range (one ``index`` of it, if given), sorted; with their
-        per-token arrays unless ``tokens`` is off."""
+        """Samples of a step range (to the newest step when ``to_step`` is None; one ``index``
+        of it, if given), sorted; with their per-token arrays unless ``tokens`` is off."""
         params: dict[str, Any] = {
             "from_step": from_step,
-            "to_step": to_step,
             "sort": sort,
             "order": order,
             "limit": limit,
             "tokens": "true" if tokens else "false",
         }
+        if to_step is not None:
+            params["to_step"] = to_step
         if index is not None:
             params["min_index"] = params["max_index"] = index
         return SampleList.model_validate(self._get(f"/v1/runs/{run_id}/samples", params))

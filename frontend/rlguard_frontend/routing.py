@@ -31,7 +31,7 @@ def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
     """The page at a ``location``."""
     path, _, query = where.partition("?")
     if path == "/":
-        return runs.layout(query)
+        return runs.layout(query, client)
     if path.startswith("/runs/") and path.endswith("/samples"):
         return samples.layout(path.removeprefix("/runs/").removesuffix("/samples"), query)
     if path.startswith("/runs/") and len(path) > len("/runs/"):

@@ -68,3 +68,16 @@ def plot_state(page: Any, panel: str) -> dict[str, Any]:
             customdata: el.data.flatMap(t => t.customdata || []),
         })""",
     )
+
+
+def find_component(node: Any, element_id: str) -> Any:
+    """The component with ``element_id`` in a layout tree, or None."""
+    if getattr(node, "id", None) == element_id:
+        return node
+    children = getattr(node, "children", None)
+    for child in children if isinstance(children, list) else [children]:
+        if child is not None and not isinstance(child, str):
+            found = find_component(child, element_id)
+            if found is not None:
+                return found
+    return None

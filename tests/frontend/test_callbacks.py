@@ -10,14 +10,14 @@ import pytest
 from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import AlertPublic, SeriesData
-from rlguard_frontend import ids, run_callbacks, run_data, runs_grid, sample_views
+from rlguard_frontend import alert_views, ids, run_callbacks, run_data, runs_grid, sample_views
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.compare_figures import RunMarks, compare_figure
 from rlguard_frontend.compare_state import CompareState
 from rlguard_frontend.figures import View, merged_ranges, step_span
-from rlguard_frontend.pages import compare, inbox, samples
+from rlguard_frontend.pages import compare, inbox, runs, samples
 from tests.conftest import RunningServer, new_run_id
-from tests.frontend.helpers import seed_run
+from tests.frontend.helpers import find_component, seed_run
 
 
 @pytest.fixture
@@ -112,6 +112,32 @@ def test_compare_grouping_choices_leave_seeds_out(client: ApiClient, sweep: list
     options, baseline, keys = compare.grouping_choices(client, sweep, None, None)
     assert [o["value"] for o in options] == sweep and baseline == sweep[0]
     assert [k["value"] for k in keys] == ["config.optim.lr"]
+
+
+def test_runs_layout_comes_with_the_pickers_choices(client: ApiClient, sweep: list[str]) -> None:
+    project = client.get_run(sweep[0]).project
+    page = runs.layout(f"project={project}", client)
+    assert {"label": project, "value": project} in find_component(page, ids.RUNS_PROJECT).options
+    columns = [o["value"] for o in find_component(page, ids.RUNS_COLUMNS).options]
+    assert "config.optim.lr" in columns and "hparam.lr" in columns
+    assert find_component(page, ids.RUNS_KINDS).data["config.optim.lr"] == "number"
+    assert "tick runs to compare" in str(find_component(page, ids.RUNS_COMPARE).children)
+    known = find_component(page, ids.RUNS_TOTAL).data
+    assert known == {"total": client.list_runs(limit=1).count, "refresh": 0}
+    with pytest.raises(PreventUpdate):  # the first tick: the grid has just asked for its rows
+        runs.runs_total(client, 0, known)
+    assert runs.runs_total(client, runs.REFRESH_EVERY_TICKS, known)["refresh"] == 1
+    assert runs.runs_total(client, 3, {"total": -1, "refresh": 4})["refresh"] == 5  # a new run
+
+
+def test_compare_layout_comes_with_the_pickers_choices(client: ApiClient, sweep: list[str]) -> None:
+    page = compare.layout(f"runs={','.join(sweep)}&baseline={sweep[1]}", client)
+    keys = find_component(page, ids.COMPARE_GROUP_BY).options
+    assert [k["value"] for k in keys] == ["config.optim.lr"]  # seeds left out
+    baseline = find_component(page, ids.COMPARE_BASELINE)
+    assert [o["value"] for o in baseline.options] == sweep and baseline.value == sweep[1]
+    picked = [o["value"] for o in find_component(page, ids.COMPARE_RUNS).options]
+    assert set(sweep) <= set(picked)
 
 
 @pytest.mark.parametrize(
@@ -247,6 +273,25 @@ def test_an_open_alert_shades_to_the_newest_step_and_a_resolved_one_to_its_last(
     assert (step_span(opened), step_span(resolved)) == ("since step 15", "steps 15–16")
 
 
+def test_an_open_alerts_samples_link_runs_to_the_newest_step_as_its_shading_does() -> None:
+    opened = _alert(id=1, status="open", first_step=15, last_step=16)
+    resolved = _alert(id=2, status="resolved", first_step=15, last_step=16)
+    assert alert_views.samples_link(opened).href.endswith("?from=15&sort=reward&order=asc")
+    assert "?from=15&to=16&" in alert_views.samples_link(resolved).href
+
+
+def test_samples_from_a_step_alone_reach_the_newest_step(
+    client: ApiClient, sampled_run: str
+) -> None:
+    run_id = sampled_run
+    since = {"run_id": run_id, "from": 12, "to": None}
+    data, caption = samples.fetch(client, since, None, "reward", "asc")
+    assert [(d["step"], d["index"]) for d in data] == [(20, 0), (20, 1)]
+    assert caption == "since step 12: 2 sample(s), by reward asc"
+    ranged = {"run_id": run_id, "from": 10, "to": 19}
+    assert len(samples.fetch(client, ranged, None, "reward", "asc")[0]) == 3
+
+
 def _nan_run(server: RunningServer) -> str:
     """A run whose NaN entropy opens a CRITICAL alert."""
     run_id = new_run_id("cb-inbox")
@@ -285,13 +330,20 @@ def _post_samples(server: RunningServer, run_id: str, step: int, count: int) -> 
     httpx.post(f"{server.url}/api/v1/runs/{run_id}/samples", json=body).raise_for_status()
 
 
-def test_samples_follow_the_newest_step_and_show_the_selected_sample(
-    client: ApiClient, server: RunningServer
-) -> None:
+@pytest.fixture
+def sampled_run(server: RunningServer) -> str:
+    """A 30-step run with 3 samples at step 10 and 2 at step 20."""
     run_id = new_run_id("cb-samples")
     seed_run(server.url, run_id, steps=30)
     _post_samples(server, run_id, 10, 3)
     _post_samples(server, run_id, 20, 2)
+    return run_id
+
+
+def test_samples_follow_the_newest_step_and_show_the_selected_sample(
+    client: ApiClient, sampled_run: str
+) -> None:
+    run_id = sampled_run
     state = {"run_id": run_id, "from": None, "to": None}
     low, high, _, step = samples.follow_steps(client, ["live"], state, 10)
     assert (low, high, step) == (10, 20, 20)

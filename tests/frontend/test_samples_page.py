@@ -65,11 +65,14 @@ def test_samples_open_from_an_alert_worst_first(dashboard: Any, page: Any) -> No
     body = {"batch_id": "nan", "steps": steps}
     ack = httpx.post(f"{url}/api/v1/runs/{run_id}/batches", json=body, timeout=30).json()
     alert = ack["alerts"][0]
+    assert alert["status"] == "open"
     post_samples(url, run_id, alert["first_step"], 3, "around")
+    # past the alert's last refresh: still its steps while it is open (as its shading says)
+    post_samples(url, run_id, alert["last_step"] + 5, 1, "later")
     page.goto(f"{url}/runs/{run_id}")
     page.locator(".alert-item").first.click()
     page.get_by_text("show samples").click()
-    caption = f"steps {alert['first_step']}–{alert['last_step']}: 3 sample(s), by reward asc"
+    caption = f"since step {alert['first_step']}: 4 sample(s), by reward asc"
     page.get_by_text(caption).wait_for(timeout=WAIT_MS)
     page.locator(ROWS).first.wait_for(timeout=WAIT_MS)
     assert page.locator(ROWS).first.inner_text() == "0"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from dash import html, no_update
 from dash.exceptions import PreventUpdate
@@ -12,6 +10,7 @@ from rlguard_frontend import ids, routing, run_callbacks
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.pages import runs
 from rlguard_frontend.url_state import RunsState, RunViewState, next_view, url_for
+from tests.frontend.helpers import find_component
 
 LR_FILTER = {"hparam.lr": {"filterType": "number", "type": "lessThan", "filter": 3e-06}}
 
@@ -83,18 +82,6 @@ def test_runs_next_view_records_the_first_view_and_pushes_only_changes() -> None
     )
 
 
-def _find(node: Any, element_id: str) -> Any:
-    if getattr(node, "id", None) == element_id:
-        return node
-    children = getattr(node, "children", None)
-    for child in children if isinstance(children, list) else [children]:
-        if child is not None and not isinstance(child, str):
-            found = _find(child, element_id)
-            if found is not None:
-                return found
-    return None
-
-
 def test_runs_layout_comes_with_the_urls_view() -> None:
     query = RunsState(
         status="failed",
@@ -104,10 +91,10 @@ def test_runs_layout_comes_with_the_urls_view() -> None:
         filters=tuple(LR_FILTER.items()),
     ).to_query()
     page = runs.layout(query)
-    assert _find(page, ids.RUNS_STATUS).value == "failed"
-    assert _find(page, ids.RUNS_COLUMNS).value == ["hparam.lr"]
-    assert _find(page, ids.RUNS_PINNED).value == ["name"]
-    grid = _find(page, ids.RUNS_TABLE)
+    assert find_component(page, ids.RUNS_STATUS).value == "failed"
+    assert find_component(page, ids.RUNS_COLUMNS).value == ["hparam.lr"]
+    assert find_component(page, ids.RUNS_PINNED).value == ["name"]
+    grid = find_component(page, ids.RUNS_TABLE)
     assert grid.filterModel == LR_FILTER
     sorts = {d["colId"]: d["sort"] for d in grid.columnDefs if d["sort"]}
     assert sorts == {"hparam.lr": "desc"}
@@ -137,9 +124,9 @@ def test_run_page_built_from_a_url_says_its_view_even_when_the_api_is_down() -> 
     where = "/runs/r1?smooth=0.6&x=relative&log=1&from=5&to=50&keys=kl"
     page = routing.page_for(ApiClient("http://127.0.0.1:9/api"), where, None)
     assert isinstance(page, html.Div)
-    assert _find(page, ids.RUN_ZOOM).data == {"from": 5, "to": 50}
-    assert _find(page, ids.RUN_ZOOM_LABEL).children == "steps 5–50"
-    assert _find(page, ids.RUN_KEY_SEARCH).value == "kl"
-    assert _find(page, "run-smoothing").value == 0.6
-    assert _find(page, "run-xaxis").value == "relative"
-    assert _find(page, "run-log").value == ["log"]
+    assert find_component(page, ids.RUN_ZOOM).data == {"from": 5, "to": 50}
+    assert find_component(page, ids.RUN_ZOOM_LABEL).children == "steps 5–50"
+    assert find_component(page, ids.RUN_KEY_SEARCH).value == "kl"
+    assert find_component(page, "run-smoothing").value == 0.6
+    assert find_component(page, "run-xaxis").value == "relative"
+    assert find_component(page, "run-log").value == ["log"]

@@ -7,12 +7,14 @@ more runs there are, so 50 overlaid runs draw about as fast as two.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
+from rlguard_backend.schemas import RunPublic
 from rlguard_frontend import compare_data, figures, ids, url_state
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.compare_data import MAX_RUNS, SIGNAL_UNITS, ComparedRun
@@ -31,30 +33,48 @@ GROUP_BINS = 500
 
 def layout(query: str = "", client: ApiClient | None = None, theme: str | None = None) -> html.Div:
     """The page as the URL's ``query`` describes it, drawn when a ``client`` is given (the
-    first layout then brings the charts: no round trip after the page starts)."""
+    first layout then brings the charts and the pickers' choices: no round trip after the
+    page starts)."""
     state = CompareState.from_query(query)
-    drawn: tuple[Any, Any, Any, str] = ([], [], [], "")
-    if client is not None:
-        drawn = compare_view(client, state.with_changes(theme=state.theme or theme))
     runs = list(state.runs[:MAX_RUNS])
+    drawn: tuple[Any, Any, Any, str] = ([], [], [], "")
+    run_options = [{"label": r, "value": r} for r in runs]
+    grouping = grouping_options([], runs, state.baseline, list(state.group_by))
+    if client is not None:
+        drawn, compared = _drawn_view(client, state.with_changes(theme=state.theme or theme))
+        grouping = grouping_options(compared, runs, state.baseline, list(state.group_by))
+        with contextlib.suppress(ApiError):  # the page says so; the picker keeps its runs
+            run_options = choosable_runs(client, runs)
     picker = dcc.Dropdown(
         id=ids.COMPARE_RUNS,
         value=runs,
-        options=[{"label": r, "value": r} for r in runs],
+        options=run_options,
         multi=True,
         placeholder=f"pick runs to compare (up to {MAX_RUNS})",
         className="compare-picker",
     )
-    grouping = html.Div(
+    baseline_options, baseline, group_options = grouping
+    controls = html.Div(
         [
-            html.Label([html.Span("baseline", className="control-label"), _baseline(state)]),
+            html.Label(
+                [
+                    html.Span("baseline", className="control-label"),
+                    dcc.Dropdown(
+                        id=ids.COMPARE_BASELINE,
+                        value=baseline,
+                        options=baseline_options,
+                        clearable=False,
+                        className="filter",
+                    ),
+                ]
+            ),
             html.Label(
                 [
                     html.Span("group by", className="control-label"),
                     dcc.Dropdown(
                         id=ids.COMPARE_GROUP_BY,
                         value=list(state.group_by),
-                        options=[{"label": g, "value": g} for g in state.group_by],
+                        options=group_options,
                         multi=True,
                         placeholder="config keys (seed left out)",
                         className="filter filter-wide",
@@ -92,7 +112,7 @@ def layout(query: str = "", client: ApiClient | None = None, theme: str | None =
             html.H2("Compare runs"),
             dcc.Store(id=ids.COMPARE_QUERY),
             picker,
-            grouping,
+            controls,
             controls_bar(
                 PREFIX, live=False, smoothing=state.smoothing, log=state.log, xmode=state.xmode
             ),
@@ -106,17 +126,6 @@ def layout(query: str = "", client: ApiClient | None = None, theme: str | None =
             ),
         ],
         className="compare-page",
-    )
-
-
-def _baseline(state: CompareState) -> dcc.Dropdown:
-    value = state.baseline if state.baseline in state.runs else (state.runs or [None])[0]
-    return dcc.Dropdown(
-        id=ids.COMPARE_BASELINE,
-        value=value,
-        options=[{"label": r, "value": r} for r in state.runs],
-        clearable=False,
-        className="filter",
     )
 
 
@@ -165,8 +174,15 @@ def state_from(
 
 def compare_view(client: ApiClient, state: CompareState) -> tuple[Any, Any, Any, str]:
     """(panel cards, delta table, config diff, error) for a state."""
+    return _drawn_view(client, state)[0]
+
+
+def _drawn_view(
+    client: ApiClient, state: CompareState
+) -> tuple[tuple[Any, Any, Any, str], list[RunPublic]]:
+    """``compare_view``'s answer, and the runs it read (for the pickers' choices)."""
     if not state.runs:
-        return [html.P("Pick two or more runs.", className="empty")], [], [], ""
+        return ([html.P("Pick two or more runs.", className="empty")], [], [], ""), []
     baseline = state.baseline if state.baseline in state.runs else state.runs[0]
     # every run's markers while the legend names them; past that the baseline's (less clutter)
     few = len(state.runs) <= LEGEND_MAX_RUNS and not state.group_by
@@ -183,7 +199,7 @@ def compare_view(client: ApiClient, state: CompareState) -> tuple[Any, Any, Any,
         )
         groups = _groups(client, state, runs) if state.group_by else None
     except ApiError as exc:
-        return [], [], [], str(exc)
+        return ([], [], [], str(exc)), []
     if groups is not None:
         marks = next((r.marks for r in runs if r.run.id == baseline), None)
         cards = _band_cards(state, groups, marks.markers if marks else ())
@@ -191,7 +207,8 @@ def compare_view(client: ApiClient, state: CompareState) -> tuple[Any, Any, Any,
         cards = _overlay_cards(state, runs)
     signals, rows = compare_data.deltas(runs, baseline, smoothed=state.smoothing > 0)
     labels = run_labels({r.run.id: r.run.name for r in runs})
-    return cards, delta_table(signals, rows, labels), config_table([r.run for r in runs]), ""
+    read = [r.run for r in runs]
+    return (cards, delta_table(signals, rows, labels), config_table(read), ""), read
 
 
 def _shown(state: CompareState) -> dict[str, str]:
@@ -260,9 +277,14 @@ def _card(signal: str, figure: dict[str, Any]) -> html.Div:
 def run_choices(client: ApiClient, selected: list[str] | None) -> list[dict[str, str]]:
     """The newest runs to pick from, and the picked ones even when older."""
     try:
-        runs = client.list_runs(limit=1000).data
+        return choosable_runs(client, selected)
     except ApiError:
         raise PreventUpdate from None
+
+
+def choosable_runs(client: ApiClient, selected: list[str] | None) -> list[dict[str, str]]:
+    """``run_choices``, raising ``ApiError`` when the API cannot list the runs."""
+    runs = client.list_runs(limit=1000).data
     options = [{"label": f"{r.name or r.id} · {r.project}", "value": r.id} for r in runs]
     known = {r.id for r in runs}
     return options + [{"label": r, "value": r} for r in selected or [] if r not in known]
@@ -277,12 +299,23 @@ def grouping_choices(
         runs = [client.get_run(r) for r in run_ids]
     except ApiError:
         raise PreventUpdate from None
-    labels = run_labels({r.id: r.name for r in runs})
-    options = [{"label": labels[r.id], "value": r.id} for r in runs]
+    options, value, keys = grouping_options(runs, run_ids, baseline, chosen)
+    keep = no_update if value == baseline else value  # an unchanged value redraws nothing
+    return options, keep, keys
+
+
+def grouping_options(
+    runs: Sequence[RunPublic], run_ids: Sequence[str], baseline: str | None, chosen: Any
+) -> tuple[list[dict[str, str]], str | None, list[dict[str, str]]]:
+    """Baseline options (the runs read, else their ids) and value, and the group-by keys."""
+    if runs:
+        labels = run_labels({r.id: r.name for r in runs})
+        options = [{"label": labels[r.id], "value": r.id} for r in runs]
+    else:
+        options = [{"label": r, "value": r} for r in run_ids]
     keys = list(dict.fromkeys([*(chosen or []), *compare_data.group_keys(runs)]))
     value = baseline if baseline in run_ids else (run_ids[0] if run_ids else None)
-    keep = no_update if value == baseline else value  # an unchanged value redraws nothing
-    return options, keep, [{"label": k.removeprefix("config."), "value": k} for k in keys]
+    return options, value, [{"label": k.removeprefix("config."), "value": k} for k in keys]
 
 
 def register(app: Dash, client: ApiClient) -> None:
@@ -301,7 +334,12 @@ def register(app: Dash, client: ApiClient) -> None:
         Input(ids.COMPARE_TO, "value"),
     ]
 
-    @app.callback(Output(ids.COMPARE_RUNS, "options"), Input(ids.COMPARE_RUNS, "value"))
+    # the first layout comes with the pickers' choices; a change of runs lists them again
+    @app.callback(
+        Output(ids.COMPARE_RUNS, "options"),
+        Input(ids.COMPARE_RUNS, "value"),
+        prevent_initial_call=True,
+    )
     def list_run_options(selected: list[str] | None) -> list[dict[str, str]]:
         return run_choices(client, selected)
 
@@ -312,6 +350,7 @@ def register(app: Dash, client: ApiClient) -> None:
         Input(ids.COMPARE_RUNS, "value"),
         State(ids.COMPARE_BASELINE, "value"),
         State(ids.COMPARE_GROUP_BY, "value"),
+        prevent_initial_call=True,
     )
     def list_grouping(run_ids, baseline, chosen) -> tuple:
         return grouping_choices(client, run_ids, baseline, chosen)

@@ -8,98 +8,28 @@ each. Columns come from the runs' configs and summaries
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import dash_ag_grid as dag
 from dash import Dash, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
-from rlguard_backend.schemas import RUN_STATUSES, RunFieldPublic
+from rlguard_backend.schemas import RUN_STATUSES
 from rlguard_frontend import ids, url_state
 from rlguard_frontend.api_client import ApiClient, ApiError
+from rlguard_frontend.runs_columns import (
+    DEFAULT_COLUMNS,
+    HEADERS,
+    column_defs,
+    column_options,
+    pin_options,
+)
 from rlguard_frontend.runs_grid import PAGE_ROWS, grid_rows
 from rlguard_frontend.url_state import RunsState
 
 STATUS_FILTERS = (*RUN_STATUSES, "stale")
 REFRESH_EVERY_TICKS = 10  # rows refetched this often even when no run was added
-# Shown unless the viewer picks others: what explains a run's limiters, and how it is doing.
-DEFAULT_COLUMNS = (
-    "hparam.lr",
-    "hparam.kl_coef",
-    "hparam.clip_ratio",
-    "hparam.kl_placement",
-    "last.reward_mean",
-    "last.entropy",
-    "alerts.open",
-)
-NUMERIC_HPARAMS = ("hparam.lr", "hparam.kl_coef", "hparam.clip_ratio")
-NUMERIC_PREFIXES = ("last.", "alerts.")  # always numbers: their filter is known up front
-HEADERS = {
-    "hparam.lr": "learning rate",
-    "hparam.kl_coef": "β (KL coef)",
-    "hparam.clip_ratio": "clip ε",
-    "hparam.kl_placement": "KL placement",
-    "last.reward_mean": "last reward",
-    "last.entropy": "last entropy",
-    "alerts.open": "open alerts",
-}
-TEXT_FILTER = {
-    "filter": "agTextColumnFilter",
-    "filterParams": {
-        "filterOptions": ["contains", "equals", "notEqual", "startsWith", "blank", "notBlank"],
-        "maxNumConditions": 1,
-        "buttons": ["reset"],
-    },
-}
-NUMBER_FILTER = {
-    "filter": "agNumberColumnFilter",
-    "filterParams": {
-        "filterOptions": [
-            "equals",
-            "notEqual",
-            "lessThan",
-            "lessThanOrEqual",
-            "greaterThan",
-            "greaterThanOrEqual",
-            "inRange",
-            "blank",
-            "notBlank",
-        ],
-        "maxNumConditions": 1,
-        "buttons": ["reset"],
-    },
-}
-# 4 significant digits, as the panels' hover labels show them; text stays text.
-NUMBER_FORMAT = {
-    "function": "typeof params.value === 'number' ? "
-    "String(Number(params.value.toPrecision(4))) : params.value"
-}
-FIXED_COLUMNS: list[dict[str, Any]] = [
-    {
-        "headerName": "run",
-        "colId": "id",
-        "field": "link",
-        "cellRenderer": "markdown",
-        "pinned": "left",
-        "minWidth": 200,
-        **TEXT_FILTER,
-    },
-    {"headerName": "name", "colId": "name", "field": "name", "minWidth": 150, **TEXT_FILTER},
-    {"headerName": "project", "colId": "project", "field": "project", **TEXT_FILTER},
-    {"headerName": "status", "colId": "status", "field": "status", "filter": False},
-    {
-        "headerName": "health",
-        "colId": "health",
-        "field": "health",
-        "cellClassRules": {
-            f"health-{level}": f"params.value === '{level}'" for level in ("critical", "warn")
-        },
-        **TEXT_FILTER,
-    },
-    {"headerName": "last step", "colId": "last_step", "field": "last_step", **NUMBER_FILTER},
-    {"headerName": "updated", "colId": "updated_at", "field": "age", "filter": False},
-    {"headerName": "tags", "colId": "tags", "field": "tags", "sortable": False, "filter": False},
-]
 GRID_OPTIONS: dict[str, Any] = {
     "rowModelType": "infinite",
     "pagination": True,
@@ -115,11 +45,19 @@ GRID_OPTIONS: dict[str, Any] = {
 }
 
 
-def layout(query: str | None = None) -> html.Div:
-    """The runs page as its URL's ``query`` says: filters, columns and the server-side grid."""
+def layout(query: str | None = None, client: ApiClient | None = None) -> html.Div:
+    """The runs page as its URL's ``query`` says: filters, columns and the server-side grid;
+    with a ``client``, the pickers' choices come with it (no round trip after the start)."""
     state = RunsState.from_query(query, STATUS_FILTERS)
     columns = list(DEFAULT_COLUMNS if state.columns is None else state.columns)
     projects = [{"label": state.project, "value": state.project}] if state.project else []
+    column_choices = [{"label": HEADERS.get(c, c), "value": c} for c in columns]
+    kinds: dict[str, str] = {}
+    total = None  # known, the first tick refetches no rows: the grid asks for its first itself
+    if client is not None:
+        with contextlib.suppress(ApiError):  # the grid's first request shows the error
+            projects, column_choices, kinds = choices(client, state.project, columns)
+            total = {"total": client.list_runs(limit=1).count, "refresh": 0}
     filters = html.Div(
         [
             dcc.Dropdown(
@@ -144,7 +82,7 @@ def layout(query: str | None = None) -> html.Div:
                 className="filter",
             ),
             html.Span(id=ids.RUNS_COUNT, className="runs-count"),
-            html.Div(id=ids.RUNS_COMPARE, className="compare-link"),
+            html.Div(compare_link(None), id=ids.RUNS_COMPARE, className="compare-link"),
         ],
         className="filters",
     )
@@ -152,7 +90,7 @@ def layout(query: str | None = None) -> html.Div:
         [
             dcc.Dropdown(
                 id=ids.RUNS_COLUMNS,
-                options=[{"label": HEADERS.get(c, c), "value": c} for c in columns],
+                options=column_choices,
                 value=columns,
                 multi=True,
                 placeholder="columns: config and summary keys, last values, alerts",
@@ -171,7 +109,7 @@ def layout(query: str | None = None) -> html.Div:
     )
     grid = dag.AgGrid(
         id=ids.RUNS_TABLE,
-        columnDefs=column_defs(columns, list(state.pinned), {}, state),
+        columnDefs=column_defs(columns, list(state.pinned), kinds, state),
         filterModel=state.filter_model,
         defaultColDef={
             "sortable": True,
@@ -188,8 +126,8 @@ def layout(query: str | None = None) -> html.Div:
     return html.Div(
         [
             html.H2("Runs"),
-            dcc.Store(id=ids.RUNS_TOTAL),
-            dcc.Store(id=ids.RUNS_KINDS, data={}),
+            dcc.Store(id=ids.RUNS_TOTAL, data=total),
+            dcc.Store(id=ids.RUNS_KINDS, data=kinds),
             dcc.Store(id=ids.RUNS_REFRESHED),
             dcc.Store(id=ids.RUNS_QUERY),
             dcc.Store(id=ids.RUNS_VIEW),
@@ -202,55 +140,14 @@ def layout(query: str | None = None) -> html.Div:
     )
 
 
-def column_defs(
-    columns: list[str], pinned: list[str], kinds: dict[str, str], state: RunsState | None = None
-) -> list[dict[str, Any]]:
-    """The fixed columns, then the chosen ones; pinned ones stay at the left while scrolling.
-
-    ``state`` gives the sort the grid starts with (the URL's).
-    """
-    state = state or RunsState()
-    defs = []
-    for column in FIXED_COLUMNS:
-        pin = "left" if column["colId"] in pinned or column.get("pinned") else None
-        defs.append({**column, "pinned": pin, "sort": state.sort_of(column["colId"])})
-    for field in columns:
-        numeric = (
-            kinds.get(field) == "number"
-            or field in NUMERIC_HPARAMS
-            or field.startswith(NUMERIC_PREFIXES)
-        )
-        defs.append(
-            {
-                "headerName": HEADERS.get(field, field),
-                "headerTooltip": field,
-                "colId": field,
-                "field": field,
-                "pinned": "left" if field in pinned else None,
-                "sort": state.sort_of(field),
-                "valueFormatter": NUMBER_FORMAT,
-                **(NUMBER_FILTER if numeric else TEXT_FILTER),
-            }
-        )
-    return defs
-
-
-def column_options(
-    fields: list[RunFieldPublic], chosen: list[str] | None
-) -> tuple[list[dict[str, str]], dict[str, str]]:
-    """Column choices (the chosen first) and each field's kind, for the filters it gets."""
-    fixed = {c["colId"] for c in FIXED_COLUMNS}
-    kinds: dict[str, str] = {f.name: str(f.kind) for f in fields}
-    names = list(dict.fromkeys([*(chosen or []), *(f.name for f in fields if f.name not in fixed)]))
-    options = [{"label": HEADERS.get(n, n), "value": n} for n in names]
-    return options, kinds
-
-
-def pin_options(columns: list[str] | None) -> list[dict[str, str]]:
-    """The columns the user can pin: the fixed ones and those chosen."""
-    fixed = [(c["colId"], c["headerName"]) for c in FIXED_COLUMNS if not c.get("pinned")]
-    chosen = [(c, HEADERS.get(c, c)) for c in columns or []]
-    return [{"label": label, "value": value} for value, label in fixed + chosen]
+def choices(
+    client: ApiClient, project: str | None, chosen: list[str] | None
+) -> tuple[list[dict[str, str]], list[dict[str, str]], dict[str, str]]:
+    """(project choices, column choices, each field's kind); raises ``ApiError``."""
+    projects = client.list_projects().data
+    fields = client.list_run_fields(project or None).data
+    options, kinds = column_options(fields, chosen)
+    return [{"label": p.name, "value": p.name} for p in projects], options, kinds
 
 
 def runs_total(client: ApiClient, tick: int | None, known: dict[str, int] | None) -> dict[str, int]:
@@ -260,7 +157,7 @@ def runs_total(client: ApiClient, tick: int | None, known: dict[str, int] | None
     except ApiError:
         raise PreventUpdate from None
     known = known or {"total": -1, "refresh": 0}
-    due = (tick or 0) % REFRESH_EVERY_TICKS == 0
+    due = tick is not None and tick > 0 and tick % REFRESH_EVERY_TICKS == 0  # not at the start
     if total == known["total"] and not due:
         raise PreventUpdate
     return {"total": total, "refresh": known["refresh"] + 1}
@@ -308,15 +205,13 @@ def register(app: Dash, client: ApiClient) -> None:
         Output(ids.RUNS_KINDS, "data"),
         Input(ids.RUNS_PROJECT, "value"),
         State(ids.RUNS_COLUMNS, "value"),
+        prevent_initial_call=True,  # the first layout came with them
     )
     def list_choices(project: str | None, chosen: list[str] | None) -> tuple:
         try:
-            projects = client.list_projects().data
-            fields = client.list_run_fields(project or None).data
+            return choices(client, project, chosen)
         except ApiError:
             raise PreventUpdate from None
-        options, kinds = column_options(fields, chosen)
-        return [{"label": p.name, "value": p.name} for p in projects], options, kinds
 
     @app.callback(
         Output(ids.RUNS_TABLE, "columnDefs"),
@@ -377,7 +272,11 @@ def register(app: Dash, client: ApiClient) -> None:
 
     url_state.push_to_url(app, ids.RUNS_QUERY)
 
-    @app.callback(Output(ids.RUNS_COMPARE, "children"), Input(ids.RUNS_TABLE, "selectedRows"))
+    @app.callback(
+        Output(ids.RUNS_COMPARE, "children"),
+        Input(ids.RUNS_TABLE, "selectedRows"),
+        prevent_initial_call=True,  # none ticked yet: the layout came with the hint
+    )
     def link_compare(selected: list[dict[str, Any]] | None) -> Any:
         return compare_link(selected)
 

@@ -2,8 +2,9 @@
 
 ``/runs/<id>/samples?step=N`` shows one step (a slider over the steps that hold samples, live:
 following the newest); ``?from=A&to=B`` a step range (an alert's "show samples"), worst reward
-first; ``&compare=M`` puts another step's samples beside them, ``&compare_run=R`` another run's
-(at step M, or at the step shown); both can be typed in on the page too.
+first, and ``?from=A`` alone the steps from A to the newest (an open alert's); ``&compare=M``
+puts another step's samples beside them, ``&compare_run=R`` another run's (at step M, or at the
+step shown); both can be typed in on the page too.
 """
 
 from __future__ import annotations
@@ -127,8 +128,8 @@ def fetch(
     """The samples to show, as JSON, and the caption that says which."""
     run_id = state["run_id"]
     if state["from"] is not None:
-        lo, hi = state["from"], state["to"] if state["to"] is not None else state["from"]
-        caption = f"steps {lo}–{hi}"
+        lo, hi = state["from"], state["to"]
+        caption = f"since step {lo}" if hi is None else f"steps {lo}–{hi}"
     elif step is not None:
         lo = hi = step
         caption = f"step {step}"

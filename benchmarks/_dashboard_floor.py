@@ -1,0 +1,161 @@
+"""The floor of the many-runs views: what Dash, Plotly and AG Grid cost on this machine.
+
+A minimal Dash app, served as rlguard serves its dashboard (uvicorn, a2wsgi, gzip, plotly.js
+from the ``plotly`` package in the page's HTML), drawing the same amount that rlguard's page
+draws but with no API behind it: the charts page comes with its figures in the first layout
+(random walks, no markers, no tables), and the grid page is AG Grid over the runs page's own
+columns and options, its rows served from memory by one callback. The benchmark times it in
+the same browser and run as rlguard's page, so ``rlguard − floor`` is what rlguard adds.
+
+``python -m benchmarks._dashboard_floor charts --runs 50 --panels 9 --points 200`` (or
+``bands --runs 5 --panels 4 --points 500``, or ``grid --runs 5000``) prints
+``listening on URL`` and serves until stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from typing import Any
+
+import dash_ag_grid as dag
+from dash import Dash, Input, Output, dcc, html
+
+from benchmarks._support import serving
+from rlguard_frontend import plotly_bundle
+from rlguard_frontend.pages.runs import GRID_OPTIONS
+from rlguard_frontend.runs_columns import DEFAULT_COLUMNS, column_defs
+from rlguard_frontend.runs_grid import count_text
+
+
+def _walk(points: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    value, out = 0.0, []
+    for _ in range(points):
+        value += rng.gauss(0, 0.05)
+        out.append(round(value, 6))
+    return out
+
+
+def _figure(lines: int, points: int, banded: bool, panel: int) -> dict[str, Any]:
+    steps = list(range(0, points * 10, 10))
+    data: list[dict[str, Any]] = []
+    for line in range(lines):
+        mean = _walk(points, panel * 1000 + line)
+        if banded:  # a filled band around the line, as the grouped view draws it
+            data.append(
+                {
+                    "type": "scatter",
+                    "x": steps + steps[::-1],
+                    "y": [v + 0.1 for v in mean] + [v - 0.1 for v in mean[::-1]],
+                    "fill": "toself",
+                    "line": {"width": 0},
+                    "meta": {"role": "band"},
+                }
+            )
+        role = "mean" if banded else "raw"
+        data.append(
+            {"type": "scatter", "mode": "lines", "x": steps, "y": mean, "meta": {"role": role}}
+        )
+    return {"data": data, "layout": {"height": 300, "margin": {"l": 50, "r": 10, "t": 10}}}
+
+
+def charts_layout(lines: int, panels: int, points: int, banded: bool) -> html.Div:
+    """``panels`` cards, each a graph of ``lines`` lines (or bands) of ``points`` points."""
+    cards = [
+        html.Div(
+            [html.H4(f"panel {p}"), dcc.Graph(figure=_figure(lines, points, banded, p))],
+            className="card",
+        )
+        for p in range(panels)
+    ]
+    return html.Div(cards, className="compare-grid")
+
+
+def grid_app(app: Dash, runs: int) -> None:
+    """The runs page's grid over ``runs`` rows held in memory; a name filter narrows them."""
+    rows: list[dict[str, Any]] = [
+        {
+            "id": f"floor-{i:05d}",
+            "link": f"[floor-{i:05d}](/runs/floor-{i:05d})",
+            "name": f"sweep-{i:05d}",
+            "project": "floor",
+            "status": "finished",
+            "health": "ok",
+            "last_step": 1000,
+            "age": "1m",
+            "tags": "",
+            **{c: i % 7 for c in DEFAULT_COLUMNS},
+        }
+        for i in range(runs)
+    ]
+    app.layout = html.Div(
+        [
+            html.Span(id="floor-count", className="runs-count"),
+            dag.AgGrid(
+                id="floor-grid",
+                columnDefs=column_defs(list(DEFAULT_COLUMNS), [], {}),
+                defaultColDef={"sortable": True, "resizable": True, "floatingFilter": True},
+                rowModelType="infinite",
+                dashGridOptions=GRID_OPTIONS,
+                getRowId="params.data.id",
+                columnSize="autoSize",
+                className="ag-theme-quartz runs-grid",
+            ),
+        ]
+    )
+
+    @app.callback(
+        Output("floor-grid", "getRowsResponse"),
+        Output("floor-count", "children"),
+        Input("floor-grid", "getRowsRequest"),
+    )
+    def serve_rows(request: dict[str, Any] | None) -> tuple:
+        request = request or {}
+        wanted = ((request.get("filterModel") or {}).get("name") or {}).get("filter") or ""
+        matching = [r for r in rows if wanted in r["name"]]
+        start, end = int(request.get("startRow") or 0), int(request.get("endRow") or 50)
+        page = {"rowData": matching[start:end], "rowCount": len(matching)}
+        return page, count_text(len(matching), len(rows))
+
+
+def floor_app(view: str, runs: int, panels: int, points: int) -> Dash:
+    """The floor page of a ``view`` (charts, bands or grid)."""
+    if view == "grid":
+        app = Dash(__name__, update_title=None)  # type: ignore[arg-type]
+        grid_app(app, runs)
+        return app
+    url = plotly_bundle.script_url("/")
+    app = Dash(__name__, update_title=None, external_scripts=[url] if url else [])  # type: ignore[arg-type]
+    if url:
+        plotly_bundle.install(app.server, url)
+    app.layout = charts_layout(runs, panels, points, view == "bands")
+    return app
+
+
+def floor_up(view: str, runs: int, panels: int = 1, points: int = 0) -> Any:
+    """The floor page of a ``view`` in a subprocess; yields its base URL."""
+    sizes = ["--runs", str(runs), "--panels", str(panels), "--points", str(points)]
+    return serving(["benchmarks._dashboard_floor", view, *sizes])
+
+
+def main() -> None:
+    """Serve one floor page on a free loopback port until stopped."""
+    from rlguard_backend.config import Settings
+    from rlguard_backend.serve import base_url, bind_socket, serve_socket
+    from rlguard_frontend.serve import dashboard_asgi
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("view", choices=("charts", "bands", "grid"))
+    parser.add_argument("--runs", type=int, required=True, help="lines, groups or grid rows")
+    parser.add_argument("--panels", type=int, default=1)
+    parser.add_argument("--points", type=int, default=200, help="points per line")
+    args = parser.parse_args()
+    app = floor_app(args.view, args.runs, args.panels, args.points)
+    sock = bind_socket("127.0.0.1", 0)
+    print(f"floor listening on {base_url(sock)}", flush=True)
+    serve_socket(dashboard_asgi(app), sock, Settings())
+
+
+if __name__ == "__main__":
+    main()
