@@ -42,7 +42,7 @@ STEPS = {
     "runaway-kl": 140,
     "kl-pinned": 70,
     "rollout-mismatch": 50,
-    "clip-saturation": 60,
+    "clip-saturation": 50,
     "fp16-overflow": 50,
 }
 PANEL_GRAPH = "run-panel-graph"  # rlguard_frontend.ids.PANEL_GRAPH
