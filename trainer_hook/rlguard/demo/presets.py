@@ -191,9 +191,9 @@ PRESETS: dict[str, PresetConfig] = {
                 "the actor's updates run under fp16 autocast; resumed at step 40 with the "
                 "learning rate x10^4 (10, not 1e-3), it overflows fp16's 65,504"
             ),
-            # Adam moves each weight by about lr per update: one update at lr 10 makes the
-            # weights ~100x their size, the next minibatch's fp16 forward pass overflows to inf
-            # and the loss, the gradient and its norm are NaN. The actor skips an update whose
+            # Adam moves each weight by up to about lr per update: one update at lr 10 moves
+            # weights of size ~0.1-1 by ~10, the next minibatch's fp16 forward pass overflows to
+            # inf and the loss, the gradient and its norm are NaN. The actor skips an update whose
             # gradient is not finite (as verl's does), so the run goes on and keeps
             # overflowing. lr x10^3 overflowed on 1 seed of 2; the other collapsed first.
             actor_dtype="float16",

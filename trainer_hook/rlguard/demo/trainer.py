@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -280,7 +279,7 @@ def _update(
 def _actor_precision(run: _Run, device: torch.device) -> AbstractContextManager[object]:
     """Mixed precision for the actor's update passes when the preset asks for it."""
     if run.actor_autocast is None:
-        return contextlib.nullcontext()
+        return nullcontext()
     return torch.autocast(device.type, dtype=run.actor_autocast)
 
 
