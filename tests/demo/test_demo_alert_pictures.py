@@ -3,9 +3,9 @@
 Both are runs resumed at step 40 with a setting that breaks them, and each must raise its
 alert inside a stated window after the detectors' 10-step warm-up:
 - clip-saturation (one epoch of two minibatches, then 16 epochs): clipfrac WARN at 45 on
-  seeds 0 and 1 (the clip fraction 0.1-0.3 from step 40 against a warn level of 0.05).
+  seeds 0-4 (the clip fraction 0.1-0.3 from step 40 against a warn level of 0.05).
 - fp16-overflow (fp16 autocast, then the learning rate x10^4): nonfinite CRITICAL at 40 on
-  seeds 0 and 1 (and 2), with the NaN policy loss the overflowing forward pass gives.
+  seeds 0-4, with the NaN policy loss the overflowing forward pass gives.
 Each run trains only the steps its window needs: nothing in a step depends on later steps.
 """
 
