@@ -9,7 +9,7 @@ message, evidence and advice opened) as a PNG under docs/images/alerts/, one per
     .venv/bin/python -m scripts.alert_screenshots
 
 About ten minutes on two busy cores; ``--url`` captures from a service that holds the runs,
-``--only kl_controller.png rollout_mismatch.png`` trains and captures only those shots.
+``--only clipfrac.png nonfinite.png`` trains and captures only those shots.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ STEPS = {
     "runaway-kl": 140,
     "kl-pinned": 70,
     "rollout-mismatch": 50,
+    "clip-saturation": 50,
+    "fp16-overflow": 50,
 }
 PANEL_GRAPH = "run-panel-graph"  # rlguard_frontend.ids.PANEL_GRAPH
 ALERT_ITEM = "run-alert-item"  # rlguard_frontend.ids.ALERT_ITEM
@@ -74,7 +76,7 @@ class Shot:
 
 
 SHOTS = (
-    Shot("nonfinite.png", "entropy-blowup", "truncated_at_floor", None),
+    Shot("nonfinite.png", "fp16-overflow", "nonfinite", None),
     Shot("entropy_collapse.png", "collapse", "entropy_collapse", "entropy"),
     Shot("entropy_blowup.png", "entropy-blowup", "entropy_blowup", "entropy"),
     Shot("no_learning_signal.png", "collapse", "no_learning_signal", None),
@@ -82,6 +84,7 @@ SHOTS = (
     Shot("kl_runaway.png", "runaway-kl", "kl_runaway", "kl"),
     Shot("kl_spike.png", "entropy-blowup", "kl_spike", "kl"),
     Shot("kl_penalty.png", "kl-too-strong", "kl_penalty_strong", "kl"),
+    Shot("clipfrac.png", "clip-saturation", "clipfrac", "clip"),
     Shot("length.png", "entropy-blowup", "entropy_length_rise", "reward"),
     Shot("sample_quality.png", "entropy-blowup", "entropy_gibberish", None),
     Shot("kl_controller.png", "kl-pinned", "kl_controller", "kl_controller"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import pytest
 
@@ -76,6 +77,28 @@ def test_task_split_holds_out_disjoint_prompts() -> None:
 )
 def test_pass_at_k_table(n: int, c: int, k: int, expected: float) -> None:
     assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_train_unknown_actor_dtype_raises_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match="actor_dtype='bfloat8' must be one of float32, float16"):
+        train(PresetConfig(actor_dtype="bfloat8"), steps=1)
+
+
+def test_train_resumed_run_changes_lr_from_its_step() -> None:
+    resumed = replace(QUICK, resumed_at=2, resumed_lr_factor=10.0)
+    history = train(resumed, steps=3, seed=0).history
+    lrs = [m["actor/lr"] for m in history]  # logged as float32
+    assert lrs == pytest.approx([QUICK.lr, QUICK.lr * 10, QUICK.lr * 10], rel=1e-6)
+    plain = train(QUICK, steps=1, seed=0).history
+    assert _without_timing(history[:1]) == _without_timing(plain)  # nothing changes before it
+
+
+def test_run_config_lists_resume_knobs_only_off_their_defaults() -> None:
+    assert "resumed_at" not in PRESETS["healthy"].run_config(planned_steps=200)
+    assert "actor_dtype" not in PRESETS["healthy"].run_config(planned_steps=200)
+    overflow = PRESETS["fp16-overflow"].run_config(planned_steps=200)
+    assert (overflow["actor_dtype"], overflow["resumed_at"]) == ("float16", 40)
+    assert overflow["resumed_lr_factor"] == 1e4 and "resumed_ppo_epochs" not in overflow
 
 
 def test_run_config_carries_detector_context() -> None:

@@ -7,6 +7,8 @@ from typing import Any
 
 # Left out of the run config when the engine is off: the other presets' configs stay as they were.
 ENGINE_KNOBS = frozenset({"rollout_engine", "engine_dtype", "engine_sync_stops_at"})
+# Left out of the run config while at their defaults, for the same reason.
+RESUME_KNOBS = frozenset({"actor_dtype", "resumed_at", "resumed_lr_factor", "resumed_ppo_epochs"})
 
 
 @dataclass(frozen=True)
@@ -16,6 +18,12 @@ class PresetConfig:
     name: str = "custom"
     description: str = ""
     lr: float = 1e-3
+    actor_dtype: str = "float32"  # float32 | float16: autocast of the actor's update passes
+    # A run resumed with other settings: from step resumed_at on, lr · resumed_lr_factor and
+    # resumed_ppo_epochs (0: ppo_epochs) epochs per batch. 0: never.
+    resumed_at: int = 0
+    resumed_lr_factor: float = 1.0
+    resumed_ppo_epochs: int = 0
     ppo_epochs: int = 2
     minibatches: int = 2  # updates per batch = ppo_epochs · minibatches; > 1 so ratio ≠ 1
     groups: int = 8  # prompts per step
@@ -67,10 +75,12 @@ class PresetConfig:
             "ppo_kl_target": 0.05,
         }
         hidden = {"name", "description", "model"} | (set() if self.rollout_engine else ENGINE_KNOBS)
+        hidden |= {k for k in RESUME_KNOBS if getattr(self, k) == getattr(DEFAULT, k)}
         knobs = {k: v for k, v in asdict(self).items() if k not in hidden}
         return {**knobs, **context}
 
 
+DEFAULT = PresetConfig()
 PRESETS: dict[str, PresetConfig] = {
     p.name: p
     for p in [
@@ -160,6 +170,36 @@ PRESETS: dict[str, PresetConfig] = {
             engine_dtype="bfloat16",
             engine_sync_stops_at=30,
         ),
+        PresetConfig(
+            name="clip-saturation",
+            description=(
+                "one update epoch over two minibatches, resumed at step 40 with 16 epochs: "
+                "32 updates per batch push a tenth to a quarter of the tokens past the clip"
+            ),
+            # Two updates per batch keep the clip fraction near 0 (median 0 over steps 10-30),
+            # so the warn level is its 0.05 floor. From step 40 each batch is reused 16 times:
+            # the clip fraction sits at 0.1-0.3 while entropy stays near 0.5 (at lr 1e-3 the
+            # policy does not collapse, which ended the clipping of 8 x 8 updates per batch
+            # from step 1 inside the detectors' warm-up).
+            ppo_epochs=1,
+            resumed_at=40,
+            resumed_ppo_epochs=16,
+        ),
+        PresetConfig(
+            name="fp16-overflow",
+            description=(
+                "the actor's updates run under fp16 autocast; resumed at step 40 with the "
+                "learning rate x10^4 (10, not 1e-3), it overflows fp16's 65,504"
+            ),
+            # Adam moves each weight by up to about lr per update: one update at lr 10 moves
+            # weights of size ~0.1-1 by ~10, the next minibatch's fp16 forward pass overflows to
+            # inf and the loss, the gradient and its norm are NaN. The actor skips an update whose
+            # gradient is not finite (as verl's does), so the run goes on and keeps
+            # overflowing. lr x10^3 overflowed on 1 seed of 2; the other collapsed first.
+            actor_dtype="float16",
+            resumed_at=40,
+            resumed_lr_factor=1e4,
+        ),
     ]
 }
 
@@ -186,7 +226,10 @@ PRESETS["kl-pinned"] = replace(
 # Presets made to raise one detector each (docs/detectors.md pictures their alerts), trained by
 # name; `--preset all` (make demo) trains the others.
 DETECTOR_PRESETS = ("kl-pinned", "rollout-mismatch")
-ALL = tuple(name for name in PRESETS if name not in DETECTOR_PRESETS)
+# The same, for runs resumed at step 40 with a setting that breaks them (pinned in
+# tests/demo/test_demo_alert_pictures.py, over only the steps their alerts need).
+RESUMED_PRESETS = ("clip-saturation", "fp16-overflow")
+ALL = tuple(name for name in PRESETS if name not in DETECTOR_PRESETS + RESUMED_PRESETS)
 
 
 def resolve(preset: str | PresetConfig, **overrides: Any) -> PresetConfig:

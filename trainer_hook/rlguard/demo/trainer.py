@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -22,6 +23,7 @@ LogFn = Callable[[dict[str, float], int], None]
 SamplesFn = Callable[[list[dict[str, object]], int], None]
 SFT_LR = 1e-2
 SFT_BATCH = 128
+ACTOR_AUTOCAST = {"float32": None, "float16": torch.float16}
 
 
 @dataclass
@@ -53,6 +55,8 @@ class _Run:
     generator: torch.Generator
     val_generator: torch.Generator
     engine: InferenceEngine | None = None  # samples the rollouts when the preset has one
+    actor_autocast: torch.dtype | None = None  # the actor's update passes autocast to it
+    step: int = 0  # the step being trained, from 1
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -91,6 +95,8 @@ def train(
 
 
 def _setup(cfg: PresetConfig, seed: int, device: str) -> _Run:
+    if cfg.actor_dtype not in ACTOR_AUTOCAST:
+        raise ValueError(f"actor_dtype={cfg.actor_dtype!r} must be one of float32, float16")
     torch.manual_seed(seed)
     if device.startswith("cuda"):  # CPU kernels are deterministic already at a fixed thread count
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -119,6 +125,7 @@ def _setup(cfg: PresetConfig, seed: int, device: str) -> _Run:
             if cfg.rollout_engine
             else None
         ),
+        actor_autocast=ACTOR_AUTOCAST[cfg.actor_dtype],
     )
 
 
@@ -148,8 +155,23 @@ def _pretrain(
         optimizer.step()
 
 
+def _resumed(run: _Run) -> bool:
+    """Whether this step trains with the settings the run was resumed with."""
+    return bool(run.cfg.resumed_at) and run.step >= run.cfg.resumed_at
+
+
+def _scheduled_lr(run: _Run) -> float:
+    """This step's learning rate, set on the optimizer: ``lr`` (· ``resumed_lr_factor``)."""
+    lr = run.cfg.lr * run.cfg.resumed_lr_factor if _resumed(run) else run.cfg.lr
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
 def _train_step(run: _Run) -> tuple[dict[str, float], Rollout]:
     cfg, task, gen = run.cfg, run.task, run.generator
+    run.step += 1
+    lr = _scheduled_lr(run)
     device = run.train_set.device
     pick = torch.randint(len(run.train_set), (cfg.groups,), generator=gen, device=device)
     operands = run.train_set[pick].repeat_interleave(cfg.group_size, dim=0)
@@ -187,7 +209,7 @@ def _train_step(run: _Run) -> tuple[dict[str, float], Rollout]:
     stats.update(_update(run, ids, responses, old_logp, ref_logp, advantages, mask))
     if cfg.kl_placement == "loss":
         stats["actor/kl_coef"] = torch.tensor(cfg.kl_coef)
-    stats["actor/lr"] = torch.tensor(cfg.lr)
+    stats["actor/lr"] = torch.tensor(lr)
     rollout = Rollout(
         operands, prompts, responses, scores, advantages, mask, old_logp, ref_logp, token_entropy
     )
@@ -233,22 +255,32 @@ def _update(
     """``ppo_epochs`` passes over shuffled minibatches; statistics averaged as verl does."""
     cfg, gen = run.cfg, run.generator
     collected: dict[str, list[torch.Tensor]] = {}
-    for _ in range(cfg.ppo_epochs):
+    epochs = cfg.resumed_ppo_epochs if _resumed(run) and cfg.resumed_ppo_epochs else cfg.ppo_epochs
+    for _ in range(epochs):
         order = torch.randperm(len(ids), generator=gen, device=ids.device)
         for rows in order.chunk(cfg.minibatches):
-            logits = response_logits(run.policy, ids[rows], run.task.prompt_len)
+            with _actor_precision(run, ids.device):
+                logits = response_logits(run.policy, ids[rows], run.task.prompt_len)
             logp = token_log_probs(logits, responses[rows])
             loss, stats = losses.actor_loss(
                 cfg, logits, logp, old_logp[rows], ref_logp[rows], advantages[rows], mask[rows], gen
             )
             run.optimizer.zero_grad()
             loss.backward()
-            params = run.policy.parameters()
-            stats["actor/grad_norm"] = nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            run.optimizer.step()
+            grad_norm = nn.utils.clip_grad_norm_(run.policy.parameters(), cfg.grad_clip)
+            stats["actor/grad_norm"] = grad_norm
+            if torch.isfinite(grad_norm):  # verl's actor skips the update of a non-finite grad
+                run.optimizer.step()
             for key, value in stats.items():
                 collected.setdefault(key, []).append(value.detach())
     return {key: torch.stack(values).mean() for key, values in collected.items()}
+
+
+def _actor_precision(run: _Run, device: torch.device) -> AbstractContextManager[object]:
+    """Mixed precision for the actor's update passes when the preset asks for it."""
+    if run.actor_autocast is None:
+        return nullcontext()
+    return torch.autocast(device.type, dtype=run.actor_autocast)
 
 
 @torch.no_grad()
