@@ -32,6 +32,8 @@ SMOOTHED_SIGNALS = (
     "rollout_kl",
     "rollout_logprob_diff",
     "rollout_is_ess",
+    "sample_degenerate",
+    "sample_repetition",
 )
 _HALF_LIFE_THRESHOLD = {"entropy": "half_life_entropy", "clipfrac": "half_life_clipfrac"}
 REWARD_WINDOW_POINTS = 50
