@@ -159,16 +159,18 @@ class Detector:
             severity = fires(self, view)
             if severity is None:
                 progress.streak = 0
-                clear_holds = clears is None or clears(self, view)
+                progress.clear_streak = (
+                    progress.clear_streak + 1 if clears is None or clears(self, view) else 0
+                )
             else:
                 progress.streak += 1
                 clear_holds = clears is not None and clears(self, view)
-            progress.clear_streak = progress.clear_streak + 1 if clear_holds else 0
-            if severity is not None and progress.streak >= progress.persistence:
-                progress.active = True
-                if view.emits(progress.slot, severity):
-                    verdicts = (*verdicts, self._verdict(progress.rule, view, severity))
-                continue
+                progress.clear_streak = progress.clear_streak + 1 if clear_holds else 0
+                if progress.streak >= progress.persistence:
+                    progress.active = True
+                    if view.emits(progress.slot, severity):
+                        verdicts = (*verdicts, self._verdict(progress.rule, view, severity))
+                    continue
             # An active rule's alert is open (it opens on the step the rule turns active): its
             # clear rule, held clear_steps in a row, resolves it.
             if progress.active and progress.clear_streak >= clear_steps:
