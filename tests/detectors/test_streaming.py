@@ -153,9 +153,9 @@ def test_suite_init_rejects_state_of_the_previous_version() -> None:
     suite = DetectorSuite(scenario.config)
     suite.feed_many(scenario.run(SEED)[:80])
     state = json.loads(json.dumps(suite.dump_state()))
-    assert state["version"] == STATE_VERSION == 8
-    state["version"] = 7
-    with pytest.raises(ValueError, match="version 7 is not 8; drop the stored state"):
+    assert state["version"] == STATE_VERSION == 9
+    state["version"] = 8
+    with pytest.raises(ValueError, match="version 8 is not 9; drop the stored state"):
         DetectorSuite(scenario.config, state=state)
 
 

@@ -46,9 +46,9 @@ class ClipFraction(Detector):
         self.inactive_announced = self.inactive_announced or self._announce
         clipfrac = view.finite("clipfrac")
         if clipfrac is not None:
-            th, smoothed = self.thresholds, view.smoothed["clipfrac"] or 0.0
+            thresholds, smoothed = self.thresholds, view.smoothed["clipfrac"] or 0.0
             self._warn_at = self._warn_level(view, clipfrac)
-            above_warn, above_critical = smoothed > self._warn_at, smoothed > th["critical"]
+            above_warn, above_critical = smoothed > self._warn_at, smoothed > thresholds["critical"]
             self.warn_streak = self.warn_streak + 1 if view.warm and above_warn else 0
             self.critical_streak = self.critical_streak + 1 if view.warm and above_critical else 0
         return True
@@ -88,10 +88,13 @@ class ClipFraction(Detector):
         return message, {"clipfrac_dual": rounded(dual), "points": streak}
 
     def _lopsided(self, view: StepView) -> Severity | None:
-        th, high, low = self.thresholds, view.finite("clipfrac_high"), view.finite("clipfrac_low")
+        high, low = view.finite("clipfrac_high"), view.finite("clipfrac_low")
         if high is None or low is None:
             return None
-        lopsided = high > th["asymmetry_factor"] * low and high > th["asymmetry_floor"]
+        thresholds = self.thresholds
+        lopsided = (
+            high > thresholds["asymmetry_factor"] * low and high > thresholds["asymmetry_floor"]
+        )
         return "info" if lopsided else None
 
     def _describe_lopsided(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
@@ -103,9 +106,10 @@ class ClipFraction(Detector):
         return message, {"clipfrac_high": rounded(high), "clipfrac_low": rounded(low)}
 
     def _saturated(self, view: StepView) -> Severity | None:
-        th = self.thresholds
-        saturated = self.warn_streak >= th["warn_persistence"]
-        if self.critical_streak >= th["critical_persistence"] or (saturated and view.kl_spike_jump):
+        thresholds = self.thresholds
+        saturated = self.warn_streak >= thresholds["warn_persistence"]
+        critical = self.critical_streak >= thresholds["critical_persistence"]
+        if critical or (saturated and view.kl_spike_jump):
             return "critical"
         return "warn" if saturated else None
 

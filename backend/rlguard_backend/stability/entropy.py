@@ -65,22 +65,22 @@ class EntropyCollapse(Detector):
 
     def _collapse_severity(self, view: StepView) -> Severity | None:
         """E1/E2 at this step, before capping."""
-        th, reward, rho = self.thresholds, view.reward, view.rho
-        if not view.warm or rho is None or rho >= th["spent_ratio"]:
+        thresholds, reward, rho = self.thresholds, view.reward, view.rho
+        if not view.warm or rho is None or rho >= thresholds["spent_ratio"]:
             return None
         zero_std, length_ratio = view.smoothed["frac_zero_std"], view.length_ratio
-        identical = zero_std is not None and zero_std >= th["identical_groups"]
+        identical = zero_std is not None and zero_std >= thresholds["identical_groups"]
         spent = reward.stagnant or not reward.known
         severe = (
             identical
-            or (length_ratio is not None and length_ratio < th["short_length_ratio"])
-            or rho < th["collapse_ratio"]
+            or (length_ratio is not None and length_ratio < thresholds["short_length_ratio"])
+            or rho < thresholds["collapse_ratio"]
         )
         smoothed_reward = view.smoothed["reward_mean"]
         unsolved = (
             reward.known
             and smoothed_reward is not None
-            and smoothed_reward < reward.r_max - th["solved_margin"] * reward.range
+            and smoothed_reward < reward.r_max - thresholds["solved_margin"] * reward.range
         )
         if (spent and severe) or (identical and unsolved):
             return "critical"
@@ -115,25 +115,24 @@ class EntropyCollapse(Detector):
         }
 
     def _exhausted(self, view: StepView) -> Severity | None:
-        th, rho = self.thresholds, view.rho or 0.0
+        thresholds, rho = self.thresholds, view.rho or 0.0
         entropy = view.smoothed["entropy"] or 0.0
-        low = entropy < th["exhausted_entropy"] or rho < th["exhausted_ratio"]
+        low = entropy < thresholds["exhausted_entropy"] or rho < thresholds["exhausted_ratio"]
         collapsing = self.progress["entropy_collapse"].active
         # The 50-point reward fit last: only when everything else holds.
         if not (low and view.warm and not collapsing and self._reward_flat(view)):
             return None
         zero_std = view.smoothed["frac_zero_std"]
-        return (
-            "warn" if zero_std is not None and zero_std >= th["exhausted_groups_warn"] else "info"
-        )
+        many_identical = zero_std is not None and zero_std >= thresholds["exhausted_groups_warn"]
+        return "warn" if many_identical else "info"
 
     def _reward_flat(self, view: StepView) -> bool:
         """E3's reward plateau: the long trend's t-stat not significant, over enough points."""
-        trend, th = view.reward.long_trend, self.thresholds
+        trend, thresholds = view.reward.long_trend, self.thresholds
         return (
             trend is not None
-            and trend.points >= th["exhausted_min_points"]
-            and trend.t_stat < th["exhausted_t_stat"]
+            and trend.points >= thresholds["exhausted_min_points"]
+            and trend.t_stat < thresholds["exhausted_t_stat"]
         )
 
     def _describe_exhausted(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
@@ -162,8 +161,8 @@ class EntropyCollapse(Detector):
         return intercept + slope
 
     def _blowup_limit(self, view: StepView) -> float:
-        th, start = self.thresholds, view.baselines["entropy"] or 0.0
-        return max(th["blowup_factor"] * start, start + th["blowup_margin"])
+        thresholds, start = self.thresholds, view.baselines["entropy"] or 0.0
+        return max(thresholds["blowup_factor"] * start, start + thresholds["blowup_margin"])
 
     def _blowup(self, view: StepView) -> Severity | None:
         entropy = view.smoothed["entropy"] or 0.0
@@ -190,13 +189,13 @@ class EntropyCollapse(Detector):
 
     def _rising(self, view: StepView) -> Severity | None:
         """E4 slow rise: far above its start, still climbing, and buying no reward."""
-        th, rise, rho = self.thresholds, self._rise(view), view.rho
-        if not view.warm or rise is None or rho is None or rho < th["rise_ratio"]:
+        thresholds, rise, rho = self.thresholds, self._rise(view), view.rho
+        if not view.warm or rise is None or rho is None or rho < thresholds["rise_ratio"]:
             return None
         now, before = rise
-        longer = view.length_ratio is not None and view.length_ratio >= th["rise_ratio"]
+        longer = view.length_ratio is not None and view.length_ratio >= thresholds["rise_ratio"]
         unrewarded = (view.reward.known and not view.reward.rising) or longer
-        climbing = now >= before * (1 + th["rise_gain"])
+        climbing = now >= before * (1 + thresholds["rise_gain"])
         return "warn" if climbing and unrewarded else None
 
     def _describe_rising(self, view: StepView, severity: Severity) -> tuple[str, Facts]:

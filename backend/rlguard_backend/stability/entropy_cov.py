@@ -38,10 +38,10 @@ class EntropyCovLeading(Detector):
         return True
 
     def _leading(self, view: StepView) -> Severity | None:
-        th, rho = self.thresholds, view.rho
-        full = len(self.covariances) >= th["window_points"]
-        early = rho is None or rho > th["min_entropy_ratio"]
-        leading = view.warm and full and self._share >= th["positive_share"] and early
+        thresholds, rho = self.thresholds, view.rho
+        full = len(self.covariances) >= thresholds["window_points"]
+        early = rho is None or rho > thresholds["min_entropy_ratio"]
+        leading = view.warm and full and self._share >= thresholds["positive_share"] and early
         return "info" if leading else None
 
     def _describe(self, view: StepView, severity: Severity) -> tuple[str, Facts]:

@@ -121,14 +121,14 @@ class KlController(Detector):
 
     def _runaway(self, view: StepView) -> Severity | None:
         assert self.beta_start is not None and self._needed is not None
-        th = self.thresholds
+        thresholds = self.thresholds
         if self.saturated_streak < self._needed:
             return None
         moved = math.log(self._beta / self.beta_start) * self.saturated_sign
         severity: Severity | None = None
-        if moved >= math.log(th["critical_factor"]):
+        if moved >= math.log(thresholds["critical_factor"]):
             severity = "critical"
-        elif moved >= math.log(th["warn_factor"]):
+        elif moved >= math.log(thresholds["warn_factor"]):
             severity = "warn"
         return capped(severity, self.context.kl_target is None)
 
@@ -165,8 +165,8 @@ class KlController(Detector):
         return message, facts
 
     def _units(self, view: StepView) -> Severity | None:
-        ratio, th = self._units_ratio, self.thresholds
-        off = ratio is not None and not th["units_low"] <= ratio <= th["units_high"]
+        ratio, thresholds = self._units_ratio, self.thresholds
+        off = ratio is not None and not thresholds["units_low"] <= ratio <= thresholds["units_high"]
         return "warn" if off else None
 
     def _describe_units(self, view: StepView, severity: Severity) -> tuple[str, Facts]:

@@ -70,14 +70,14 @@ class KlRunaway(Detector):
         kl = smoothed_kl(view)
         if kl is None:
             return False
-        th = self.thresholds
-        before = view.kl_ago(view.step, th["lookback_steps"])
+        thresholds = self.thresholds
+        before = view.kl_ago(view.step, thresholds["lookback_steps"])
         growth = 1.0 if before is None else (kl / before if before > 0 else float("inf"))
         self._kl, self._before, self._growth = kl, before, growth
         growing = (
             view.warm
-            and kl >= th["floor"]
-            and growth >= th["growth"]
+            and kl >= thresholds["floor"]
+            and growth >= thresholds["growth"]
             and self._accelerating(view, kl, before)
             and not view.reward.rising
         )
@@ -98,11 +98,11 @@ class KlRunaway(Detector):
         return grown and severity == "warn" and not view.reward.known
 
     def _runaway(self, view: StepView) -> Severity | None:
-        th, kl = self.thresholds, self._kl
+        thresholds, kl = self.thresholds, self._kl
         severity: Severity | None = None
-        if kl >= th["level_critical"]:
+        if kl >= thresholds["level_critical"]:
             severity = "critical"
-        elif kl >= th["level_warn"] or self.growth_streak >= th["persistence"]:
+        elif kl >= thresholds["level_warn"] or self.growth_streak >= thresholds["persistence"]:
             severity = "warn"
         return capped(severity, self._growth_degraded(view, severity))
 
@@ -209,9 +209,11 @@ class KlPenalty(Detector):
         return True
 
     def _strong(self, view: StepView) -> Severity | None:
-        th, rho, share = self.thresholds, view.rho, self._share
-        unmoved = self._kl < th["small_kl"] and (rho is None or rho > th["unmoved_entropy_ratio"])
-        dominant = share is not None and share >= th["strong_share"]
+        thresholds, rho, share = self.thresholds, view.rho, self._share
+        unmoved = self._kl < thresholds["small_kl"] and (
+            rho is None or rho > thresholds["unmoved_entropy_ratio"]
+        )
+        dominant = share is not None and share >= thresholds["strong_share"]
         if not (self._stagnant and (unmoved or dominant)):
             return None
         return capped("warn", rho is None and not dominant)
@@ -237,11 +239,15 @@ class KlPenalty(Detector):
         return message, facts
 
     def _binding(self, view: StepView) -> Severity | None:
-        th, kl = self.thresholds, self._kl
-        if not self._stagnant or kl < th["small_kl"]:
+        thresholds, kl = self.thresholds, self._kl
+        if not self._stagnant or kl < thresholds["small_kl"]:
             return None
-        before = view.kl_ago(view.step, th["binding_lookback_steps"])
-        flat = before is not None and before > 0 and abs(kl / before - 1) < th["binding_flatness"]
+        before = view.kl_ago(view.step, thresholds["binding_lookback_steps"])
+        flat = (
+            before is not None
+            and before > 0
+            and abs(kl / before - 1) < thresholds["binding_flatness"]
+        )
         return "info" if flat else None
 
     def _describe_binding(self, view: StepView, severity: Severity) -> tuple[str, Facts]:

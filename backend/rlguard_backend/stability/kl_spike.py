@@ -75,14 +75,14 @@ class KlSpike(Detector):
         self._grad_typical = None
         if grad is None:
             return
-        th, grads = self.thresholds, self.grads
-        enough = len(grads) >= th["min_history_points"]
+        thresholds, grads = self.thresholds, self.grads
+        enough = len(grads) >= thresholds["min_history_points"]
         typical = grads.median() if enough and len(grads) else 0.0
         grads.push(grad)
-        if enough and typical > 0 and grad > th["grad_factor"] * typical:
+        if enough and typical > 0 and grad > thresholds["grad_factor"] * typical:
             self._grad_typical = typical
             self.grad_spike_steps.append(step)
-            since = step - th["history_points"]
+            since = step - thresholds["history_points"]
             self._grad_spikes = sum(1 for spiked in self.grad_spike_steps if spiked > since)
 
     def _grad_severity(self) -> Severity | None:
@@ -95,7 +95,7 @@ class KlSpike(Detector):
         return "warn" if repeated or self._spike is not None else "info"
 
     def _observe_spike(self, view: StepView, size: float) -> None:
-        th = self.thresholds
+        thresholds = self.thresholds
         severity, typical = None, None
         if size > self._warn_floor or size > self._critical_above:
             severity, typical = self._severity(size)
@@ -104,7 +104,7 @@ class KlSpike(Detector):
         jump = False
         if severity == "critical":  # the median of the last points only when it matters
             recent = list(self.ppo_kls)[-RECENT_POINTS:]
-            jump = bool(recent) and size > th["median_factor"] * median(recent)
+            jump = bool(recent) and size > thresholds["median_factor"] * median(recent)
         view.kl_spike_jump = jump  # D6 reads it later this step
         self._clip_falling = severity is not None and self._clip_falls(view)
         if self._clip_falling:
@@ -113,13 +113,13 @@ class KlSpike(Detector):
 
     def _severity(self, size: float) -> tuple[Severity | None, float | None]:
         """Severity of a per-update KL of `size` past the warn floor, and the typical one."""
-        th, history = self.thresholds, self.ppo_kls
+        thresholds, history = self.thresholds, self.ppo_kls
         if size > self._critical_above:
             return "critical", history.median() if len(history) else None
-        if not history or len(history) < th["min_history_points"]:
+        if not history or len(history) < thresholds["min_history_points"]:
             return None, None
         typical = history.median()
-        warn_at = max(th["median_factor"] * typical, self._warn_floor)
+        warn_at = max(thresholds["median_factor"] * typical, self._warn_floor)
         return ("warn" if size > warn_at else None), typical
 
     def _clip_falls(self, view: StepView) -> bool:

@@ -58,9 +58,9 @@ class LearningSignal(Detector):
         return smoothed >= reward.r_max - self.thresholds["saturated_margin"] * reward.range
 
     def _no_signal(self, view: StepView) -> Severity | None:
-        th, zero_std = self.thresholds, view.smoothed["frac_zero_std"]
-        no_groups = zero_std is not None and zero_std >= th["no_signal_groups"]
-        if not view.warm or not (no_groups or self._zero_share() >= th["zero_grad_share"]):
+        thresholds, zero_std = self.thresholds, view.smoothed["frac_zero_std"]
+        no_groups = zero_std is not None and zero_std >= thresholds["no_signal_groups"]
+        if not view.warm or not (no_groups or self._zero_share() >= thresholds["zero_grad_share"]):
             return None
         return "info" if self._saturated(view) else "warn"
 

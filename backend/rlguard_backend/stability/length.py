@@ -48,20 +48,20 @@ class LengthHacking(Detector):
         return self.truncation_history.ago(view.step, self.thresholds["rise_lookback_steps"])
 
     def _blowup(self, view: StepView) -> Severity | None:
-        th, truncated = self.thresholds, view.smoothed["response_clip_ratio"]
-        if truncated is None or self._ratio <= th["blowup_factor"] or not view.warm:
+        thresholds, truncated = self.thresholds, view.smoothed["response_clip_ratio"]
+        if truncated is None or self._ratio <= thresholds["blowup_factor"] or not view.warm:
             return None
         before = self._truncated_before(view)
-        rising = before is not None and truncated - before > th["truncation_rise"]
-        if truncated <= th["truncation"] or not rising or view.reward.improving:
+        rising = before is not None and truncated - before > thresholds["truncation_rise"]
+        if truncated <= thresholds["truncation"] or not rising or view.reward.improving:
             return None
-        severity: Severity = "critical" if truncated > th["truncation_critical"] else "warn"
+        severity: Severity = "critical" if truncated > thresholds["truncation_critical"] else "warn"
         return capped(severity, not view.reward.known)
 
     def _blowup_settled(self, view: StepView) -> bool:
-        th, truncated = self.thresholds, view.smoothed["response_clip_ratio"]
-        long = self._ratio > th["blowup_factor"] and truncated is not None
-        return not long or (truncated or 0.0) < th["truncation"]
+        thresholds, truncated = self.thresholds, view.smoothed["response_clip_ratio"]
+        long = self._ratio > thresholds["blowup_factor"] and truncated is not None
+        return not long or (truncated or 0.0) < thresholds["truncation"]
 
     def _describe_blowup(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         ratio, truncated = self._ratio, view.smoothed["response_clip_ratio"]

@@ -111,11 +111,11 @@ class NonFinite(Detector):
         return {view.sources["kl_ref_seq"]: kl}
 
     def _truncated_at_floor(self, view: StepView) -> Facts | None:
-        th = self.thresholds
+        thresholds = self.thresholds
         truncated, reward = view.finite("response_clip_ratio"), view.finite("reward_mean")
-        if truncated is None or reward is None or truncated < th["truncation_at_floor"]:
+        if truncated is None or reward is None or truncated < thresholds["truncation_at_floor"]:
             return None
-        floor = view.reward.r_min + th["floor_margin"] * view.reward.range
+        floor = view.reward.r_min + thresholds["floor_margin"] * view.reward.range
         if reward > floor:
             return None
         return {"truncated_fraction": truncated, "reward": reward, "reward_floor": floor}

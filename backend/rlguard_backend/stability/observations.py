@@ -32,7 +32,10 @@ SMOOTHED_SIGNALS = (
     "rollout_kl",
     "rollout_logprob_diff",
     "rollout_is_ess",
+    "sample_degenerate",
+    "sample_repetition",
 )
+_SMOOTHED = frozenset(SMOOTHED_SIGNALS)
 _HALF_LIFE_THRESHOLD = {"entropy": "half_life_entropy", "clipfrac": "half_life_clipfrac"}
 REWARD_WINDOW_POINTS = 50
 
@@ -277,10 +280,8 @@ class Observations:
     def _smooth(self, step: int, finite: dict[str, float]) -> None:
         """Update the EMAs and baselines of the smoothed signals present this step."""
         smoothed, baselines, ema_steps = self.view.smoothed, self.view.baselines, self._ema_steps
-        for name in SMOOTHED_SIGNALS:
-            value = finite.get(name)
-            if value is None:
-                continue
+        for name in _SMOOTHED.intersection(finite):  # each on its own: any order
+            value = finite[name]
             current = smoothed[name]
             if current is None:  # its first point (the EMA and its step are set together)
                 current = value

@@ -39,18 +39,20 @@ class RolloutMismatch(Detector):
     needs = ((set(SIGNALS), "no engine-vs-trainer statistics logged (rollout_corr/*): disabled"),)
 
     def _gap(self, view: StepView) -> Severity | None:
-        th, (kl, diff, corr, growth) = self.thresholds, self._measures(view)
+        thresholds, (kl, diff, corr, growth) = self.thresholds, self._measures(view)
         if (
-            kl >= th["kl_level_critical"]
-            or diff >= th["logprob_diff_critical"]
-            or corr < th["corr_critical"]
-            or (growth >= th["kl_growth_critical"] and kl >= th["kl_floor_critical"])
+            kl >= thresholds["kl_level_critical"]
+            or diff >= thresholds["logprob_diff_critical"]
+            or corr < thresholds["corr_critical"]
+            or (
+                growth >= thresholds["kl_growth_critical"] and kl >= thresholds["kl_floor_critical"]
+            )
         ):
             return "critical"
         warn = (
-            kl >= th["kl_level_warn"]
-            or diff >= th["logprob_diff_warn"]
-            or (growth >= th["kl_growth"] and kl >= th["kl_floor"])
+            kl >= thresholds["kl_level_warn"]
+            or diff >= thresholds["logprob_diff_warn"]
+            or (growth >= thresholds["kl_growth"] and kl >= thresholds["kl_floor"])
         )
         return "warn" if view.warm and warn else None
 
@@ -93,12 +95,12 @@ class RolloutMismatch(Detector):
         return message, {k: v for k, v in facts.items() if v is not None}
 
     def _ess(self, view: StepView) -> Severity | None:
-        ess, th = view.smoothed["rollout_is_ess"], self.thresholds
+        ess, thresholds = view.smoothed["rollout_is_ess"], self.thresholds
         if ess is None or not view.warm:
             return None
-        if ess < th["ess_critical"]:
+        if ess < thresholds["ess_critical"]:
             return "critical"
-        return "warn" if ess < th["ess_warn"] else None
+        return "warn" if ess < thresholds["ess_warn"] else None
 
     def _describe_ess(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         ess = view.smoothed["rollout_is_ess"]

@@ -56,34 +56,49 @@ NEVER = (never,)
 
 
 class RuleProgress:
-    """A rule's streaks: steps in a row it fired, and its clear rule held (each condition's
-    own streak in `calms` when it has several); `active` from the step it fires until its
-    clear rule resolves it."""
+    """A rule's streaks: steps in a row it fired, and steps in a row its clear rule held (each
+    condition's own streak in `condition_streaks` when it has several); `active` from the step
+    it fires until its clear rule resolves it."""
 
-    __slots__ = ("active", "calm", "calms", "persistence", "rule", "slot", "streak")
+    __slots__ = (
+        "active",
+        "clear_streak",
+        "condition_streaks",
+        "persistence",
+        "rule",
+        "slot",
+        "streak",
+    )
 
     def __init__(self, rule: Rule, slot: str, persistence: float) -> None:
-        self.streak, self.calm, self.active = 0, 0, False
-        self.calms = [0] * len(rule.clears) if len(rule.clears) > 1 else None
+        self.streak, self.clear_streak, self.active = 0, 0, False
+        self.condition_streaks = [0] * len(rule.clears) if len(rule.clears) > 1 else None
         # Settings: the rule, where its open alert is kept, the steps in a row it must fire.
         self.rule, self.slot, self.persistence = rule, slot, persistence
 
     def longest(self, conditions: tuple[Condition, ...], detector: Any, view: StepView) -> int:
         """Count each condition's streak at this step; the longest."""
-        calms = self.calms
-        assert calms is not None
+        condition_streaks = self.condition_streaks
+        assert condition_streaks is not None
         for index, condition in enumerate(conditions):
-            calms[index] = calms[index] + 1 if condition(detector, view) else 0
-        return max(calms)
+            condition_streaks[index] = (
+                condition_streaks[index] + 1 if condition(detector, view) else 0
+            )
+        return max(condition_streaks)
 
     def dump(self) -> list[Any]:
-        """[streak, calm, active, calms], as JSON takes it."""
-        return [self.streak, self.calm, self.active, self.calms and list(self.calms)]
+        """[streak, clear_streak, active, condition_streaks], as JSON takes it."""
+        return [
+            self.streak,
+            self.clear_streak,
+            self.active,
+            self.condition_streaks and list(self.condition_streaks),
+        ]
 
     def load(self, state: list[Any]) -> None:
         """Continue from a dump()ed state."""
-        self.streak, self.calm, self.active, calms = state
-        self.calms = calms and list(calms)
+        self.streak, self.clear_streak, self.active, condition_streaks = state
+        self.condition_streaks = condition_streaks and list(condition_streaks)
 
 
 _CONFIG_ATTRIBUTES = frozenset({"context", "thresholds", "open_keys", "progress"})
@@ -137,30 +152,32 @@ class Detector:
         a cleared one where its clear rule resolves its open alert."""
         if not self.observe(view):
             return ()
-        said: tuple[Verdict, ...] = ()  # usually nothing fires or clears
+        verdicts: tuple[Verdict, ...] = ()  # usually nothing fires or clears
         for applies, fires, clears, progress, clear_steps in self._steps:
             if applies is not None and not applies(self, view):
                 continue
             severity = fires(self, view)
             if severity is None:
                 progress.streak = 0
-                progress.calm = progress.calm + 1 if clears is None or clears(self, view) else 0
+                progress.clear_streak = (
+                    progress.clear_streak + 1 if clears is None or clears(self, view) else 0
+                )
             else:
                 progress.streak += 1
-                calm = clears is not None and clears(self, view)
-                progress.calm = progress.calm + 1 if calm else 0
+                clear_holds = clears is not None and clears(self, view)
+                progress.clear_streak = progress.clear_streak + 1 if clear_holds else 0
                 if progress.streak >= progress.persistence:
                     progress.active = True
                     if view.emits(progress.slot, severity):
-                        said = (*said, self._verdict(progress.rule, view, severity))
+                        verdicts = (*verdicts, self._verdict(progress.rule, view, severity))
                     continue
             # An active rule's alert is open (it opens on the step the rule turns active): its
             # clear rule, held clear_steps in a row, resolves it.
-            if progress.active and progress.calm >= clear_steps:
+            if progress.active and progress.clear_streak >= clear_steps:
                 progress.active = False
                 if progress.rule.key in self.open_keys:
-                    said = (*said, Verdict(progress.rule.key))
-        return said
+                    verdicts = (*verdicts, Verdict(progress.rule.key))
+        return verdicts
 
     def missing(self, seen: frozenset[str]) -> str | None:
         """Why this detector is degraded or disabled, or None when it runs fully."""

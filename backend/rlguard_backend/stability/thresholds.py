@@ -23,7 +23,7 @@ DEFAULTS: dict[str, Thresholds] = {
         "stagnant_gain": 0.1,  # x reward range
         "half_life_entropy": 3,
         "half_life_clipfrac": 3,
-        "half_life_other": 5,  # reward, Z, KL, length, truncation
+        "half_life_other": 5,  # reward, Z, KL, length, truncation, sample text
     },
     "rollout_mismatch": {
         # Growth against the run's own start: dense models sit at 1e-5..1e-3 (k3 KL of engine
@@ -156,7 +156,6 @@ DEFAULTS: dict[str, Thresholds] = {
         "units_low": 0.2,
     },
     "sample_quality": {  # docs/detectors-samples.md
-        "half_life": 5,
         "rise": 0.1,  # above the run's own start (median of its first 5 points)
         "degenerate_warn": 0.2,
         "degenerate_critical": 0.5,
