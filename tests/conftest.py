@@ -36,6 +36,11 @@ PG_ADMIN_DSN = os.environ.get(
     "RLGUARD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+# Torch (and any OpenMP library) on one thread in the test process and the processes it starts,
+# unless asked otherwise: on two cores shared with other work, two threads spin against each
+# other (three 2-step demo runs took 186 s at load 15, 19 s on one thread). The demo's training
+# pools set one thread per worker already.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _pg_admin() -> psycopg.Connection:
