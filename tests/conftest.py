@@ -8,6 +8,8 @@
 - ``app`` / ``client``: the FastAPI app on ``db_url`` and an in-process client.
 - ``server``: that app served by a real uvicorn on 127.0.0.1:0 in a thread (``.url``,
   ``.session_factory``).
+- ``demo_runs``: demo runs trained once per session, shared by the test files that read the
+  same preset and seed (``tests/demo/demo_runs.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ PG_ADMIN_DSN = os.environ.get(
     "RLGUARD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+# Torch (and any OpenMP library) on one thread in the test process and the processes it starts,
+# unless asked otherwise: on two cores shared with other work, two threads spin against each
+# other (three 2-step demo runs took 186 s at load 15, 19 s on one thread). The demo's training
+# pools set one thread per worker already.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _pg_admin() -> psycopg.Connection:
@@ -160,6 +167,15 @@ def artifacts_dir() -> Path:
     """Ignored folder for screenshots and other things a reviewer may want to look at."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def demo_runs() -> Any:
+    """The session's demo runs: each (preset, seed) trains once, however many files read it."""
+    pytest.importorskip("torch")
+    from tests.demo.demo_runs import DemoRuns
+
+    return DemoRuns()
 
 
 def new_run_id(prefix: str = "run") -> str:

@@ -1,7 +1,8 @@
 """Each preset, trained for real on CPU, shows its phenomenon in the logged metrics.
 
-All presets train once, in parallel single-threaded processes (the ``all`` path), shortened to
-120 steps; "start" is the mean of the first 10 steps and "end" the mean of the last 20.
+All presets train once on seed 0, in parallel single-threaded processes (the ``all`` path),
+shortened to 120 steps (the first 120 steps of test_demo_alerts' runs where it trains that far);
+"start" is the mean of the first 10 steps and "end" the mean of the last 20.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import pytest
 pytest.importorskip("torch")
 
 from rlguard.demo import ALL, PRESETS, TrainResult
-from rlguard.demo.parallel import train_parallel
 from rlguard.demo.presets import DETECTOR_PRESETS, RESUMED_PRESETS
 from rlguard.demo.task import VOCAB
 from rlguard_backend.stability import DEFAULTS
+from tests.demo.demo_runs import DemoRuns
 
 STEPS = 120
 VERL_KEYS = [
@@ -33,8 +34,8 @@ VERL_KEYS = [
 
 
 @pytest.fixture(scope="module")
-def runs() -> dict[str, TrainResult]:
-    return train_parallel(list(ALL), STEPS, seed=0, device="cpu", workers=2)
+def runs(demo_runs: DemoRuns) -> dict[str, TrainResult]:
+    return dict(zip(ALL, demo_runs.train([(name, STEPS, 0) for name in ALL]), strict=True))
 
 
 def _start(result: TrainResult, key: str) -> float:

@@ -10,7 +10,7 @@ import httpx
 
 from tests.conftest import RunningServer
 
-STEPS = 25
+STEPS = 10  # validates at steps 1 and 10
 
 
 def test_demo_cli_streams_preset_into_service(server: RunningServer) -> None:

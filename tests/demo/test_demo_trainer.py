@@ -28,6 +28,13 @@ def test_train_same_seed_gives_identical_metrics() -> None:
     assert _without_timing(first.history) != _without_timing(other.history)
 
 
+def test_train_longer_run_begins_with_the_shorter_run() -> None:
+    """Why the demo tests share one run per preset and seed (tests/demo/demo_runs.py); QUICK
+    validates every 2 steps, as a run does at its last step."""
+    short, longer = train(QUICK, steps=2, seed=1), train(QUICK, steps=5, seed=1)
+    assert _without_timing(longer.history[:2]) == _without_timing(short.history)
+
+
 def test_train_calls_log_once_per_step_in_order() -> None:
     calls: list[tuple[int, dict[str, float]]] = []
     result = train(QUICK, steps=3, seed=0, log=lambda metrics, step: calls.append((step, metrics)))
