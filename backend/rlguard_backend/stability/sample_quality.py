@@ -46,7 +46,7 @@ class SampleQuality(Detector):
 
     def _risen(self, view: StepView, name: str, level: str) -> bool:
         """Above ``level`` and ``rise`` above the run's own start."""
-        start, current = view.baselines[name], view.smoothed[name] or 0.0
+        start, current = view.baselines[name], _level(view, name)
         return (
             start is not None
             and current >= self.thresholds[level]
