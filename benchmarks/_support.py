@@ -37,16 +37,34 @@ def service(database_url: str, *extra_env: tuple[str, str]) -> Iterator[str]:
 @contextlib.contextmanager
 def service_process(database_url: str, *extra_env: tuple[str, str]) -> Iterator[tuple[str, int]]:
     """``rlguard server`` in a subprocess; yields its base URL and process id."""
-    env = {**os.environ, "RLGUARD_DATABASE_URL": database_url, **dict(extra_env)}
+    env = {"RLGUARD_DATABASE_URL": database_url, **dict(extra_env)}
+    with serving_process(["rlguard", "server", "--port", "0"], env) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def serving(args: list[str], env: dict[str, str] | None = None) -> Iterator[str]:
+    """``python -m ARGS`` (with ``env`` added to the environment) in a subprocess that prints
+    ``listening on URL``; yields the URL."""
+    with serving_process(args, env) as (url, _pid):
+        yield url
+
+
+@contextlib.contextmanager
+def serving_process(
+    args: list[str], env: dict[str, str] | None = None
+) -> Iterator[tuple[str, int]]:
+    """``python -m ARGS`` in a subprocess that prints ``listening on URL``; yields the URL and
+    the process id, and stops the process on exit."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "rlguard", "server", "--port", "0"],
-        env=env,
+        [sys.executable, "-m", *args],
+        env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     try:
-        url = _announced_url(process)
+        url = _announced_url(process, " ".join(args))
         # keep reading its output, or a full pipe would stall the service's logging
         threading.Thread(target=_drain, args=(process,), daemon=True).start()
         yield url, process.pid
@@ -61,7 +79,7 @@ def _drain(process: subprocess.Popen[str]) -> None:
         pass
 
 
-def _announced_url(process: subprocess.Popen[str]) -> str:
+def _announced_url(process: subprocess.Popen[str], command: str) -> str:
     assert process.stdout is not None
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -70,7 +88,7 @@ def _announced_url(process: subprocess.Popen[str]) -> str:
             return line.split("listening on ", 1)[1].split()[0]
         if not line and process.poll() is not None:
             break
-    raise RuntimeError("rlguard server did not start")
+    raise RuntimeError(f"{command} did not start")
 
 
 @contextlib.contextmanager
@@ -166,29 +184,3 @@ class Nginx:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=30)
-
-
-@contextlib.contextmanager
-def serving(args: list[str], env: dict[str, str] | None = None) -> Iterator[str]:
-    """``python -m ARGS`` (with ``env`` added to the environment) in a subprocess that prints
-    ``listening on URL``; yields the URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", *args],
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if "listening on" in line:
-                # keep draining its log, or the service blocks once the pipe is full
-                threading.Thread(target=process.stdout.read, daemon=True).start()
-                yield line.split("listening on ", 1)[1].split()[0]
-                break
-        else:
-            raise RuntimeError(f"{' '.join(args)} did not start")
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
