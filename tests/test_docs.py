@@ -229,3 +229,14 @@ def test_docs_readme_stays_a_landing_page() -> None:
     assert len(text.splitlines()) <= 350, "move the detail into docs/ and link it"
     diary = [phrase for phrase in ("this round", "was tried", "not kept") if phrase in text]
     assert diary == [], "design notes and dropped experiments go to docs/performance.md, dated"
+
+
+def _limits_table(text: str) -> str:
+    start = text.index("| what | limit (default) | setting | answer |")
+    return text[start : text.index("\n\n", start)]
+
+
+def test_docs_readme_limits_table_is_the_reliability_pages_table() -> None:
+    readme = (ROOT / "README.md").read_text()
+    reliability = (DOCS / "reliability.md").read_text()
+    assert _limits_table(readme) == _limits_table(reliability), "change both, or neither"
