@@ -139,8 +139,13 @@ DRAINS = {
     "bools and ints": [[_odd(s, {"a": s % 2 == 0, "b": s, "c": 0.5}) for s in range(300)]],
     "one key": [[_odd(s, {"loss": s / 3}) for s in range(300)]],
     "an empty step": [[_plain(0), _odd(1, {}), _plain(2)]],
-    "a dict subclass lacking a key": [[_plain(0), _odd(1, _Defaulting(_plain(1, keys=19)[2], x=1.0))]],
-    "one odd step in a long drain": [[_plain(0)], [*_LONG[:300], _odd(301, {"k0": "x"}), *_LONG[301:]]],
+    "a dict subclass lacking a key": [
+        [_plain(0), _odd(1, _Defaulting(_plain(1, keys=19)[2], x=1.0))]
+    ],
+    "one odd step in a long drain": [
+        [_plain(0)],
+        [*_LONG[:300], _odd(301, {"k0": "x"}), *_LONG[301:]],
+    ],
     "steps repeating in a long drain": [[_plain(s // 2) for s in range(600)]],
 }
 

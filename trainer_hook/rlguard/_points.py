@@ -1,10 +1,12 @@
 """What the sender does with queued ``log()`` entries: read their values into packed batches.
 
-The usual entry (a step of plain floats, the keys of the step before) costs one type check over
-its values and one array copy; a drain made only of such entries, at rising steps, is read in a
-few C-level passes over all of them and one ``struct.pack``. Anything else — numpy scalars,
-tensors (one transfer per device), non-numbers (skipped, warned about once per key), a new set
-of keys (checked once) — goes through ``_wire.convert_values``.
+A drain is read in chunks of ``CHUNK_STEPS`` entries. A chunk of the usual entries (plain
+dicts of plain numbers, one set of keys, int steps rising after the batch's last) is read in a
+few C-level passes: each step's values in one ``itemgetter`` call (the keys checked once per
+set of keys), their types in one pass, the rows packed with ``starmap``. Any other chunk goes
+entry by entry, and anything unusual in it — numpy scalars, tensors (one transfer per device),
+non-numbers (skipped, warned about once per key), a step logged again — through
+``_wire.convert_values``; both give the same points (``tests/hook/test_packed.py``).
 """
 
 from __future__ import annotations
