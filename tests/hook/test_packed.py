@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import struct
 
+import numpy as np
 import pytest
+import torch
 
 from rlguard import _packed, _wire
 from rlguard._points import PointBatcher
@@ -105,34 +107,100 @@ def _plain(step: int, keys: int = 20) -> tuple[int, float, dict]:
     return step, 1000.0 + step, {f"k{i}": step + i / 100 for i in range(keys)}
 
 
+def _odd(step: int, values: dict) -> tuple[int, float, dict]:
+    return step, 1000.0 + step, values
+
+
+class _Defaulting(dict):  # a dict subclass that answers a missing key instead of raising
+    def __missing__(self, key: str) -> float:
+        return -1.0
+
+
+_LONG = [_plain(s) for s in range(1, 700)]  # longer than a chunk the sender reads at once
 DRAINS = {
     "plain": [[_plain(s) for s in range(30)], [_plain(s) for s in range(30, 2530)]],
+    "plain from the first drain": [[_plain(s) for s in range(2530)]],
     "an int past float range": [[_plain(0)], [_plain(1), (2, 2.0, {"k0": 10**400}), _plain(3)]],
+    "an int near the float range's end": [[_plain(0), _odd(1, {"k0": 15 * 10**307})]],
     "a step logged twice": [[_plain(0)], [_plain(1), _plain(1, keys=3), _plain(2)]],
     "a step going back": [[_plain(5)], [_plain(6), _plain(4), _plain(7)]],
     "new keys": [[_plain(0)], [_plain(1), _plain(2, keys=5), _plain(3)]],
     "not a number": [[_plain(0)], [_plain(1), (2, 2.0, {"k0": "x"}), _plain(3)]],
     "a bad step": [[_plain(0)], [_plain(1), (-2, 2.0, {"k0": 1.0})]],
+    "the same keys in another order": [
+        [_plain(0), _odd(1, dict(reversed(_plain(1)[2].items()))), _plain(2)]
+    ],
+    "as many keys but one other": [[_plain(0), _odd(1, {**_plain(1)[2], "k19x": 0.5}), _plain(2)]],
+    "NaN and infinities": [[_plain(0), _odd(1, {"k0": math.nan, "k1": math.inf, "k2": -0.0})]],
+    "numpy scalars": [
+        [_plain(0), _odd(1, {"a": np.float32(0.1), "b": np.int64(7), "c": np.bool_(True)})]
+    ],
+    "torch scalars": [[_plain(0), _odd(1, {"a": torch.tensor(0.1), "b": torch.tensor(3)})]],
+    "bools and ints": [[_odd(s, {"a": s % 2 == 0, "b": s, "c": 0.5}) for s in range(300)]],
+    "one key": [[_odd(s, {"loss": s / 3}) for s in range(300)]],
+    "an empty step": [[_plain(0), _odd(1, {}), _plain(2)]],
+    "a dict subclass lacking a key": [
+        [_plain(0), _odd(1, _Defaulting(_plain(1, keys=19)[2], x=1.0))]
+    ],
+    "one odd step in a long drain": [
+        [_plain(0)],
+        [*_LONG[:300], _odd(301, {"k0": "x"}), *_LONG[301:]],
+    ],
+    "steps repeating in a long drain": [[_plain(s // 2) for s in range(600)]],
 }
+
+
+def _batches(drains: list[list[tuple[int, float, dict]]], read_at_once: bool) -> list:
+    """The batches a PointBatcher ships for ``drains`` (as rows, each value as its bits, so
+    that NaN compares and -0.0 differs from 0.0), and its counters."""
+    bodies: list[tuple[int, list]] = []
+    counters = Counters()
+
+    def deliver(_: str, points: int, body: bytes) -> None:
+        rows = [(s, t, {k: _bits(v) for k, v in values.items()}) for s, t, values in _rows(body)]
+        bodies.append((points, rows))
+
+    batcher = PointBatcher(1000, counters, Warnings(), deliver)
+    for drain in drains:
+        if read_at_once:
+            batcher.add_all(drain, {})
+        else:
+            for entry in drain:
+                batcher.add(entry)
+        batcher.ship()
+    return [*bodies, (counters.skipped, counters.dropped_steps)]
+
+
+def _bits(value: float) -> bytes:
+    return struct.pack("<d", value)
+
+
+def _stored(batches: list) -> dict[tuple[int, str], tuple[float, bytes]]:
+    """What the service keeps of these batches: each (step, key)'s last time and value."""
+    return {
+        (step, key): (when, value)
+        for _, rows in batches[:-1]
+        for step, when, values in rows
+        for key, value in values.items()
+    }
+
+
+def _careful(drains: list[list[tuple[int, float, dict]]]) -> dict[tuple[int, str], tuple]:
+    """The same, read value by value by ``_wire.convert_values``, the careful path."""
+    stored = {}
+    for drain in drains:
+        for raw_step, when, metrics in drain:
+            step = _wire.to_step(raw_step)
+            values = _wire.convert_values(metrics)[0] if step is not None else {}
+            for key, value in values.items():
+                stored[(step, key)] = (when, _bits(_wire.float_from_wire(value)))
+    return stored
 
 
 @pytest.mark.parametrize("drains", DRAINS.values(), ids=DRAINS.keys())
 def test_a_drain_read_at_once_makes_the_batches_that_entry_by_entry_makes(
     drains: list[list[tuple[int, float, dict]]],
 ) -> None:
-    def batches(read_at_once: bool) -> list[tuple[int, list]]:
-        bodies: list[tuple[int, list]] = []
-        counters = Counters()
-        batcher = PointBatcher(
-            1000, counters, Warnings(), lambda _, points, body: bodies.append((points, _rows(body)))
-        )
-        for drain in drains:
-            if read_at_once:
-                batcher.add_all(drain, {})
-            else:
-                for entry in drain:
-                    batcher.add(entry)
-            batcher.ship()
-        return [*bodies, (counters.skipped, counters.dropped_steps)]  # type: ignore[list-item]
-
-    assert batches(read_at_once=True) == batches(read_at_once=False)
+    at_once = _batches(drains, read_at_once=True)
+    assert at_once == _batches(drains, read_at_once=False)
+    assert _stored(at_once) == _careful(drains)

@@ -25,6 +25,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Iterator
+from itertools import starmap
 
 from rlguard import _wire
 
@@ -97,16 +98,18 @@ class PackedBatch:
         self.last_step = step
 
     def add_rows(
-        self, keys: tuple[str, ...], steps: list[int], times: list[float], values: Iterable[float]
+        self,
+        keys: tuple[str, ...],
+        steps: list[int],
+        times: list[float],
+        rows: list[tuple[float, ...]],
     ) -> None:
-        """Append steps that log ``keys`` in that order, rising after the batch's last step,
-        with their values row after row (else struct.error or OverflowError, and nothing is
-        appended)."""
+        """Append steps that log ``keys``, rising after the batch's last step, with each
+        step's values in the order of ``keys`` (else struct.error or OverflowError, and
+        nothing is appended)."""
         last = self.blocks[-1] if self.blocks else None
         block = last if last is not None and last.keys == keys else Block(keys)
-        packed = struct.pack(f"<{len(steps) * len(keys)}d", *values)
-        size = block.row.size
-        block.rows += [packed[start : start + size] for start in range(0, len(packed), size)]
+        block.rows += list(starmap(block.row.pack, rows))
         block.steps.extend(steps)
         block.times.extend(times)
         if block is not last:

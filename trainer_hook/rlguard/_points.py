@@ -1,10 +1,12 @@
 """What the sender does with queued ``log()`` entries: read their values into packed batches.
 
-The usual entry (a step of plain floats, the keys of the step before) costs one type check over
-its values and one array copy; a drain made only of such entries, at rising steps, is read in a
-few C-level passes over all of them and one ``struct.pack``. Anything else — numpy scalars,
-tensors (one transfer per device), non-numbers (skipped, warned about once per key), a new set
-of keys (checked once) — goes through ``_wire.convert_values``.
+A drain is read in chunks of ``CHUNK_STEPS`` entries. A chunk of the usual entries (plain
+dicts of plain numbers, one set of keys, int steps rising after the batch's last) is read in a
+few C-level passes: each step's values in one ``itemgetter`` call (the keys checked once per
+set of keys), their types in one pass, the rows packed with ``starmap``. Any other chunk goes
+entry by entry, and anything unusual in it — numpy scalars, tensors (one transfer per device),
+non-numbers (skipped, warned about once per key), a step logged again — through
+``_wire.convert_values``; both give the same points (``tests/hook/test_packed.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from rlguard._report import Counters, Warnings
 
 PLAIN_TYPES = frozenset({float, int, bool})
 _INT_ONLY = {int}
+_DICT_ONLY = {dict}
+CHUNK_STEPS = 256  # entries read together; one odd entry sends its chunk entry by entry
 _STEP, _TIME, _METRICS = (operator.itemgetter(i) for i in range(3))  # of a log() entry
 Deliver = Callable[[str, int, bytes], None]  # (batch_id, points, body)
 
@@ -39,6 +43,8 @@ class PointBatcher:
         self._deliver = deliver
         self._batch = _packed.PackedBatch()
         self._checked_keys: tuple[str, ...] = ()
+        self._reader_keys: tuple[str, ...] = ()
+        self._reader: Callable[[dict[str, Any]], tuple[Any, ...]] = tuple
 
     def __repr__(self) -> str:
         return f"PointBatcher(max_points={self.max_points}, pending={self._batch.points})"
@@ -73,9 +79,11 @@ class PointBatcher:
         """Read one drain's ``log()`` entries, and each step's sample signals (``signals``, by
         step) right after that step's entry, or at the end for steps logged before."""
         if not signals:
-            if not self._add_usual(entries):
-                for entry in entries:
-                    self.add(entry)
+            for start in range(0, len(entries), CHUNK_STEPS):
+                chunk = entries[start : start + CHUNK_STEPS]
+                if not self._add_usual(chunk):
+                    for entry in chunk:
+                        self.add(entry)
             return
         for entry in entries:
             self.add(entry)
@@ -85,34 +93,37 @@ class PointBatcher:
             self.add((step, time.time(), values))
 
     def _add_usual(self, entries: list[tuple[Any, float, dict[Any, Any]]]) -> bool:
-        """Add a drain of the usual shape (int steps rising after the batch's last, the keys
-        checked before, plain numbers) in a few C-level passes, not a call per entry; False,
-        with nothing added, for any other."""
-        keys = self._checked_keys
-        if not entries or not keys:
-            return False
+        """Add entries of the usual shape (int steps rising after the batch's last, plain dicts
+        of one set of valid keys, plain numbers) in a few C-level passes, not a call per
+        entry; False, with nothing added, for any other."""
         steps = list(map(_STEP, entries))
         dicts = list(map(_METRICS, entries))
+        keys = self._keys_of(dicts[0])
+        if keys is None:
+            return False
+        width = len(keys)
         if (
             set(map(type, steps)) != _INT_ONLY
+            or set(map(type, dicts)) != _DICT_ONLY  # a subclass may answer a missing key
             or not self._batch.last_step < steps[0]
             or steps[-1] > _wire.MAX_STEP
             or not all(map(operator.lt, steps, steps[1:]))
-            or not all(map(keys.__eq__, map(tuple, dicts)))
+            or not all(map(width.__eq__, map(len, dicts)))
         ):
             return False
-        values = list(chain.from_iterable(map(dict.values, dicts)))  # one pass over the dicts
-        if not PLAIN_TYPES.issuperset(map(type, values)):
+        try:  # each step's values in the order of ``keys``: a KeyError means other keys
+            rows = list(map(self._row_reader(keys), dicts))
+        except KeyError:
+            return False
+        if not PLAIN_TYPES.issuperset(map(type, chain.from_iterable(rows))):
             return False
         times = list(map(_TIME, entries))
-        width = len(keys)
         start = 0
         while start < len(steps):  # batches of max_points, as add() ships them
             room = max(1, -(-(self.max_points - self._batch.points) // width))
             end = start + room
-            rows = values[start * width : end * width]
             try:
-                self._batch.add_rows(keys, steps[start:end], times[start:end], rows)
+                self._batch.add_rows(keys, steps[start:end], times[start:end], rows[start:end])
             except (OverflowError, struct.error):  # an int beyond float range: add() skips it
                 for entry in entries[start:]:
                     self.add(entry)
@@ -120,6 +131,21 @@ class PointBatcher:
             self._ship_if_full()
             start = end
         return True
+
+    def _keys_of(self, metrics: dict[Any, Any]) -> tuple[str, ...] | None:
+        """The keys of ``metrics`` as the batches know them, or None when not all are valid."""
+        keys = tuple(metrics)
+        if keys == self._checked_keys:
+            return self._checked_keys
+        return keys if keys and self._keys_valid(keys) else None
+
+    def _row_reader(self, keys: tuple[str, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+        """A function giving a dict's values in the order of ``keys`` (KeyError: one lacks)."""
+        if self._reader_keys is not keys:
+            getter = operator.itemgetter(*keys)
+            self._reader = getter if len(keys) > 1 else lambda metrics: (getter(metrics),)
+            self._reader_keys = keys
+        return self._reader
 
     def _ship_if_full(self) -> None:
         if self._batch.points >= self.max_points:

@@ -64,7 +64,10 @@ def to_float(value: object) -> float | None:
     if isinstance(value, (float, bool)):  # numpy.float64 is a float subclass
         return float(value)
     if isinstance(value, int):
-        return float(value) if abs(value) < 1e308 else None
+        try:
+            return float(value)
+        except OverflowError:  # beyond the float range, as the packed path finds it
+            return None
     item = getattr(value, "item", None)
     shape = getattr(value, "shape", None)
     if callable(item) and shape in ((), None) and type(value).__module__ == "numpy":
