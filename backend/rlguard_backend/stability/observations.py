@@ -148,7 +148,7 @@ class StepView:
 
     warmup_steps: float
     reward: RewardState
-    # emits(slot, severity): whether a firing rule (its lifecycle.slot_of) makes an event this
+    # emits(slot, severity): whether a firing rule (its events.slot_of) makes an event this
     # step. When it does not, the rule would change nothing: no message or evidence is built.
     emits: Callable[[str, Severity], bool]
     # kl_ago(step, lag): the smoothed KL to the reference `lag` steps before `step` (D3, D5)

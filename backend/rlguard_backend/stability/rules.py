@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import Severity, Verdict
-from rlguard_backend.stability.lifecycle import slot_of
+from rlguard_backend.stability.events import Severity, Verdict, slot_of
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import json_safe
 from rlguard_backend.stability.thresholds import Thresholds
