@@ -200,8 +200,11 @@ class EntropyCollapse(Detector):
 
     def _rising(self, view: StepView) -> Severity | None:
         """E4 slow rise: far above its start, still climbing, and buying no reward."""
-        thresholds, rise, rho = self.thresholds, self._rise(view), view.rho
-        if not view.warm or rise is None or rho is None or rho < thresholds["rise_ratio"]:
+        thresholds, rho = self.thresholds, view.rho
+        if not view.warm or rho is None or rho < thresholds["rise_ratio"]:
+            return None
+        rise = self._rise(view)  # the history's lookup only when the cheap tests pass
+        if rise is None:
             return None
         now, before = rise
         longer = view.length_ratio is not None and view.length_ratio >= thresholds["rise_ratio"]

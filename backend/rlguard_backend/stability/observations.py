@@ -13,7 +13,7 @@ from rlguard_backend.stability.primitives import (
     Lookback,
     Series,
     Trend,
-    fit_line,
+    fit_trend,
     is_finite,
     json_safe,
     rounded,
@@ -52,10 +52,8 @@ class RewardState:
     def __init__(self, common: Thresholds, rewards: Series) -> None:
         self._rewards = rewards
         self._t_stat, self._rise_share = common["improving_t_stat"], common["improving_rise"]
-        self._stagnant_share, self._points = (
-            common["stagnant_gain"],
-            int(common["reward_trend_points"]),
-        )
+        self._stagnant_share = common["stagnant_gain"]
+        self._points = int(common["reward_trend_points"])
         self.refresh((0.0, 1.0, None), None)  # bounds' note: None when configured
 
     def refresh(self, bounds: tuple[float, float, str | None], gain: float | None) -> None:
@@ -65,31 +63,22 @@ class RewardState:
         self.range = self.r_max - self.r_min
         self._rise = self._rise_share * self.range
         steps, values, points = self._rewards.steps, self._rewards.values, self._points
-        line = self._line = fit_line(steps[-points:], values[-points:])
-        # The t-statistic (another pass) only once the rise test passes.
-        rises = line is not None and line.fitted_rise > self._rise
-        self._trend = line.trend() if line is not None and rises else None
+        trend = self.trend = fit_trend(steps[-points:], values[-points:])
         self._long_trend: Trend | None = None
         self._long_known = False
-        self.improving = self._trend is not None and self._trend.t_stat > self._t_stat
+        self.improving = (
+            trend is not None and trend.fitted_rise > self._rise and trend.t_stat > self._t_stat
+        )
         self.stagnant = (
             not self.improving and gain is not None and gain < self._stagnant_share * self.range
         )
-
-    @property
-    def trend(self) -> Trend | None:
-        """Trend over the last reward_trend_points points."""
-        if self._trend is None and self._line is not None:
-            self._trend = self._line.trend()
-        return self._trend
 
     @property
     def long_trend(self) -> Trend | None:
         """Trend over the whole reward window (E3: last 50 points); computed only when asked."""
         if not self._long_known:
             rewards = self._rewards
-            line, self._long_known = fit_line(rewards.steps, rewards.values), True
-            self._long_trend = None if line is None else line.trend()
+            self._long_trend, self._long_known = fit_trend(rewards.steps, rewards.values), True
         return self._long_trend
 
     @property

@@ -133,15 +133,12 @@ class Detector:
             if applies is not None and not applies(self, view):
                 continue
             severity = fires(self, view)
+            clear_holds = severity is None if clears is None else clears(self, view)
+            progress.clear_streak = progress.clear_streak + 1 if clear_holds else 0
             if severity is None:
                 progress.streak = 0
-                progress.clear_streak = (
-                    progress.clear_streak + 1 if clears is None or clears(self, view) else 0
-                )
             else:
                 progress.streak += 1
-                clear_holds = clears is not None and clears(self, view)
-                progress.clear_streak = progress.clear_streak + 1 if clear_holds else 0
                 if progress.streak >= progress.persistence:
                     progress.active = True
                     if view.emits(progress.slot, severity):
