@@ -5,7 +5,7 @@ from __future__ import annotations
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import median, rounded
-from rlguard_backend.stability.rules import NEVER_CLEARS, Detector, Facts, Rule
+from rlguard_backend.stability.rules import NEVER, Detector, Facts, Rule
 
 CLIP_ADVICE = [
     "Lower the learning rate.",
@@ -132,7 +132,7 @@ class ClipFraction(Detector):
             "clip_inactive",
             signals=(),
             fires=lambda d, v: "info" if d._announce else None,
-            clear_steps=NEVER_CLEARS,
+            clears=NEVER,
             enabled=lambda d: d.context.updates_per_batch == 1,
             describe=_describe_inactive,
             advice=["Use more updates per batch only if you want the clip to act."],
@@ -157,7 +157,7 @@ class ClipFraction(Detector):
             "clipfrac",
             signals=("clipfrac", "ppo_kl"),
             fires=_saturated,
-            clears=lambda d, v: (v.smoothed["clipfrac"] or 0.0) < d.thresholds["clear"],
+            clears=(lambda d, v: (v.smoothed["clipfrac"] or 0.0) < d.thresholds["clear"],),
             describe=_describe_saturated,
             advice=CLIP_ADVICE,
             applies=lambda d, v: v.finite("clipfrac") is not None,

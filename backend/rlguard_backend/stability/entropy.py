@@ -38,8 +38,6 @@ class EntropyCollapse(Detector):
         # Running sums for the least-squares fit R = b - a * exp(H) (EM's empirical law).
         self.fit_sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # n, sum x, sum y, sum xx, sum xy
         self.entropy_history = Lookback(int(self.thresholds["rise_window_steps"]))
-        # E1/E2's clear rule: steps in a row rho was above clear_ratio, or the reward improving.
-        self.recovered_streak, self.improving_streak = 0, 0
 
     needs = (
         ({"entropy"}, "no entropy logged (actor/entropy, entropy, ...): E1-E4 disabled"),
@@ -55,9 +53,6 @@ class EntropyCollapse(Detector):
         entropy, rho = view.finite("entropy"), view.rho
         if entropy is None or rho is None:
             return False
-        above = rho > self.thresholds["clear_ratio"]
-        self.recovered_streak = self.recovered_streak + 1 if above else 0
-        self.improving_streak = self.improving_streak + 1 if view.reward.improving else 0
         smoothed = view.smoothed["entropy"]
         if smoothed is not None:
             self.entropy_history.push(view.step, smoothed)
@@ -68,11 +63,6 @@ class EntropyCollapse(Detector):
                 n, sx, sy, sxx, sxy = self.fit_sums
                 self.fit_sums = [n + 1, sx + x, sy + reward, sxx + x * x, sxy + x * reward]
         return True
-
-    def _recovered(self) -> bool:
-        """Either streak held clear_steps steps in a row."""
-        longest = max(self.recovered_streak, self.improving_streak)
-        return longest >= self.thresholds["clear_steps"]
 
     def _collapse_severity(self, view: StepView) -> Severity | None:
         """E1/E2 at this step, before capping."""
@@ -236,8 +226,11 @@ class EntropyCollapse(Detector):
             signals=("entropy", "reward_mean", "frac_zero_std", "response_length"),
             fires=lambda d, v: capped(d._collapse_severity(v), not v.reward.known),
             persistence="persistence",
-            clears=lambda d, v: d._recovered(),
-            clear_steps=1,  # _recovered counts its own two streaks
+            # rho back above clear_ratio, or the reward trend improving
+            clears=(
+                lambda d, v: (v.rho or 0.0) > d.thresholds["clear_ratio"],
+                lambda d, v: v.reward.improving,
+            ),
             describe=_describe_collapse,
             advice=COLLAPSE_ADVICE,
         ),
@@ -320,7 +313,7 @@ class EntropyCovLeading(Detector):
             "entropy_cov_leading",
             signals=("cov_logp_adv", "entropy"),
             fires=_leading,
-            clears=lambda d, v: d._share < d.thresholds["clear_share"],
+            clears=(lambda d, v: d._share < d.thresholds["clear_share"],),
             describe=_describe,
             advice=[
                 "Consider Clip-Cov / KL-Cov (policy_loss.loss_mode=clip_cov|kl_cov) before "

@@ -12,7 +12,7 @@ import math
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, median, rounded
-from rlguard_backend.stability.rules import NEVER_CLEARS, Detector, Facts, Rule
+from rlguard_backend.stability.rules import NEVER, Detector, Facts, Rule
 
 UP_ADVICE = [
     "Raise the target or horizon only deliberately.",
@@ -197,7 +197,7 @@ class KlController(Detector):
             "kl_controller",
             signals=("reward_kl_coef", "reward_kl_penalty", "kl_ref_seq"),
             fires=_runaway,
-            clears=lambda d, v: d.unsaturated_streak >= d._needed,
+            clears=(lambda d, v: d.unsaturated_streak >= d._needed,),
             clear_steps=1,  # the clear rule counts N_sat steps itself
             describe=_describe_runaway,
             advice=lambda d, severity: UP_ADVICE if d.saturated_sign > 0 else DOWN_ADVICE,
@@ -207,7 +207,8 @@ class KlController(Detector):
             "kl_controller_units",
             signals=("reward_kl_penalty", "kl_ref_seq"),
             fires=_units,
-            clear_steps=NEVER_CLEARS,
+            clears=NEVER,
+            clear_steps=1,
             describe=_describe_units,
             advice=[
                 "Per-sequence KL targets (old TRL: 6 nats) need per-sequence KL; divide "

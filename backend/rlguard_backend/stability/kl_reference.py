@@ -148,8 +148,10 @@ class KlRunaway(Detector):
             "kl_runaway",
             signals=("kl_ref", "reward_mean"),
             fires=_runaway,
-            clears=lambda d, v: (
-                d._growth < d.thresholds["clear_growth"] and d._kl < d.thresholds["level_warn"]
+            clears=(
+                lambda d, v: (
+                    d._growth < d.thresholds["clear_growth"] and d._kl < d.thresholds["level_warn"]
+                ),
             ),
             describe=_describe_runaway,
             advice=RUNAWAY_ADVICE,
@@ -267,7 +269,7 @@ class KlPenalty(Detector):
             signals=("kl_ref", "kl_coef", "reward_kl_coef", "reward_mean", "entropy"),
             fires=_strong,
             persistence="persistence",
-            clears=lambda d, v: v.reward.improving,
+            clears=(lambda d, v: v.reward.improving,),
             describe=_describe_strong,
             advice=STRONG_ADVICE,
         ),
@@ -276,7 +278,7 @@ class KlPenalty(Detector):
             signals=("kl_ref", "kl_coef", "reward_kl_coef", "reward_mean"),
             fires=_binding,
             persistence="binding_persistence",
-            clears=lambda d, v: v.reward.improving,
+            clears=(lambda d, v: v.reward.improving,),
             describe=_describe_binding,
             advice=STRONG_ADVICE[3:],
         ),

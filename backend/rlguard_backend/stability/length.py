@@ -107,7 +107,7 @@ class LengthHacking(Detector):
             signals=("response_length", "response_clip_ratio", "reward_mean"),
             fires=_blowup,
             persistence="persistence",
-            clears=_blowup_settled,
+            clears=(_blowup_settled,),
             describe=_describe_blowup,
             advice=LENGTH_ADVICE,
         ),

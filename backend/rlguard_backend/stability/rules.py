@@ -36,37 +36,68 @@ class Rule:
     describe: Callable[[Any, StepView, Severity], tuple[str, Facts]]  # message, evidence
     advice: Sequence[str] | Callable[[Any, Severity], Sequence[str]]  # (detector, severity)
     persistence: str | int = 1  # steps in a row `fires` must hold: a threshold name or a count
-    # The clear rule: this condition held clear_steps steps in a row (None: `fires` does not
-    # hold); clear_steps NEVER_CLEARS: the alert stays open once raised (it fires once).
-    clears: Condition | None = None
-    clear_steps: str | float = "clear_steps"
+    # The clear rule: any of these conditions held clear_steps steps in a row (each counted on
+    # its own); none: `fires` does not hold.
+    clears: tuple[Condition, ...] = ()
+    clear_steps: str | int = "clear_steps"
     applies: Callable[[Any, StepView], bool] | None = None  # the steps it runs at (None: all)
     # Whether it can fire at all in this run (detector -> bool, asked once, from the run
     # context); a rule that cannot never runs. None: it always can.
     enabled: Callable[[Any], bool] | None = None
 
 
-NEVER_CLEARS = math.inf
+def never(detector: Any, view: StepView) -> bool:
+    """The clear condition of an alert that stays open once raised (it fires once)."""
+    return False
+
+
+NEVER = (never,)
 
 
 class RuleProgress:
-    """A rule's streaks: steps in a row it fired, and steps in a row its clear rule held;
-    `active` from the step it fires until its clear rule resolves it."""
+    """A rule's streaks: steps in a row it fired, and steps in a row its clear rule held (each
+    condition's own streak in `condition_streaks` when it has several); `active` from the step
+    it fires until its clear rule resolves it."""
 
-    __slots__ = ("active", "clear_streak", "persistence", "rule", "slot", "streak")
+    __slots__ = (
+        "active",
+        "clear_streak",
+        "condition_streaks",
+        "persistence",
+        "rule",
+        "slot",
+        "streak",
+    )
 
     def __init__(self, rule: Rule, slot: str, persistence: float) -> None:
         self.streak, self.clear_streak, self.active = 0, 0, False
+        self.condition_streaks = [0] * len(rule.clears) if len(rule.clears) > 1 else None
         # Settings: the rule, where its open alert is kept, the steps in a row it must fire.
         self.rule, self.slot, self.persistence = rule, slot, persistence
 
+    def longest(self, conditions: tuple[Condition, ...], detector: Any, view: StepView) -> int:
+        """Count each condition's streak at this step; the longest."""
+        condition_streaks = self.condition_streaks
+        assert condition_streaks is not None
+        for index, condition in enumerate(conditions):
+            condition_streaks[index] = (
+                condition_streaks[index] + 1 if condition(detector, view) else 0
+            )
+        return max(condition_streaks)
+
     def dump(self) -> list[Any]:
-        """[streak, clear_streak, active], as JSON takes it."""
-        return [self.streak, self.clear_streak, self.active]
+        """[streak, clear_streak, active, condition_streaks], as JSON takes it."""
+        return [
+            self.streak,
+            self.clear_streak,
+            self.active,
+            self.condition_streaks and list(self.condition_streaks),
+        ]
 
     def load(self, state: list[Any]) -> None:
         """Continue from a dump()ed state."""
-        self.streak, self.clear_streak, self.active = state
+        self.streak, self.clear_streak, self.active, condition_streaks = state
+        self.condition_streaks = condition_streaks and list(condition_streaks)
 
 
 _CONFIG_ATTRIBUTES = frozenset({"context", "thresholds", "open_keys", "progress"})
@@ -105,15 +136,7 @@ class Detector:
         self.start()
         # Per rule that can fire in this run, what evaluate() reads at every step.
         self._steps = [
-            (
-                rule.applies,
-                rule.fires,
-                rule.clears,
-                self.progress[rule.key],
-                self._count(rule.clear_steps),
-            )
-            for rule in self.rules
-            if rule.enabled is None or rule.enabled(self)
+            self._plan(rule) for rule in self.rules if rule.enabled is None or rule.enabled(self)
         ]
 
     def start(self) -> None:
@@ -172,7 +195,24 @@ class Detector:
             if name != "progress":
                 setattr(self, name, _load(getattr(self, name, None), value))
 
-    def _count(self, limit: str | float) -> float:
+    def _plan(self, rule: Rule) -> tuple[Any, ...]:
+        """What evaluate() reads for `rule` at every step. With several clear conditions, its
+        clear rule is "one condition held clear_steps in a row" (each counted by its
+        RuleProgress), held once; a rule that never clears has no clear condition to test."""
+        progress, clear_steps = self.progress[rule.key], self._count(rule.clear_steps)
+        clears: Condition | None = rule.clears[0] if rule.clears else None
+        if rule.clears == NEVER:
+            clears, clear_steps = None, math.inf
+        elif len(rule.clears) > 1:
+            conditions, needed = rule.clears, clear_steps
+
+            def clears(detector: Any, view: StepView) -> bool:
+                return progress.longest(conditions, detector, view) >= needed
+
+            clear_steps = 1
+        return rule.applies, rule.fires, clears, progress, clear_steps
+
+    def _count(self, limit: str | int) -> int | float:
         return self.thresholds[limit] if isinstance(limit, str) else limit
 
     def _verdict(self, rule: Rule, view: StepView, severity: Severity) -> Verdict:

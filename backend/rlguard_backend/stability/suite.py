@@ -43,9 +43,8 @@ DETECTOR_TYPES: tuple[type[Detector], ...] = (
 RULES: dict[str, Rule] = {rule.key: rule for kind in DETECTOR_TYPES for rule in kind.rules}
 # 4: one RuleProgress per rule; 5: no_learning_signal a detector of its own; 6: D9's signals;
 # 7: sample_quality; 8: D3 and D5 read one KL history (observations); 9: sample_quality's
-# text signals smoothed with the others (observations); 10: a rule has one clear condition
-# (E1/E2 count their two clear streaks themselves)
-STATE_VERSION = 10
+# text signals smoothed with the others (observations)
+STATE_VERSION = 9
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
 _FLOATS_ONLY = {float}
 
