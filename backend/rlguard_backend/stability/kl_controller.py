@@ -53,12 +53,16 @@ class KlController(Detector):
             return "fixed KL controller in run config: disabled"
         if "reward_kl_coef" not in seen:
             return "no in-reward beta logged (actor/reward_kl_penalty_coeff): disabled"
-        notes = []
+        return "; ".join(self._assumptions().values()) or None
+
+    def _assumptions(self) -> Facts:
+        """What the run config left unset, and what is used instead."""
+        facts: Facts = {}
         if self.context.kl_target is None:
-            notes.append(f"no kl_target in run config; using default {self._target}")
-        if not self._configured_rate():
-            notes.append("no sequences_per_step/kl_horizon: max rate inferred from beta")
-        return "; ".join(notes) or None
+            facts["degraded"] = f"no kl_target in run config; using default {self._target}"
+        if self._configured_rate() is None:
+            facts["assumed"] = "no sequences_per_step/kl_horizon: max rate inferred from beta"
+        return facts
 
     def observe(self, view: StepView) -> bool:
         """Replay the controller law and count saturation; False until beta is seen to adapt."""
@@ -145,11 +149,8 @@ class KlController(Detector):
             "target": self._target,
             "saturated_steps": saturated,
             "saturation_steps_needed": self._needed,
+            **self._assumptions(),
         }
-        if self.context.kl_target is None:
-            facts["degraded"] = f"no kl_target in run config; using default {self._target}"
-        if self._configured_rate() is None:
-            facts["assumed"] = "no sequences_per_step/kl_horizon: max rate inferred from beta"
         if self.saturated_sign > 0:
             message = (
                 f"beta has grown ×{factor:.3g} at the controller's maximum rate for {saturated} "

@@ -13,7 +13,7 @@ from rlguard_backend.stability.primitives import (
     Lookback,
     Series,
     Trend,
-    fit_line,
+    fit_trend,
     is_finite,
     json_safe,
     rounded,
@@ -41,52 +41,44 @@ REWARD_WINDOW_POINTS = 50
 
 
 class RewardState:
-    """Reward trend verdicts shared by D2, D3, D5, D8 (DETECTORS.md §2) at one reward point.
+    """Reward trend verdicts shared by D2, D3, D5, D8 (DETECTORS.md §2), refreshed in place at
+    each finite reward point (it reads the reward window, never changes it).
 
-    It reads the reward window's lists, never changes them, and is replaced before they change
-    again. Improving: the line through the last reward_trend_points points rises by more than
+    Improving: the line through the last reward_trend_points points rises by more than
     improving_rise x the range, with t > improving_t_stat. Stagnant: not improving, and the
     smoothed reward gained less than stagnant_gain x the range since its start.
     """
 
-    def __init__(
-        self,
-        common: Thresholds,
-        rewards: Series | None = None,  # None: no reward logged yet
-        bounds: tuple[float, float, str | None] = (0.0, 1.0, None),  # note: not configured
-        gain: float | None = None,  # R̄ - R0
-    ) -> None:
-        self.known, self.gain = rewards is not None, gain
+    def __init__(self, common: Thresholds, rewards: Series) -> None:
+        self._rewards = rewards
+        self._t_stat, self._rise_share = common["improving_t_stat"], common["improving_rise"]
+        self._stagnant_share = common["stagnant_gain"]
+        self._points = int(common["reward_trend_points"])
+        self.refresh((0.0, 1.0, None), None)  # bounds' note: None when configured
+
+    def refresh(self, bounds: tuple[float, float, str | None], gain: float | None) -> None:
+        """Judge the reward window as it is now; `gain` is R̄ - R0."""
+        self.known, self.gain = len(self._rewards) > 0, gain
         self.r_min, self.r_max, self.note = bounds
         self.range = self.r_max - self.r_min
-        self._steps = [] if rewards is None else rewards.steps
-        self._values = [] if rewards is None else rewards.values
-        self._t_stat, self._rise = common["improving_t_stat"], common["improving_rise"] * self.range
-        points = int(common["reward_trend_points"])
-        line = self._line = fit_line(self._steps[-points:], self._values[-points:])
-        # The t-statistic (another pass) only once the rise test passes.
-        rises = line is not None and line.fitted_rise > self._rise
-        self._trend = line.trend() if line is not None and rises else None
+        self._rise = self._rise_share * self.range
+        steps, values, points = self._rewards.steps, self._rewards.values, self._points
+        trend = self.trend = fit_trend(steps[-points:], values[-points:])
         self._long_trend: Trend | None = None
         self._long_known = False
-        self.improving = self._trend is not None and self._trend.t_stat > self._t_stat
-        self.stagnant = (
-            not self.improving and gain is not None and gain < common["stagnant_gain"] * self.range
+        self.improving = (
+            trend is not None and trend.fitted_rise > self._rise and trend.t_stat > self._t_stat
         )
-
-    @property
-    def trend(self) -> Trend | None:
-        """Trend over the last reward_trend_points points."""
-        if self._trend is None and self._line is not None:
-            self._trend = self._line.trend()
-        return self._trend
+        self.stagnant = (
+            not self.improving and gain is not None and gain < self._stagnant_share * self.range
+        )
 
     @property
     def long_trend(self) -> Trend | None:
         """Trend over the whole reward window (E3: last 50 points); computed only when asked."""
         if not self._long_known:
-            line, self._long_known = fit_line(self._steps, self._values), True
-            self._long_trend = None if line is None else line.trend()
+            rewards = self._rewards
+            self._long_trend, self._long_known = fit_trend(rewards.steps, rewards.values), True
         return self._long_trend
 
     @property
@@ -145,7 +137,7 @@ class StepView:
 
     warmup_steps: float
     reward: RewardState
-    # emits(slot, severity): whether a firing rule (its lifecycle.slot_of) makes an event this
+    # emits(slot, severity): whether a firing rule (its events.slot_of) makes an event this
     # step. When it does not, the rule would change nothing: no message or evidence is built.
     emits: Callable[[str, Severity], bool]
     # kl_ago(step, lag): the smoothed KL to the reference `lag` steps before `step` (D3, D5)
@@ -186,7 +178,6 @@ class Observations:
         self.reward_low: float | None = None
         self.reward_high: float | None = None
         self._context = context
-        self._common = common
         self._half_lives = {
             name: common[_HALF_LIFE_THRESHOLD.get(name, "half_life_other")]
             for name in SMOOTHED_SIGNALS
@@ -200,10 +191,9 @@ class Observations:
         self._bounds = (
             (low, high, None) if low is not None and high is not None and high > low else None
         )
-        self._no_reward = RewardState(common)
         planned = context.planned_steps or 0.0
         warmup = max(common["warmup_steps"], common["warmup_fraction"] * planned)
-        self.view = StepView(warmup, self._no_reward, emits, self.kl_history.ago)
+        self.view = StepView(warmup, RewardState(common, self.rewards), emits, self.kl_history.ago)
 
     def dump(self) -> dict[str, Any]:
         """The state, JSON-safe (an EMA of finite points can still overflow)."""
@@ -232,7 +222,7 @@ class Observations:
         self.rewards.load(state["rewards"])
         self.kl_history.load(state["kl_history"])
         self.reward_low, self.reward_high = state["reward_low"], state["reward_high"]
-        view.reward = self._reward_state()
+        self._refresh_reward()
 
     def observe(self, step: int, values: dict[str, float], sources: dict[str, str]) -> StepView:
         """Fold one step's canonical values in (taken over: the derived "kl_ref" is added) and
@@ -253,7 +243,7 @@ class Observations:
         reward = finite.get("reward_mean")
         if reward is not None:
             self._observe_reward(step, reward)
-            view.reward = self._reward_state()
+            self._refresh_reward()
         view.step = step
         view.steps_since_start = since = step - self.first_step
         view.warm = since >= view.warmup_steps
@@ -313,14 +303,14 @@ class Observations:
             return seen_low, seen_high, note
         return 0.0, 1.0, "assumed [0, 1]"
 
-    def _reward_state(self) -> RewardState:
+    def _refresh_reward(self) -> None:
         """Depends only on the reward window, bounds and the reward EMA and baseline: all three
-        change only when a finite reward arrives, so it is rebuilt only then."""
+        change only when a finite reward arrives, so it is refreshed only then."""
         if not self.rewards:
-            return self._no_reward
+            return
         smoothed, start = self.view.smoothed["reward_mean"], self.view.baselines["reward_mean"]
         gain = None if smoothed is None or start is None else smoothed - start
-        return RewardState(self._common, self.rewards, self._reward_bounds(), gain)
+        self.view.reward.refresh(self._reward_bounds(), gain)
 
 
 def _alpha(half_life_steps: float, gap: int) -> float:

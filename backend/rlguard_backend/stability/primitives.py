@@ -184,38 +184,11 @@ class Trend(NamedTuple):
 
     slope: float
     t_stat: float
-    fitted_rise: float
+    fitted_rise: float  # the line's rise over the points' span
     points: int
 
 
-class Line(NamedTuple):
-    """The sums behind an OLS line through (x, y) points, x shifted to start at 0."""
-
-    slope: float
-    x_last: float
-    sum_y: float
-    centred_sxy: float  # sum(x*y) - sum(x) * sum(y) / n
-    x_spread: float  # sum(x*x) - sum(x)**2 / n
-    ys: list[float]
-
-    @property
-    def fitted_rise(self) -> float:
-        """The line's rise over the points' span."""
-        return self.slope * self.x_last
-
-    def trend(self) -> Trend:
-        """The Trend of this line: adds the t-statistic (one more pass over the values)."""
-        slope, ys, n, sy = self.slope, self.ys, len(self.ys), self.sum_y
-        residual = max(sum(map(mul, ys, ys)) - sy * sy / n - slope * self.centred_sxy, 0.0)
-        standard_error = math.sqrt(residual / (n - 2) / self.x_spread)
-        if standard_error > 0:
-            t_stat = slope / standard_error
-        else:
-            t_stat = math.copysign(math.inf, slope) if slope else 0.0
-        return Trend(slope, t_stat, slope * self.x_last, n)
-
-
-def fit_line(steps: list[int], ys: list[float]) -> Line | None:
+def fit_trend(steps: list[int], ys: list[float]) -> Trend | None:
     """The OLS line through (step, y) points, or None with fewer than 5 points or one step."""
     n = len(ys)
     if n < 5:
@@ -227,12 +200,19 @@ def fit_line(steps: list[int], ys: list[float]) -> Line | None:
     else:
         xs = [step - origin for step in steps]
         sx, sxx = sum(xs), sum(map(mul, xs, xs))
-        x_spread = sxx - sx * sx / n
+        x_spread = sxx - sx * sx / n  # sum(x*x) - sum(x)**2 / n
     if x_spread <= 0:
         return None
     sy = sum(ys)
     centred_sxy = sum(map(mul, xs, ys)) - sx * sy / n
-    return Line(centred_sxy / x_spread, xs[-1], sy, centred_sxy, x_spread, ys)
+    slope = centred_sxy / x_spread
+    residual = max(sum(map(mul, ys, ys)) - sy * sy / n - slope * centred_sxy, 0.0)
+    standard_error = math.sqrt(residual / (n - 2) / x_spread)
+    if standard_error > 0:
+        t_stat = slope / standard_error
+    else:
+        t_stat = math.copysign(math.inf, slope) if slope else 0.0
+    return Trend(slope, t_stat, slope * xs[-1], n)
 
 
 @lru_cache(maxsize=256)

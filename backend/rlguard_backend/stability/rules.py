@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import Severity, Verdict
-from rlguard_backend.stability.lifecycle import slot_of
+from rlguard_backend.stability.events import Severity, Verdict, slot_of
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import json_safe
 from rlguard_backend.stability.thresholds import Thresholds
@@ -157,15 +156,12 @@ class Detector:
             if applies is not None and not applies(self, view):
                 continue
             severity = fires(self, view)
+            clear_holds = severity is None if clears is None else clears(self, view)
+            progress.clear_streak = progress.clear_streak + 1 if clear_holds else 0
             if severity is None:
                 progress.streak = 0
-                progress.clear_streak = (
-                    progress.clear_streak + 1 if clears is None or clears(self, view) else 0
-                )
             else:
                 progress.streak += 1
-                clear_holds = clears is not None and clears(self, view)
-                progress.clear_streak = progress.clear_streak + 1 if clear_holds else 0
                 if progress.streak >= progress.persistence:
                     progress.active = True
                     if view.emits(progress.slot, severity):

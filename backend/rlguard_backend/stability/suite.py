@@ -9,15 +9,13 @@ from typing import Any
 from rlguard_backend.signals import keys_by_signal
 from rlguard_backend.stability.clipfrac import ClipFraction
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.entropy import EntropyCollapse
-from rlguard_backend.stability.entropy_cov import EntropyCovLeading
-from rlguard_backend.stability.events import AlertEvent
+from rlguard_backend.stability.entropy import EntropyCollapse, EntropyCovLeading
+from rlguard_backend.stability.events import AlertBook, AlertEvent
 from rlguard_backend.stability.kl_controller import KlController
 from rlguard_backend.stability.kl_reference import KlPenalty, KlRunaway
 from rlguard_backend.stability.kl_spike import KlSpike
 from rlguard_backend.stability.learning_signal import LearningSignal
 from rlguard_backend.stability.length import LengthHacking
-from rlguard_backend.stability.lifecycle import AlertBook
 from rlguard_backend.stability.nonfinite import NonFinite
 from rlguard_backend.stability.observations import Observations
 from rlguard_backend.stability.primitives import restore_non_finite
