@@ -24,8 +24,11 @@ services:
 demo: setup
 	$(VENV)/bin/rlguard demo --serve --host $(HOST) --port $(PORT)
 
+# Two workers: most tests wait on a server, a browser or a subprocess as much as they compute.
+TEST_WORKERS ?= 2
+
 test: setup services
-	$(PY) -m pytest -q -p no:cacheprovider --durations=30
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -10,12 +10,17 @@
   ``.session_factory``).
 - ``demo_runs``: demo runs trained once per session, shared by the test files that read the
   same preset and seed (``tests/demo/demo_runs.py``).
+
+``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``): each test file
+is one group, so its module fixtures are built once, and the files that share ``demo_runs``
+are one group, so those runs train once.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +46,39 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 # other (three 2-step demo runs took 186 s at load 15, 19 s on one thread). The demo's training
 # pools set one thread per worker already.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+# The files that read the session's demo runs: one xdist group, so one worker trains them once.
+DEMO_RUN_FILES = frozenset(
+    {"test_demo_alerts.py", "test_demo_presets.py", "test_demo_alert_pictures.py"}
+)
+
+
+def _name_node_id_after_its_name(item: pytest.Item) -> None:
+    """schemathesis names each operation's test "test[GET /path]" but gives them all the test
+    function's node id, and xdist hands tests out by node id (33 operations would run as 1)."""
+    nodeid = f"{item.nodeid.rpartition('::')[0]}::{item.name}"
+    if hasattr(item, "_id"):  # pytest 9 keeps it structured
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(nodeid)
+    else:
+        item._nodeid = nodeid
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test file is one xdist group (the files reading ``demo_runs`` one group together),
+    unless a test names its own group."""
+    for item in items:
+        if "[" in item.name and not item.nodeid.endswith("]"):
+            _name_node_id_after_its_name(item)
+        if item.get_closest_marker("xdist_group") is None:
+            name = item.path.name
+            group = "demo_runs" if name in DEMO_RUN_FILES else str(item.path)
+            item.add_marker(pytest.mark.xdist_group(group))
+    twice = sorted(nodeid for nodeid, n in Counter(item.nodeid for item in items).items() if n > 1)
+    if twice:
+        raise pytest.UsageError(f"tests share a node id, so xdist would run them once: {twice}")
 
 
 def _pg_admin() -> psycopg.Connection:
