@@ -24,11 +24,12 @@ services:
 demo: setup
 	$(VENV)/bin/rlguard demo --serve --host $(HOST) --port $(PORT)
 
-# Two workers: most tests wait on a server, a browser or a subprocess as much as they compute.
+# Two pytest-xdist workers, a whole file to each (tests/conftest.py): one worker alone leaves much
+# of the second core idle while it waits on servers, browsers and subprocesses.
 TEST_WORKERS ?= 2
 
 test: setup services
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=30
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 lint: setup
 	$(VENV)/bin/ruff check .

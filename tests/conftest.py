@@ -11,9 +11,8 @@
 - ``demo_runs``: demo runs trained once per session, shared by the test files that read the
   same preset and seed (``tests/demo/demo_runs.py``).
 
-``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``): each test file
-is one group, so its module fixtures are built once, and the files that share ``demo_runs``
-are one group, so those runs train once.
+``make test`` runs the suite on two pytest-xdist workers, a whole file to a worker (the files
+that share ``demo_runs`` go together): see ``pytest_xdist_make_scheduler``.
 """
 
 from __future__ import annotations
@@ -48,10 +47,31 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-# The files that read the session's demo runs: one xdist group, so one worker trains them once.
+# The files that read the session's demo runs: one xdist work unit, so they train once.
 DEMO_RUN_FILES = frozenset(
     {"test_demo_alerts.py", "test_demo_presets.py", "test_demo_alert_pictures.py"}
 )
+# Folders whose files take longest (training, benchmark runs, service kills): handed out first,
+# so that no worker is left with one of them at the end while the other idles.
+LONGEST_FIRST = ("tests/demo/", "tests/benchmarks/", "tests/reliability/")
+
+
+def _work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: its file, or the demo-run files together."""
+    path = nodeid.split("::", 1)[0]
+    return "demo_runs" if path.rpartition("/")[2] in DEMO_RUN_FILES else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Whole work units to a worker, as ``--dist loadfile`` hands out whole files: module
+    fixtures are built once, and the demo runs train once."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+    return WorkUnitScheduling(config, log)
 
 
 def _name_node_id_after_its_name(item: pytest.Item) -> None:
@@ -67,18 +87,14 @@ def _name_node_id_after_its_name(item: pytest.Item) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test file is one xdist group (the files reading ``demo_runs`` one group together),
-    unless a test names its own group."""
+    """Every test a node id of its own, and the longest folders first."""
     for item in items:
         if "[" in item.name and not item.nodeid.endswith("]"):
             _name_node_id_after_its_name(item)
-        if item.get_closest_marker("xdist_group") is None:
-            name = item.path.name
-            group = "demo_runs" if name in DEMO_RUN_FILES else str(item.path)
-            item.add_marker(pytest.mark.xdist_group(group))
     twice = sorted(nodeid for nodeid, n in Counter(item.nodeid for item in items).items() if n > 1)
     if twice:
         raise pytest.UsageError(f"tests share a node id, so xdist would run them once: {twice}")
+    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))
 
 
 def _pg_admin() -> psycopg.Connection:
