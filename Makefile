@@ -24,8 +24,12 @@ services:
 demo: setup
 	$(VENV)/bin/rlguard demo --serve --host $(HOST) --port $(PORT)
 
+# Two pytest-xdist workers, a whole file to each (tests/conftest.py): one worker alone leaves much
+# of the second core idle while it waits on servers, browsers and subprocesses.
+TEST_WORKERS ?= 2
+
 test: setup services
-	$(PY) -m pytest -q -p no:cacheprovider --durations=30
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -10,12 +10,16 @@
   ``.session_factory``).
 - ``demo_runs``: demo runs trained once per session, shared by the test files that read the
   same preset and seed (``tests/demo/demo_runs.py``).
+
+``make test`` runs the suite on two pytest-xdist workers, a whole file to a worker (the files
+that share ``demo_runs`` go together): see ``pytest_xdist_make_scheduler``.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +45,56 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 # other (three 2-step demo runs took 186 s at load 15, 19 s on one thread). The demo's training
 # pools set one thread per worker already.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+# The files that read the session's demo runs: one xdist work unit, so they train once.
+DEMO_RUN_FILES = frozenset(
+    {"test_demo_alerts.py", "test_demo_presets.py", "test_demo_alert_pictures.py"}
+)
+# Folders whose files take longest (training, benchmark runs, service kills): handed out first,
+# so that no worker is left with one of them at the end while the other idles.
+LONGEST_FIRST = ("tests/demo/", "tests/benchmarks/", "tests/reliability/")
+
+
+def _work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: its file, or the demo-run files together."""
+    path = nodeid.split("::", 1)[0]
+    return "demo_runs" if path.rpartition("/")[2] in DEMO_RUN_FILES else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Whole work units to a worker, as ``--dist loadfile`` hands out whole files: module
+    fixtures are built once, and the demo runs train once."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+    return WorkUnitScheduling(config, log)
+
+
+def _name_node_id_after_its_name(item: pytest.Item) -> None:
+    """schemathesis names each operation's test "test[GET /path]" but gives them all the test
+    function's node id, and xdist hands tests out by node id (33 operations would run as 1)."""
+    nodeid = f"{item.nodeid.rpartition('::')[0]}::{item.name}"
+    if hasattr(item, "_id"):  # pytest 9 keeps it structured
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(nodeid)
+    else:
+        item._nodeid = nodeid
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test a node id of its own, and the longest folders first."""
+    for item in items:
+        if "[" in item.name and not item.nodeid.endswith("]"):
+            _name_node_id_after_its_name(item)
+    twice = sorted(nodeid for nodeid, n in Counter(item.nodeid for item in items).items() if n > 1)
+    if twice:
+        raise pytest.UsageError(f"tests share a node id, so xdist would run them once: {twice}")
+    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))
 
 
 def _pg_admin() -> psycopg.Connection:
