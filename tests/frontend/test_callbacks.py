@@ -350,12 +350,17 @@ def test_samples_follow_the_newest_step_and_show_the_selected_sample(
     assert samples.follow_steps(client, [], state, 10)[3] == 10  # not live: the step chosen
     choices = {"sort": "reward", "order": "desc", "compare_run": "", "compare_step": 10}
     data, caption, error, beside = samples.load_samples(
-        client, ids.SAMPLES_STEP, step, choices, state, None
+        client, {ids.SAMPLES_STEP}, step, choices, state, None
     )
     assert [d["index"] for d in data] == [1, 0] and caption.startswith("step 20: 2 sample")
     assert error == "" and "step 10, to compare: 3 sample(s)" in str(beside)
     with pytest.raises(PreventUpdate):  # a live tick that found nothing new
-        samples.load_samples(client, ids.SAMPLES_STEP, step, choices, state, data)
+        samples.load_samples(client, {ids.SAMPLES_STEP}, step, choices, state, data)
+    # a tick landing in the same call as a run typed in to compare: the comparison is shown
+    other = {**choices, "compare_run": "no-such-run"}
+    triggers = {ids.SAMPLES_STEP, ids.SAMPLES_COMPARE_RUN}
+    beside = samples.load_samples(client, triggers, step, other, state, data)[3]
+    assert "run no-such-run · step 10, to compare" in str(beside)
     rows, active = samples.fill_table(data)
     assert active == {"row": 0, "column": 0, "column_id": "index"} and len(rows) == 2
     detail, style = samples.show_sample(client, {"row": 1}, "kl", rows)

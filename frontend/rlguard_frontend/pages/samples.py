@@ -9,6 +9,7 @@ step shown); both can be typed in on the page too.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs
 
@@ -155,9 +156,12 @@ def follow_steps(client: ApiClient, live: list[str], state: dict[str, Any], valu
     return low, high, marks, chosen
 
 
+COMPARE_INPUTS = frozenset({ids.SAMPLES_COMPARE_RUN, ids.SAMPLES_COMPARE_STEP})
+
+
 def load_samples(
     client: ApiClient,
-    trigger: Any,
+    triggers: Set[str],
     step: Any,
     choices: dict[str, Any],
     state: dict[str, Any],
@@ -165,11 +169,12 @@ def load_samples(
 ) -> tuple:
     """(data, caption, error, beside): the samples at ``step`` and those compared with them.
 
-    ``choices``: ``sort``, ``order``, ``compare_run``, ``compare_step``; ``trigger`` is the id of
-    the input that fired. Raises ``PreventUpdate`` for a live tick that found nothing new.
+    ``choices``: ``sort``, ``order``, ``compare_run``, ``compare_step``; ``triggers``: the ids of
+    every input that fired in this call (a live tick can land in the same call as a comparison
+    typed in). Raises ``PreventUpdate`` for a live tick alone that found nothing new.
     """
     sort, order = choices["sort"], choices["order"]
-    comparing = trigger in (ids.SAMPLES_COMPARE_RUN, ids.SAMPLES_COMPARE_STEP)
+    comparing = not COMPARE_INPUTS.isdisjoint(triggers)
     try:
         data, caption = fetch(client, state, step, sort, order)
     except ApiError as exc:
@@ -232,7 +237,8 @@ def register(app: Dash, client: ApiClient) -> None:
         step: Any, sort: str, order: str, run: Any, at: Any, state: dict[str, Any], shown: Any
     ) -> tuple:
         choices = {"sort": sort, "order": order, "compare_run": run, "compare_step": at}
-        return load_samples(client, ctx.triggered_id, step, choices, state, shown)
+        triggers = {fired["prop_id"].partition(".")[0] for fired in ctx.triggered}
+        return load_samples(client, triggers, step, choices, state, shown)
 
     app.callback(
         Output(ids.SAMPLES_GRID, "data"),
