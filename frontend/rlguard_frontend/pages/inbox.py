@@ -6,6 +6,7 @@ together.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, html
@@ -71,15 +72,19 @@ def row(alert: AlertPublic) -> dict[str, Any]:
     return {"label": label, "value": alert.id}
 
 
-def show_inbox(
-    client: ApiClient, trigger: Any, severities: list[str], ticked: Any, shown: Any
-) -> tuple:
-    """(options, ticked, count, error): the open alerts, after the bulk action ``trigger`` asks.
+BULK_ACTIONS = {ids.INBOX_ACKNOWLEDGE: "acknowledge", ids.INBOX_RESOLVE: "resolve"}
 
-    ``trigger`` is the id of the input that fired (a button acts on the ticked alerts);
-    raises ``PreventUpdate`` when a tick found nothing new.
+
+def show_inbox(
+    client: ApiClient, triggers: Set[str], severities: list[str], ticked: Any, shown: Any
+) -> tuple:
+    """(options, ticked, count, error): the open alerts, after the bulk action a button asks.
+
+    ``triggers``: the ids of every input that fired in this call (a live tick can land in the
+    same call as a click; a button acts on the ticked alerts); raises ``PreventUpdate`` when a
+    tick alone found nothing new.
     """
-    action = {ids.INBOX_ACKNOWLEDGE: "acknowledge", ids.INBOX_RESOLVE: "resolve"}.get(str(trigger))
+    action = next((BULK_ACTIONS[t] for t in triggers if t in BULK_ACTIONS), None)
     try:
         if action:
             for alert_id in ticked or []:
@@ -90,7 +95,7 @@ def show_inbox(
     options = [row(alert) for alert in alerts]
     kept = [] if action else [a for a in ticked or [] if a in {o["value"] for o in options}]
     same = [o["value"] for o in options] == [o["value"] for o in shown or []]
-    if trigger == ids.TICK and same and kept == (ticked or []):
+    if set(triggers) == {ids.TICK} and same and kept == (ticked or []):
         raise PreventUpdate  # a tick that found nothing new keeps the page as it is
     return options, kept, f"{len(alerts)} open alert(s)", ""
 
@@ -113,4 +118,5 @@ def register(app: Dash, client: ApiClient) -> None:
     def serve_inbox(
         _tick: Any, severities: list[str], _ack: Any, _resolve: Any, ticked: Any, shown: Any
     ) -> tuple:
-        return show_inbox(client, ctx.triggered_id, severities, ticked, shown)
+        triggers = {fired["prop_id"].partition(".")[0] for fired in ctx.triggered}
+        return show_inbox(client, triggers, severities, ticked, shown)
