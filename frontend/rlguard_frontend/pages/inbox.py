@@ -95,7 +95,7 @@ def show_inbox(
     options = [row(alert) for alert in alerts]
     kept = [] if action else [a for a in ticked or [] if a in {o["value"] for o in options}]
     same = [o["value"] for o in options] == [o["value"] for o in shown or []]
-    if set(triggers) == {ids.TICK} and same and kept == (ticked or []):
+    if triggers == {ids.TICK} and same and kept == (ticked or []):
         raise PreventUpdate  # a tick that found nothing new keeps the page as it is
     return options, kept, f"{len(alerts)} open alert(s)", ""
 
@@ -118,5 +118,5 @@ def register(app: Dash, client: ApiClient) -> None:
     def serve_inbox(
         _tick: Any, severities: list[str], _ack: Any, _resolve: Any, ticked: Any, shown: Any
     ) -> tuple:
-        triggers = {fired["prop_id"].partition(".")[0] for fired in ctx.triggered}
+        triggers = set(ctx.triggered_prop_ids.values())
         return show_inbox(client, triggers, severities, ticked, shown)

@@ -237,7 +237,7 @@ def register(app: Dash, client: ApiClient) -> None:
         step: Any, sort: str, order: str, run: Any, at: Any, state: dict[str, Any], shown: Any
     ) -> tuple:
         choices = {"sort": sort, "order": order, "compare_run": run, "compare_step": at}
-        triggers = {fired["prop_id"].partition(".")[0] for fired in ctx.triggered}
+        triggers = set(ctx.triggered_prop_ids.values())
         return load_samples(client, triggers, step, choices, state, shown)
 
     app.callback(
