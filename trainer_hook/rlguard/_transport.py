@@ -47,6 +47,9 @@ class Transport:
         self._host = parsed.hostname or "127.0.0.1"
         self._port = parsed.port
         self._base_path = parsed.path.rstrip("/")
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        default_port = 443 if self._https else 80
+        self._host_header = host if self._port in (None, default_port) else f"{host}:{self._port}"
         self._timeout_s = timeout_s
         self._headers = {"User-Agent": "rlguard-hook", "Accept-Encoding": "identity"}
         if token:
@@ -112,15 +115,12 @@ class Transport:
     def _once(
         self, method: str, target: str, body: bytes | None, headers: dict[str, str]
     ) -> Answer:
-        connection, answers = self._connect()
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        if connection.port != connection.default_port:
-            host = f"{host}:{connection.port}"
-        head = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
+        head = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header}"]
         head += [f"{name}: {value}" for name, value in headers.items()]
         if _URL_UNSAFE.search(target) or _HEADER_UNSAFE.search("".join(head)):
             raise http.client.InvalidURL(f"a control character in the request to {target!r}")
         request = "\r\n".join([*head, "", ""]).encode("latin-1")
+        connection, answers = self._connect()
         connection.sock.sendall(request + body if body is not None else request)
         try:
             status, fields, keep_alive = _read_head(answers)
