@@ -126,6 +126,9 @@ def test_transport_reads_each_framing_and_keeps_or_reopens_the_connection(
         pytest.param(
             [(_answer("HTTP/1.1 200 OK\nContent-Length: 50\n"), True)], None, id="a short body"
         ),
+        pytest.param(
+            [(_answer("HTTP/1.1 200 OK\nContent-Length: -1\n"), True)], None, id="a negative length"
+        ),
     ],
     indirect=["served"],
 )

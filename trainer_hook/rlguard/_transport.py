@@ -226,6 +226,8 @@ def _read_chunked(answers: IO[bytes]) -> bytes:
 
 
 def _read_exactly(answers: IO[bytes], size: int) -> bytes:
+    if size < 0:
+        raise ValueError(f"a negative length {size}")
     data = answers.read(size)
     if len(data) < size:
         raise http.client.IncompleteRead(data, size - len(data))
