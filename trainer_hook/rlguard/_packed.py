@@ -22,8 +22,6 @@ from __future__ import annotations
 import json
 import math
 import struct
-import sys
-from array import array
 from collections.abc import Iterable, Iterator
 from itertools import starmap
 
@@ -32,7 +30,6 @@ from rlguard import _wire
 MAGIC = b"RLGP\x01"
 CONTENT_TYPE = "application/x-rlguard-packed"
 HEADER_LENGTH = struct.Struct("<I")
-_BIG_ENDIAN = sys.byteorder == "big"
 
 
 class Block:
@@ -44,8 +41,8 @@ class Block:
     def __init__(self, keys: tuple[str, ...]) -> None:
         self.keys = keys
         self.row = struct.Struct(f"<{len(keys)}d")
-        self.steps = array("q")
-        self.times = array("d")
+        self.steps: list[int] = []
+        self.times: list[float] = []
         self.rows: list[bytes] = []
 
     def __repr__(self) -> str:
@@ -110,8 +107,8 @@ class PackedBatch:
         last = self.blocks[-1] if self.blocks else None
         block = last if last is not None and last.keys == keys else Block(keys)
         block.rows += list(starmap(block.row.pack, rows))
-        block.steps.extend(steps)
-        block.times.extend(times)
+        block.steps += steps
+        block.times += times
         if block is not last:
             self.blocks.append(block)
         self.points += len(steps) * len(keys)
@@ -138,15 +135,12 @@ class PackedBatch:
         text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
         parts = [MAGIC, HEADER_LENGTH.pack(len(text)), text]
         for block in self.blocks:
-            parts += [_little_endian(block.steps), _little_endian(block.times), *block.rows]
+            parts += [_column("q", block.steps), _column("d", block.times), *block.rows]
         return b"".join(parts)
 
 
-def _little_endian(column: array) -> bytes:
-    if _BIG_ENDIAN:
-        column = array(column.typecode, column)
-        column.byteswap()
-    return column.tobytes()
+def _column(code: str, column: list[int] | list[float]) -> bytes:
+    return struct.pack(f"<{len(column)}{code}", *column)
 
 
 def is_packed(body: bytes) -> bool:
@@ -164,11 +158,9 @@ def decode(body: bytes) -> tuple[str, list[Block]]:
     for described in header["blocks"]:
         block = Block(tuple(described["keys"]))
         rows = described["rows"]
-        for column in (block.steps, block.times):
-            column.frombytes(body[offset : offset + 8 * rows])
-            if _BIG_ENDIAN:
-                column.byteswap()
-            offset += 8 * rows
+        block.steps = list(struct.unpack_from(f"<{rows}q", body, offset))
+        block.times = list(struct.unpack_from(f"<{rows}d", body, offset + 8 * rows))
+        offset += 16 * rows
         size = block.row.size
         block.rows = [body[offset + i * size : offset + (i + 1) * size] for i in range(rows)]
         offset += rows * size

@@ -115,7 +115,7 @@ class PointBatcher:
             rows = list(map(self._row_reader(keys), dicts))
         except KeyError:
             return False
-        if not PLAIN_TYPES.issuperset(map(type, chain.from_iterable(rows))):
+        if not _all_plain_numbers(list(map(type, chain.from_iterable(rows)))):
             return False
         times = list(map(_TIME, entries))
         start = 0
@@ -197,3 +197,9 @@ class PointBatcher:
         if values:
             floats = [_wire.float_from_wire(value) for value in values.values()]
             self._batch.add(step, when, tuple(values), floats)
+
+
+def _all_plain_numbers(types: list[type]) -> bool:
+    """True when ``types`` are all float, int or bool (floats counted first: the usual)."""
+    floats = types.count(float)
+    return floats == len(types) or floats + types.count(int) + types.count(bool) == len(types)

@@ -18,12 +18,16 @@ thread, and the system sampler's entries take the lock and a counter of their ow
 from __future__ import annotations
 
 import collections
+import itertools
+import operator
 import threading
 from typing import Any
 
 KEY_BYTES = 96  # a metric's slot in the logged dict, and its float object, roughly
 ENTRY_BYTES = 320  # the entry tuple, its step and time, and the dict's own header
 STOP = object()  # the stop sentinel: the sender finishes what was queued before it
+_METRICS = operator.itemgetter(2)  # of a log() entry
+_ENTRY_TYPES = frozenset({tuple})  # a log() entry is a tuple; markers and the stop are not
 
 
 class FlushMarker:
@@ -38,6 +42,11 @@ class FlushMarker:
 def entry_bytes(metrics: dict[Any, Any]) -> int:
     """What a ``log()`` entry of ``metrics`` is charged against the budget."""
     return ENTRY_BYTES + KEY_BYTES * len(metrics)
+
+
+def has_markers(entries: list[Any]) -> bool:
+    """True when ``entries`` hold a flush marker or the stop, not only ``log()`` entries."""
+    return not _ENTRY_TYPES.issuperset(map(type, entries))
 
 
 class LogQueue:
@@ -100,10 +109,11 @@ class LogQueue:
     def take(self) -> tuple[list[Any], list[Any]]:
         """Everything queued so far: (metric entries and markers, sample entries), oldest first."""
         metrics = self._metrics
-        entries = [metrics.popleft() for _ in range(len(metrics))]
-        logged = [item[2] for item in entries if type(item) is tuple]
+        # each popleft is atomic: what log() appends meanwhile waits for the next take
+        entries = list(map(collections.deque.popleft, itertools.repeat(metrics, len(metrics))))
+        logged = entries if not has_markers(entries) else [e for e in entries if type(e) is tuple]
         # what log() charged them, summed in C: a call per entry cost ~0.3 µs a step
-        self.taken += ENTRY_BYTES * len(logged) + KEY_BYTES * sum(map(len, logged))
+        self.taken += ENTRY_BYTES * len(logged) + KEY_BYTES * sum(map(len, map(_METRICS, logged)))
         with self._lock:
             samples, self._samples = self._samples, collections.deque()
             self.sample_bytes = 0

@@ -21,7 +21,7 @@ from typing import Any
 from rlguard import _packed, _samples
 from rlguard._config import HookConfig
 from rlguard._points import PointBatcher
-from rlguard._queue import STOP, FlushMarker, LogQueue
+from rlguard._queue import STOP, FlushMarker, LogQueue, has_markers
 from rlguard._report import Counters, DropReport, Warnings, spool_room_message
 from rlguard._sample_batches import SampleBatcher
 from rlguard._spool import POINTS, SAMPLES, Spool, SpooledBatch, kept_up_to
@@ -151,21 +151,12 @@ class Sender:
 
     def _drain(self, markers: list[FlushMarker]) -> bool:
         """Convert and ship everything queued; True when the stop sentinel was reached."""
-        stopped = False
         queued, sample_entries = self.queue.take()
         self._drops.warn_queue_full(self.cfg.max_queue_mb)
         # What the samples say about their steps goes with those steps' metrics, in one batch
         signals = self._sample_signals.read(sample_entries)
         self.counters.sample_signal_points += sum(map(len, signals.values()))
-        entries = []
-        for item in queued:
-            if type(item) is tuple:
-                entries.append(item)
-            elif item is STOP:
-                stopped = True
-                break
-            else:
-                markers.append(item)
+        entries, stopped = _entries_before_stop(queued, markers)
         self._point_batcher.add_all(entries, signals)
         self._point_batcher.ship()
         self._sample_batcher.ship(sample_entries)
@@ -377,3 +368,19 @@ class Sender:
             payload = {**self._run_payload, "resume_from_step": None, "url": self.cfg.url}
             self.spool.write_json("run.json", payload)
             self._run_json_written = True
+
+
+def _entries_before_stop(queued: list[Any], markers: list[FlushMarker]) -> tuple[list[Any], bool]:
+    """The ``log()`` entries queued before the stop sentinel, and whether it was reached; the
+    flush markers go to ``markers``."""
+    if not has_markers(queued):  # the usual drain, told in one C-level pass
+        return queued, False
+    entries = []
+    for item in queued:
+        if type(item) is tuple:
+            entries.append(item)
+        elif item is STOP:
+            return entries, True
+        else:
+            markers.append(item)
+    return entries, False
