@@ -135,6 +135,9 @@ DRAINS = {
     "numpy scalars": [
         [_plain(0), _odd(1, {"a": np.float32(0.1), "b": np.int64(7), "c": np.bool_(True)})]
     ],
+    "numpy float64s, as verl logs them": [
+        [_odd(s, {f"k{i}": np.float64(s + i / 100) for i in range(20)}) for s in range(300)]
+    ],
     "torch scalars": [[_plain(0), _odd(1, {"a": torch.tensor(0.1), "b": torch.tensor(3)})]],
     "bools and ints": [[_odd(s, {"a": s % 2 == 0, "b": s, "c": 0.5}) for s in range(300)]],
     "one key": [[_odd(s, {"loss": s / 3}) for s in range(300)]],

@@ -200,6 +200,9 @@ class PointBatcher:
 
 
 def _all_plain_numbers(types: list[type]) -> bool:
-    """True when ``types`` are all float, int or bool (floats counted first: the usual)."""
+    """True when ``types`` are all float, int or bool (floats counted first: the usual), or
+    float subclasses: verl logs ``numpy.float64`` (a float subclass, packed as its value)."""
     floats = types.count(float)
-    return floats == len(types) or floats + types.count(int) + types.count(bool) == len(types)
+    if floats == len(types) or floats + types.count(int) + types.count(bool) == len(types):
+        return True
+    return all(kind in PLAIN_TYPES or issubclass(kind, float) for kind in set(types))
