@@ -79,5 +79,22 @@ def test_config_resume_never_ignores_env_run_id() -> None:
     assert load_config(environ={"RLGUARD_RUN_ID": "fixed"}).run_id == "fixed"
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "env"),
+    [
+        ({"token": "secret\nX-Injected: 1"}, {}),
+        ({"token": "two secret words"}, {}),
+        ({}, {"RLGUARD_TOKEN": "secret\x00"}),
+    ],
+)
+def test_config_refuses_a_token_that_is_not_one_word_without_echoing_it(
+    kwargs: dict, env: dict
+) -> None:
+    with pytest.raises(rlguard.ConfigError) as info:
+        load_config(environ=env, **kwargs)
+    assert "token" in str(info.value) and "secret" not in str(info.value)
+    assert load_config(environ={"RLGUARD_TOKEN": " abc.def-123\n"}).token == "abc.def-123"
+
+
 def test_config_repr_hides_the_token() -> None:
     assert "secret" not in repr(load_config(environ={}, token="secret"))

@@ -133,6 +133,20 @@ def _parse_optional_str(key: str, raw: object) -> str | None:
     return None if raw is None or raw == "" else _parse_str(key, raw)
 
 
+def _parse_token(key: str, raw: object) -> str | None:
+    """A bearer token, refused (never echoed: it is a secret) unless it is one printable word."""
+    if raw is None or raw == "":
+        return None
+    token = raw.strip() if isinstance(raw, str) else ""
+    if not token or not token.isprintable() or any(char.isspace() for char in token):
+        raise ConfigError(
+            f"{key}: expected an API token, one word of printable characters; this one is "
+            "empty or holds a space, a line break or a control character (a file read with "
+            "its trailing newline inside the token is the usual cause)"
+        )
+    return token
+
+
 def _parse_run_id(key: str, raw: object) -> str:
     if not isinstance(raw, str) or not RUN_ID_PATTERN.match(raw):
         raise ConfigError(
@@ -218,7 +232,7 @@ _PARSERS: dict[str, Callable[[str, object], Any]] = {
     "config": _parse_config,
     "tags": _parse_tags,
     "url": _parse_url,
-    "token": _parse_optional_str,
+    "token": _parse_token,
     "resume": _parse_resume,
     "resume_from_step": _parse_number(int, 0, "a step number >= 0"),
     "spool_dir": lambda key, raw: Path(os.path.expanduser(str(raw))),
