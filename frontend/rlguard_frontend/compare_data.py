@@ -100,7 +100,8 @@ def last_value(series: SeriesData | None, smoothed: bool) -> float | None:
     if series is None:
         return None
     values = series.smoothed if smoothed and series.smoothed is not None else series.values
-    return next((v for v in reversed(traces.decode(values)) if v is not None), None)
+    decoded = (traces.decode([value])[0] for value in reversed(values))  # from the end: cheap
+    return next((v for v in decoded if v is not None), None)
 
 
 def percent_change(value: float | None, baseline: float | None) -> float | None:
@@ -120,12 +121,13 @@ def deltas(
     """The headline signals any run has, and per run each one's last value and % vs baseline."""
     signals = [s for s in HEADLINE_SIGNALS if any(s in r.series for r in runs)]
     base = next((r for r in runs if r.run.id == baseline), runs[0] if runs else None)
+    references = {s: last_value(base.series.get(s), smoothed) if base else None for s in signals}
     rows = []
     for compared in runs:
         row: dict[str, Any] = {"run": compared.run.id, "baseline": compared is base}
         for signal in signals:
             value = last_value(compared.series.get(signal), smoothed)
-            reference = last_value(base.series.get(signal), smoothed) if base else None
+            reference = references[signal]
             row[signal] = (value, None if compared is base else percent_change(value, reference))
         rows.append(row)
     return signals, rows

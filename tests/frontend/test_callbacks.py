@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,13 +90,13 @@ def test_runs_api_filters_translate_the_grids_filter_model(
 def test_compare_view_groups_bands_and_diffs_configs(client: ApiClient, sweep: list[str]) -> None:
     state = CompareState(runs=tuple(sweep), group_by=("config.optim.lr",))
     cards, deltas, config, error = compare.compare_view(client, state)
-    assert error == "" and "(baseline)" in str(deltas)
+    assert error == "" and "(baseline)" in html.unescape(str(deltas))  # Markdown, escaped
     (entropy,) = [c for c in cards if c.children[0].children == "entropy"]
     figure = entropy.children[1].figure
     means = [t for t in figure["data"] if t.get("meta", {}).get("role") == "mean"]
     assert [t["name"] for t in means] == ["optim.lr=0.001 · 2 runs", "optim.lr=0.002 · 2 runs"]
     assert [set(t["y"]) for t in means] == [{1.5}, {2.5}]
-    assert "optim.lr" in str(config) and "seed" in str(config)
+    assert "optim.lr" in html.unescape(str(config)) and "seed" in html.unescape(str(config))
 
 
 def test_compare_url_for_pushes_only_real_changes() -> None:
