@@ -19,9 +19,12 @@ from rlguard_frontend.panels import PANELS
 
 MAX_RUNS = 50
 READERS = 8  # runs whose markers are read at once
-POINTS_BUDGET = 10_000  # points per panel across its runs: 50 runs × 200, 2 runs × 2,000
+# max_points per panel across its runs (a downsampled line draws up to about half): 50 runs ×
+# 120 (~60 points each, a vertex every ~12 px of a panel, every bucket's min and max kept),
+# 12 runs × 500, 2 runs × 2,000
+POINTS_BUDGET = 6000
 MAX_POINTS = 2000
-MIN_POINTS = 200
+MIN_POINTS = 120
 # The signals whose last values the delta table compares, in this order.
 HEADLINE_SIGNALS: tuple[str, ...] = (
     "reward_mean",
