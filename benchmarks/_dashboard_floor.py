@@ -3,11 +3,12 @@
 A minimal Dash app, served as rlguard serves its dashboard (uvicorn, a2wsgi, gzip, plotly.js
 from the ``plotly`` package in the page's HTML), drawing the same amount that rlguard's page
 draws but with no API behind it: the charts page comes with its figures in the first layout
-(random walks, no markers, no tables), and the grid page is AG Grid over the runs page's own
+(random walks drawn by the compare page's own figure builder, so with its legend, hover and
+traces; no markers, no tables), and the grid page is AG Grid over the runs page's own
 columns and options, its rows served from memory by one callback. The benchmark times it in
 the same browser and run as rlguard's page, so ``rlguard − floor`` is what rlguard adds.
 
-``python -m benchmarks._dashboard_floor charts --runs 50 --panels 9 --points 200`` (or
+``python -m benchmarks._dashboard_floor charts --runs 50 --panels 9 --points 100`` (or
 ``bands --runs 5 --panels 4 --points 500``, or ``grid --runs 5000``) prints
 ``listening on URL`` and serves until stopped.
 """
@@ -22,7 +23,10 @@ import dash_ag_grid as dag
 from dash import Dash, Input, Output, dcc, html
 
 from benchmarks._support import serving
+from rlguard_backend.schemas import SeriesData
 from rlguard_frontend import plotly_bundle
+from rlguard_frontend.compare_figures import compare_figure
+from rlguard_frontend.figures import View
 from rlguard_frontend.pages.runs import GRID_OPTIONS
 from rlguard_frontend.runs_columns import DEFAULT_COLUMNS, column_defs
 from rlguard_frontend.runs_grid import count_text
@@ -39,25 +43,37 @@ def _walk(points: int, seed: int) -> list[float]:
 
 def _figure(lines: int, points: int, banded: bool, panel: int) -> dict[str, Any]:
     steps = list(range(0, points * 10, 10))
+    walks = [_walk(points, panel * 1000 + line) for line in range(lines)]
+    if not banded:  # drawn as the compare page draws its runs (legend, hover, traces)
+        runs = [(f"run {line}", _series(steps, walk), None) for line, walk in enumerate(walks)]
+        return compare_figure(f"panel {panel}", "", runs, View())
     data: list[dict[str, Any]] = []
-    for line in range(lines):
-        mean = _walk(points, panel * 1000 + line)
-        if banded:  # a filled band around the line, as the grouped view draws it
-            data.append(
-                {
-                    "type": "scatter",
-                    "x": steps + steps[::-1],
-                    "y": [v + 0.1 for v in mean] + [v - 0.1 for v in mean[::-1]],
-                    "fill": "toself",
-                    "line": {"width": 0},
-                    "meta": {"role": "band"},
-                }
-            )
-        role = "mean" if banded else "raw"
+    for mean in walks:  # a filled band around the line, as the grouped view draws it
         data.append(
-            {"type": "scatter", "mode": "lines", "x": steps, "y": mean, "meta": {"role": role}}
+            {
+                "type": "scatter",
+                "x": steps + steps[::-1],
+                "y": [v + 0.1 for v in mean] + [v - 0.1 for v in mean[::-1]],
+                "fill": "toself",
+                "line": {"width": 0},
+                "meta": {"role": "band"},
+            }
+        )
+        data.append(
+            {"type": "scatter", "mode": "lines", "x": steps, "y": mean, "meta": {"role": "mean"}}
         )
     return {"data": data, "layout": {"height": 300, "margin": {"l": 50, "r": 10, "t": 10}}}
+
+
+def _series(steps: list[int], values: list[float]) -> SeriesData:
+    return SeriesData.model_construct(
+        steps=steps,
+        values=values,
+        downsampled=False,
+        method="raw",
+        total_points=len(steps),
+        last_step=steps[-1] if steps else None,
+    )
 
 
 def charts_layout(lines: int, panels: int, points: int, banded: bool) -> html.Div:

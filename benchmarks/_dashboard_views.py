@@ -40,12 +40,14 @@ COMPARE_KEYS = (
 )
 GROUP_KEYS = ("actor/entropy", "critic/score/mean", "actor/ppo_kl", "actor/pg_clipfrac")
 BATCH_STEPS = 1000
-# Complete: every card on the compare page has its plot, each with at least %d mean/raw lines.
+# Complete: every card on the compare page has its plot, each with at least %d mean/raw lines
+# (a trace holding the lines of several runs says how many in ``meta.runs``).
 COMPARE_DRAWN_JS = """([role, lines]) => {
     const cards = document.querySelectorAll('.compare-grid .card').length;
     const plots = [...document.querySelectorAll('.compare-grid .js-plotly-plot')];
-    return cards > 0 && plots.length === cards && plots.every(p => p.data &&
-        p.data.filter(t => t.meta && t.meta.role === role && t.x.length > 0).length >= lines);
+    const count = p => p.data.filter(t => t.meta && t.meta.role === role && t.x.length > 0)
+        .reduce((sum, t) => sum + (t.meta.runs || 1), 0);
+    return cards > 0 && plots.length === cards && plots.every(p => p.data && count(p) >= lines);
 }"""
 # What a page shows when it never becomes ready: its error lines and each plot's traces.
 STATE_JS = """() => ({
@@ -239,13 +241,11 @@ def _median_renders(browser: Any, cases: dict[str, Case], samples: int) -> dict[
     }
 
 
-def compare_overlay(
-    browser: Any, base: str, run_ids: list[str], steps: int, samples: int
-) -> dict[str, Any]:
+def compare_overlay(browser: Any, base: str, run_ids: list[str], samples: int) -> dict[str, Any]:
     """The compare page over every run, over two of them, and the floor drawing as much."""
     url = f"{base}/compare?runs="
     runs = len(run_ids)
-    points = min(steps, points_per_run(runs))
+    points = _drawn_points(base, run_ids[0], points_per_run(runs))
     panels = len(_compared_panels())
     with floor_up("charts", runs, panels, points) as floor:
         drawn = _median_renders(
@@ -265,6 +265,15 @@ def compare_overlay(
         "baseline_2_runs": drawn["two"],
         "floor": floor_drawn,
     }
+
+
+def _drawn_points(base: str, run_id: str, max_points: int) -> int:
+    """The points the compare page draws of a run's line: a series downsampled to
+    ``max_points`` keeps up to two (its min and max) of each of up to ``max_points / 2 - 1``
+    buckets, so most lines have fewer."""
+    params: dict[str, str | int] = {"keys": COMPARE_KEYS[0], "max_points": max_points}
+    answer = httpx.get(f"{base}/api/v1/runs/{run_id}/series", params=params, timeout=60)
+    return len(answer.raise_for_status().json()["series"][COMPARE_KEYS[0]]["steps"])
 
 
 def _compared_panels() -> list[str]:

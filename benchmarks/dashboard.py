@@ -107,7 +107,11 @@ def series_sizes(base: str, run_id: str) -> dict[str, int]:
             ("series_panels_bytes", CANONICAL_KEYS, PANEL_MAX_POINTS),
             ("series_minis_bytes", minis, MINI_MAX_POINTS),
         ):
-            params = {"keys": ",".join(keys), "max_points": points, "include_times": "false"}
+            params: dict[str, str | int] = {
+                "keys": ",".join(keys),
+                "max_points": points,
+                "include_times": "false",
+            }
             answer = http.get(f"/api/v1/runs/{run_id}/series", params=params)
             sizes[name] = len(answer.content)
     return sizes
@@ -318,9 +322,7 @@ def main() -> None:
                     result.update(first_render(browser, base, "bench-long", sizes.samples))
                 if "compare" in parts:
                     run_ids = views.seed_compare(base, sizes)
-                    result["compare"] = views.compare_overlay(
-                        browser, base, run_ids, sizes.compare_steps, sizes.samples
-                    )
+                    result["compare"] = views.compare_overlay(browser, base, run_ids, sizes.samples)
                 if "groups" in parts:
                     run_ids = views.seed_groups(base, sizes)
                     result["groups"] = views.grouped_bands(

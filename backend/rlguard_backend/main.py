@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from rlguard_backend import __version__, migrate
-from rlguard_backend.api import alerts, groups, health, points, runs, samples, tokens
+from rlguard_backend.api import alerts, groups, health, points, runs, samples, series, tokens
 from rlguard_backend.api.bodies import exact_integer_bounds, hoist_body_definitions
 from rlguard_backend.api.deps import ACCESS
 from rlguard_backend.auth import TokenCache
@@ -40,6 +40,7 @@ ROUTERS = (
     (groups.router, True),
     (runs.projects, True),
     (points.router, True),
+    (series.router, True),
     (samples.router, True),
     (alerts.router, True),
     (tokens.router, True),

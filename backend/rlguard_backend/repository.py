@@ -346,6 +346,21 @@ def run_keys(session: Session, run_id: str) -> list[MetricKey]:
     return list(session.scalars(query))
 
 
+def first_keys(
+    session: Session, run_ids: Sequence[str], signals: Sequence[str]
+) -> dict[tuple[str, str], MetricKey]:
+    """Per (run, canonical signal), the run's first key (by name) that maps to the signal."""
+    query = (
+        select(MetricKey)
+        .where(MetricKey.run_id.in_(run_ids), MetricKey.signal.in_(signals))
+        .order_by(MetricKey.run_id, MetricKey.signal, MetricKey.name)
+    )
+    chosen: dict[tuple[str, str], MetricKey] = {}
+    for key in session.scalars(query):
+        chosen.setdefault((key.run_id, str(key.signal)), key)
+    return chosen
+
+
 def describe_keys(session: Session, run_id: str) -> list[MetricKeyPublic]:
     """Keys with point counts and step ranges, read from the coarsest rollups."""
     top = len(BUCKET_WIDTHS) - 1

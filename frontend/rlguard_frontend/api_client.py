@@ -18,6 +18,7 @@ from rlguard_backend.schemas import (
     RunFieldList,
     RunList,
     RunPublic,
+    RunSeriesList,
     SampleList,
     SampleStepList,
     SeriesResponse,
@@ -178,16 +179,25 @@ class ApiClient:
         times: bool = True,
     ) -> SeriesResponse:
         """Several keys in one request; ``times=False`` when the x axis is steps (much cheaper)."""
-        params = {
-            "keys": ",".join(keys),
-            "from_step": from_step,
-            "to_step": to_step,
-            "after_step": after_step,
-            "max_points": max_points,
-            "smoothing": smoothing or None,
-            "include_times": "true" if times else "false",
-        }
+        params = _series_params(from_step, to_step, max_points, smoothing, times)
+        params.update(keys=",".join(keys), after_step=after_step)
         return SeriesResponse.model_validate(self._get(f"/v1/runs/{run_id}/series", params))
+
+    def read_runs_series(
+        self,
+        run_ids: Sequence[str],
+        signals: Sequence[str],
+        *,
+        from_step: int | None = None,
+        to_step: int | None = None,
+        max_points: int = MAX_POINTS,
+        smoothing: float = 0.0,
+        times: bool = True,
+    ) -> RunSeriesList:
+        """Several runs in one request, each with its first key's series of each signal."""
+        params = _series_params(from_step, to_step, max_points, smoothing, times)
+        params.update(runs=",".join(run_ids), signals=",".join(signals))
+        return RunSeriesList.model_validate(self._get("/v1/series", params))
 
     def list_alerts(self, run_id: str | None = None, status: str | None = None) -> AlertList:
         """Alerts of one run or of all runs; an API without alert endpoints yields none."""
@@ -235,3 +245,16 @@ class ApiClient:
         return AlertPublic.model_validate(
             self._send("PATCH", f"/v1/alerts/{alert_id}", json=change)
         )
+
+
+def _series_params(
+    from_step: int | None, to_step: int | None, max_points: int, smoothing: float, times: bool
+) -> dict[str, Any]:
+    """The query parameters the two series reads share (``None``: left out)."""
+    return {
+        "from_step": from_step,
+        "to_step": to_step,
+        "max_points": max_points,
+        "smoothing": smoothing or None,
+        "include_times": "true" if times else "false",
+    }

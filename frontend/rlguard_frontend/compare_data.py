@@ -18,10 +18,13 @@ from rlguard_frontend.compare_figures import RunMarks
 from rlguard_frontend.panels import PANELS
 
 MAX_RUNS = 50
-READERS = 8  # runs read at once
-POINTS_BUDGET = 10_000  # points per panel across its runs: 50 runs × 200, 2 runs × 2,000
+READERS = 8  # runs whose markers are read at once
+# max_points per panel across its runs (a downsampled line draws up to about half): 50 runs ×
+# 120 (~60 points each, a vertex every ~12 px of a panel, every bucket's min and max kept),
+# 12 runs × 500, 2 runs × 2,000
+POINTS_BUDGET = 6000
 MAX_POINTS = 2000
-MIN_POINTS = 200
+MIN_POINTS = 120
 # The signals whose last values the delta table compares, in this order.
 HEADLINE_SIGNALS: tuple[str, ...] = (
     "reward_mean",
@@ -63,40 +66,36 @@ def read_runs(
     marked: Collection[str] = (),
     marked_alerts: bool = True,
 ) -> list[ComparedRun]:
-    """Each run with its canonical signals' series (``signals`` only, when given), and for the
-    ``marked`` runs their markers (and alerts, unless ``marked_alerts`` is off), read a few runs
-    at a time."""
-    wanted = set(signals or SIGNAL_UNITS) | set(HEADLINE_SIGNALS)
-    max_points = points_per_run(len(run_ids))
-
-    def read(run_id: str) -> ComparedRun:
-        run = client.get_run(run_id)
-        marks = _marks(client, run_id, marked_alerts) if run_id in marked else None
-        chosen: dict[str, str] = {}
-        for key in client.list_keys(run_id).data:
-            if key.signal in wanted and key.signal not in chosen:
-                chosen[key.signal] = key.name
-        if not chosen:
-            return ComparedRun(run, {}, marks)
-        answer = client.read_series(
-            run_id,
-            list(chosen.values()),
-            smoothing=smoothing,
-            times=times,
-            max_points=max_points,
-            **dict(span or {}),
-        )
-        return ComparedRun(run, {s: answer.series[k] for s, k in chosen.items()}, marks)
-
+    """Each run with its canonical signals' series (``signals`` only, when given), in one
+    request, and for the ``marked`` runs their markers (and alerts, unless ``marked_alerts``
+    is off), read a few runs at a time."""
     if not run_ids:
         return []
+    wanted = [s for s in SIGNAL_UNITS if s in signals] if signals else list(SIGNAL_UNITS)
+    wanted += [s for s in HEADLINE_SIGNALS if s not in wanted]
+    answer = client.read_runs_series(
+        run_ids,
+        wanted,
+        smoothing=smoothing,
+        times=times,
+        max_points=points_per_run(len(run_ids)),
+        **dict(span or {}),
+    )
+    marks = read_marks(client, [r for r in run_ids if r in marked], marked_alerts)
+    return [ComparedRun(r.run, r.series, marks.get(r.run.id)) for r in answer.data]
+
+
+def read_marks(client: ApiClient, run_ids: Sequence[str], alerts: bool) -> dict[str, RunMarks]:
+    """Each run's markers (and alerts, if asked), read a few runs at a time."""
+
+    def read(run_id: str) -> RunMarks:
+        markers = [m.model_dump() for m in client.run_markers(run_id).data]
+        return RunMarks(markers, tuple(client.list_alerts(run_id).data) if alerts else ())
+
+    if not run_ids:
+        return {}
     with ThreadPoolExecutor(min(READERS, len(run_ids)), thread_name_prefix="rlguard-cmp") as pool:
-        return list(pool.map(carry_token(read), run_ids))
-
-
-def _marks(client: ApiClient, run_id: str, alerts: bool) -> RunMarks:
-    markers = [m.model_dump() for m in client.run_markers(run_id).data]
-    return RunMarks(markers, tuple(client.list_alerts(run_id).data) if alerts else ())
+        return dict(zip(run_ids, pool.map(carry_token(read), run_ids), strict=True))
 
 
 def last_value(series: SeriesData | None, smoothed: bool) -> float | None:
@@ -104,7 +103,8 @@ def last_value(series: SeriesData | None, smoothed: bool) -> float | None:
     if series is None:
         return None
     values = series.smoothed if smoothed and series.smoothed is not None else series.values
-    return next((v for v in reversed(traces.decode(values)) if v is not None), None)
+    decoded = (traces.decode([value])[0] for value in reversed(values))  # from the end: cheap
+    return next((v for v in decoded if v is not None), None)
 
 
 def percent_change(value: float | None, baseline: float | None) -> float | None:
@@ -124,12 +124,13 @@ def deltas(
     """The headline signals any run has, and per run each one's last value and % vs baseline."""
     signals = [s for s in HEADLINE_SIGNALS if any(s in r.series for r in runs)]
     base = next((r for r in runs if r.run.id == baseline), runs[0] if runs else None)
+    references = {s: last_value(base.series.get(s), smoothed) if base else None for s in signals}
     rows = []
     for compared in runs:
         row: dict[str, Any] = {"run": compared.run.id, "baseline": compared is base}
         for signal in signals:
             value = last_value(compared.series.get(signal), smoothed)
-            reference = last_value(base.series.get(signal), smoothed) if base else None
+            reference = references[signal]
             row[signal] = (value, None if compared is base else percent_change(value, reference))
         rows.append(row)
     return signals, rows

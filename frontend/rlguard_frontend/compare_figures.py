@@ -26,6 +26,7 @@ from rlguard_frontend.figures import (
 )
 
 LEGEND_MAX_RUNS = 12
+BASELINE_WIDTH = 2.4  # the baseline's line among many runs' (theirs: 1.2)
 BAND_OPACITY = 0.2
 MARKED_SEVERITIES = ("critical", "warn")  # info alerts stay on the run page: less clutter
 
@@ -44,17 +45,24 @@ def compare_figure(
     runs: Sequence[tuple[str, SeriesData | None, float | None]],
     view: View,
     marks: Sequence[RunMarks | None] = (),
+    baseline: int = 0,
 ) -> dict[str, Any]:
     """One signal of several runs (label, series, start time) overlaid; the legend names runs.
 
     ``marks[i]`` (when given) are run ``i``'s, drawn in its colour. Past ``LEGEND_MAX_RUNS``
-    the legend and the unified hover give way to per-line hover.
+    the legend gives way to per-line hover, and the lines of one colour (all but the
+    ``baseline``-th run's, drawn thicker on top) become one trace: a browser draws 9 panels of
+    50 runs as 9 × 9 traces rather than 9 × 50.
     """
     padded = list(marks) + [None] * (len(runs) - len(marks))
-    drawn = [(run, mark) for run, mark in zip(runs, padded, strict=True) if run[1] is not None]
+    drawn = [
+        (index, run, mark)
+        for index, (run, mark) in enumerate(zip(runs, padded, strict=True))
+        if run[1] is not None
+    ]
     lines = [
         Line(key=f"{signal}:{i}", series=series, label=name, t0=t0)
-        for i, ((name, series, t0), _) in enumerate(drawn)
+        for i, (_, (name, series, t0), _) in enumerate(drawn)
         if series is not None
     ]
     few = len(lines) <= LEGEND_MAX_RUNS
@@ -62,7 +70,7 @@ def compare_figure(
     figure = panel_figure(content, view)
     colours = palette(view.theme)
     layout = figure["layout"]
-    for index, (line, (_, mark)) in enumerate(zip(lines, drawn, strict=True)):
+    for index, (line, (_, _, mark)) in enumerate(zip(lines, drawn, strict=True)):
         if mark is None:
             continue
         alerts = [a for a in mark.alerts if a.severity in MARKED_SEVERITIES]
@@ -72,7 +80,41 @@ def compare_figure(
         layout["annotations"] += notes
     if not few:
         layout["hovermode"] = "closest"
+        shown = [index for index, _, _ in drawn]
+        figure["data"] = _merged_by_colour(
+            figure["data"], f"{signal}:{shown.index(baseline)}" if baseline in shown else None
+        )
     return figure
+
+
+def _merged_by_colour(data: list[dict[str, Any]], baseline: str | None) -> list[dict[str, Any]]:
+    """The traces of each colour and role as one, its lines apart by a gap (``None``) and each
+    point's hover naming its run; the ``baseline`` line's traces stay apart, thicker, on top."""
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    own: list[dict[str, Any]] = []
+    for trace in data:
+        if trace["meta"]["key"] == baseline:
+            own.append({**trace, "line": {**trace["line"], "width": BASELINE_WIDTH}})
+            continue
+        group = (trace["line"]["color"], trace["meta"]["role"])
+        if group not in merged:
+            merged[group] = {
+                **trace,
+                "x": [],
+                "y": [],
+                "text": [],
+                "name": "",
+                "legendgroup": "",
+                "meta": {"key": "|".join(group), "role": group[1], "runs": 0},
+                "hovertemplate": f"%{{text}}: {trace['hovertemplate']}<extra></extra>",
+            }
+        into = merged[group]
+        gap = [None] if into["x"] else []
+        into["x"] += gap + trace["x"]
+        into["y"] += gap + trace["y"]
+        into["text"] += gap + [trace["name"]] * len(trace["x"])
+        into["meta"]["runs"] += 1
+    return [*merged.values(), *own]
 
 
 def band_figure(

@@ -1,13 +1,15 @@
 """The compare page's tables and names: the delta table, the config diff, legend labels.
 
-Built from what ``compare_data`` works out; plain Dash components, no callbacks.
+Built from what ``compare_data`` works out, no callbacks; the tables are Markdown (one Dash
+component each) with every name and value escaped to literal text.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from dash import html
+from dash import dcc, html
 
 from rlguard_frontend import compare_data
 
@@ -30,28 +32,33 @@ def run_labels(names: dict[str, str | None]) -> dict[str, str]:
 
 
 def delta_table(signals: list[str], rows: list[dict[str, Any]], labels: dict[str, str]) -> Any:
-    """Last values and their % difference from the baseline run, as text cells."""
+    """Last values and their % difference from the baseline run (up in green, down in orange)."""
     if not signals:
         return []
-    head = html.Tr([html.Th("run"), *(html.Th(s) for s in signals)])
     body = []
     for row in rows:
         name = labels.get(row["run"], row["run"])
-        cells = [html.Td([name, " (baseline)" if row["baseline"] else ""], title=row["run"])]
+        cells = [markdown_text(name + (" (baseline)" if row["baseline"] else ""))]
         for signal in signals:
             value, change = row[signal]
             shown = "—" if value is None else f"{value:.4g}"
             delta = "" if change is None else f" ({change:+.1f} %)"
-            cells.append(html.Td(shown + delta, className=_delta_class(change)))
-        body.append(html.Tr(cells))
-    caption = html.Caption("last values (smoothed when smoothing is on), % vs the baseline")
-    return html.Table([caption, html.Thead(head), html.Tbody(body)], className="delta-table")
+            cells.append(_delta_markup(markdown_text(shown + delta), change))
+        body.append(cells)
+    caption = "last values (smoothed when smoothing is on), % vs the baseline"
+    return html.Div(
+        [
+            html.P(caption, className="table-caption"),
+            _markdown_table(["run", *signals], body, "delta-table"),
+        ]
+    )
 
 
-def _delta_class(change: float | None) -> str:
+def _delta_markup(cell: str, change: float | None) -> str:
+    """A change of 1 % or more marked up (bold: up, italic: down; the style sheet colours them)."""
     if change is None or abs(change) < 1:
-        return "delta"
-    return "delta delta-up" if change > 0 else "delta delta-down"
+        return cell
+    return f"**{cell}**" if change > 0 else f"*{cell}*"
 
 
 def config_table(runs: list[Any]) -> Any:
@@ -59,6 +66,32 @@ def config_table(runs: list[Any]) -> Any:
     diff = compare_data.config_diff(runs)
     if not diff:
         return html.P("The configs do not differ.", className="empty")
-    head = html.Tr([html.Th("config key"), *(html.Th(r.name or r.id) for r in runs)])
-    body = [html.Tr([html.Td(key), *(html.Td(v) for v in values)]) for key, values in diff]
-    return html.Table([html.Thead(head), html.Tbody(body)], className="config-table")
+    header = ["config key", *(r.name or r.id for r in runs)]
+    body = [[markdown_text(key), *map(markdown_text, values)] for key, values in diff]
+    return _markdown_table(header, body, "config-table")
+
+
+def markdown_text(value: str) -> str:
+    """``value`` as literal text in a Markdown table cell: every ASCII punctuation character as
+    a numeric character reference, which the parser turns back into that character as text (so
+    no emphasis, link, HTML, autolink or cell break forms), and line breaks as spaces.
+
+    >>> markdown_text("<b>*a*</b> | x")
+    '&#60;b&#62;&#42;a&#42;&#60;&#47;b&#62; &#124; x'
+    """
+    return _PUNCTUATION.sub(lambda m: f"&#{ord(m[0])};", " ".join(str(value).splitlines()))
+
+
+_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")
+
+
+def _markdown_table(header: list[str], body: list[list[str]], class_name: str) -> dcc.Markdown:
+    """A table as one Markdown component: a few hundred cells as React elements of one Dash
+    component, not a Dash component each (Dash's cost per component is what a 50-run page
+    felt). Header cells are escaped here; body cells come escaped (and maybe marked up)."""
+    lines = [
+        "| " + " | ".join(markdown_text(h) for h in header) + " |",
+        "|" + " --- |" * len(header),
+        *("| " + " | ".join(cells) + " |" for cells in body),
+    ]
+    return dcc.Markdown("\n".join(lines), className=f"markdown-table {class_name}")

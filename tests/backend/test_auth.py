@@ -133,6 +133,10 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ),
         ("GET", "/api/v1/runs/{run_id}/keys"): lambda: (f"{run}/keys", None),
         ("GET", "/api/v1/runs/{run_id}/series"): lambda: (f"{run}/series", None),
+        ("GET", "/api/v1/series"): lambda: (
+            f"{API}/series?runs={ids['run_id']}&signals=entropy",
+            None,
+        ),
         ("GET", "/api/v1/runs/{run_id}/export"): lambda: (f"{run}/export", None),
         ("GET", "/api/v1/runs/{run_id}/alerts"): lambda: (f"{run}/alerts", None),
         ("POST", "/api/v1/runs/{run_id}/samples"): lambda: (
@@ -216,6 +220,28 @@ def test_auth_project_tokens_reach_only_their_project(service: Service) -> None:
         assert asked.status_code == 403 and "limited to project 'elsewhere'" in asked.text
     created = call(service, "POST", f"{API}/runs", {"id": "x-1", "project": "auth"}, token=other)
     assert created == 403
+
+
+def test_auth_reads_of_several_runs_are_refused_when_one_is_of_another_project(
+    service: Service,
+) -> None:
+    """A token limited to a project reads its runs together, and none when any asked-for run
+    is another project's (403, as that run's own reads would be)."""
+    ids = fixtures(service)
+    own, other = service.issue("read", "auth")[1], service.issue("read", "elsewhere")[1]
+    admin = {"Authorization": f"Bearer {service.tokens['admin']}"}
+    stranger = new_run_id("stranger")
+    made = httpx.post(
+        f"{service.url}{API}/runs", json={"id": stranger, "project": "elsewhere"}, headers=admin
+    )
+    assert made.status_code == 201
+    for path in ("/series?signals=entropy&runs=", "/groups?signals=entropy&runs="):
+        both = f"{API}{path}{ids['run_id']},{stranger}"
+        assert call(service, "GET", both, token=own) == 403, path
+        assert call(service, "GET", both, token=other) == 403, path
+        assert call(service, "GET", f"{API}{path}{ids['run_id']}", token=own) == 200, path
+        assert call(service, "GET", f"{API}{path}{stranger}", token=other) == 200, path
+        assert call(service, "GET", both, token=service.tokens["read"]) == 200, path
 
 
 def test_auth_alert_ids_past_the_largest_integer_are_refused_with_422(service: Service) -> None:

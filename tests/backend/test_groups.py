@@ -132,20 +132,33 @@ def test_groups_endpoint_without_by_is_one_group_and_counts_early_stops(
     assert group["signals"]["reward_mean"]["mean"] == [1.0, 1.0, 0.0, 0.0]
 
 
+MANY = ",".join(f"r{i}" for i in range(201))
+
+
 @pytest.mark.parametrize(
-    ("params", "parameter"),
+    ("path", "params", "parameter"),
     [
-        ({"runs": "", "signals": "entropy"}, "runs"),
-        ({"runs": "a", "signals": "entropyy"}, "signals"),
-        ({"runs": "a", "signals": "entropy", "by": "colour"}, "by"),
-        ({"runs": "a", "signals": "entropy", "smoothing": "1"}, "smoothing"),
-        ({"runs": "a", "signals": "entropy", "from_step": "9", "to_step": "3"}, "to_step"),
+        ("groups", {"runs": "", "signals": "entropy"}, "runs"),
+        ("groups", {"runs": "a", "signals": "entropyy"}, "signals"),
+        ("groups", {"runs": "a", "signals": "entropy", "by": "colour"}, "by"),
+        ("groups", {"runs": "a", "signals": "entropy", "smoothing": "1"}, "smoothing"),
+        (
+            "groups",
+            {"runs": "a", "signals": "entropy", "from_step": "9", "to_step": "3"},
+            "to_step",
+        ),
+        ("series", {"runs": "", "signals": "entropy"}, "runs"),
+        ("series", {"runs": "a", "signals": "colour"}, "signals"),
+        ("series", {"runs": MANY, "signals": "entropy"}, "runs"),
+        ("series", {"runs": "a", "signals": "entropy", "max_points": "2"}, "max_points"),
+        ("series", {"runs": "a", "signals": "entropy", "smoothing": "1"}, "smoothing"),
     ],
 )
-def test_groups_endpoint_bad_parameters_are_422_naming_them(
-    http: httpx.Client, params: dict[str, str], parameter: str
+def test_many_runs_endpoints_bad_parameters_are_422_naming_them(
+    http: httpx.Client, path: str, params: dict[str, str], parameter: str
 ) -> None:
-    answer = http.get("/api/v1/groups", params=params)
+    """``/groups`` and ``/series`` (several runs' series at once) word a refusal alike."""
+    answer = http.get(f"/api/v1/{path}", params=params)
     assert answer.status_code == 422, answer.text
     assert answer.json()["detail"][0]["loc"] == ["query", parameter]
 

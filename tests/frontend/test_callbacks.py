@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ from rlguard_frontend import alert_views, ids, run_callbacks, run_data, runs_gri
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.compare_figures import RunMarks, compare_figure
 from rlguard_frontend.compare_state import CompareState
-from rlguard_frontend.figures import View, merged_ranges, step_span
+from rlguard_frontend.figures import PALETTE, View, merged_ranges, step_span
 from rlguard_frontend.pages import compare, inbox, runs, samples
 from tests.conftest import RunningServer, new_run_id
 from tests.frontend.helpers import find_component, seed_run
@@ -89,13 +90,13 @@ def test_runs_api_filters_translate_the_grids_filter_model(
 def test_compare_view_groups_bands_and_diffs_configs(client: ApiClient, sweep: list[str]) -> None:
     state = CompareState(runs=tuple(sweep), group_by=("config.optim.lr",))
     cards, deltas, config, error = compare.compare_view(client, state)
-    assert error == "" and "(baseline)" in str(deltas)
+    assert error == "" and "(baseline)" in html.unescape(str(deltas))  # Markdown, escaped
     (entropy,) = [c for c in cards if c.children[0].children == "entropy"]
     figure = entropy.children[1].figure
     means = [t for t in figure["data"] if t.get("meta", {}).get("role") == "mean"]
     assert [t["name"] for t in means] == ["optim.lr=0.001 · 2 runs", "optim.lr=0.002 · 2 runs"]
     assert [set(t["y"]) for t in means] == [{1.5}, {2.5}]
-    assert "optim.lr" in str(config) and "seed" in str(config)
+    assert "optim.lr" in html.unescape(str(config)) and "seed" in html.unescape(str(config))
 
 
 def test_compare_url_for_pushes_only_real_changes() -> None:
@@ -262,6 +263,40 @@ def test_compare_figure_draws_a_runs_warn_and_critical_alerts_in_its_colour() ->
     shapes = figure["layout"]["shapes"]
     assert [s["x0"] for s in shapes] == [50]  # the info alert stays on the run page
     assert shapes[0]["line"]["color"] == figure["data"][1]["line"]["color"]
+
+
+def test_compare_figure_past_the_legend_limit_draws_one_trace_per_colour_naming_runs() -> None:
+    """20 runs: the baseline's line is a trace of its own, thicker, on top; the others' are one
+    trace per colour whose every point's hover names its run (as text, escaped)."""
+    runs = []
+    for i in range(20):
+        values = [float(i), float(i) + 0.5, float(i)]
+        series = SeriesData(
+            steps=[0, 10, 20],
+            values=values,
+            downsampled=False,
+            method="raw",
+            total_points=3,
+            last_step=20,
+        )
+        runs.append((f"<b>run {i}</b>", series, None))
+    figure = compare_figure("entropy", "nats", runs, View(), baseline=5)
+    *merged, baseline = figure["data"]
+    assert baseline["name"] == "&lt;b&gt;run 5&lt;/b&gt;" and baseline["y"] == [5.0, 5.5, 5.0]
+    assert baseline["line"]["width"] > merged[0]["line"]["width"]
+    assert len(merged) == len(PALETTE) and sum(t["meta"]["runs"] for t in merged) == 19
+    assert len({t["line"]["color"] for t in merged}) == len(PALETTE)
+    named = {}
+    for trace in merged:
+        assert "%{text}" in trace["hovertemplate"] and trace["meta"]["role"] == "raw"
+        for x, y, name in zip(trace["x"], trace["y"], trace["text"], strict=True):
+            assert (x is None) == (y is None) == (name is None)  # the gaps between runs
+            if name is not None:
+                named.setdefault(name, []).append(y)
+    assert named == {
+        f"&lt;b&gt;run {i}&lt;/b&gt;": [float(i), i + 0.5, float(i)] for i in range(20) if i != 5
+    }
+    assert figure["layout"]["showlegend"] is False and figure["layout"]["hovermode"] == "closest"
 
 
 def test_an_open_alert_shades_to_the_newest_step_and_a_resolved_one_to_its_last() -> None:

@@ -8,12 +8,12 @@ from fastapi import APIRouter, Query
 from sqlalchemy import literal, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import run_fields, sql, storage
+from rlguard_backend import repository, run_fields, sql, storage
 from rlguard_backend.api.deps import READ, DatabaseDep, IdentityDep, project_filter
 from rlguard_backend.auth import Identity
 from rlguard_backend.errors import InvalidField, run_not_found
 from rlguard_backend.groups import Points, band, bin_edges
-from rlguard_backend.models import MetricKey, Run
+from rlguard_backend.models import Run
 from rlguard_backend.schemas import ERROR_RESPONSES, BandPublic, GroupList, GroupPublic
 
 router = APIRouter(prefix="/v1/groups", tags=["runs"], responses=ERROR_RESPONSES)
@@ -27,19 +27,24 @@ _SIGNAL = "(" + "|".join(sorted(run_fields.SIGNAL_NAMES)) + ")"
 SIGNALS_PATTERN = f"^{_SIGNAL}(,{_SIGNAL})*$"
 
 
+# The query parameters of the endpoints that read several runs' signals at once.
+RunIds = Annotated[str, Query(max_length=30_000, description="comma-separated run ids")]
+Signals = Annotated[
+    str,
+    Query(
+        max_length=2000,
+        description="canonical signals: entropy,…",
+        json_schema_extra={"pattern": SIGNALS_PATTERN},
+    ),
+]
+
+
 @router.get("", response_model=GroupList, dependencies=[READ])
 async def read_groups(
     db: DatabaseDep,
     identity: IdentityDep,
-    runs: Annotated[str, Query(max_length=30_000, description="comma-separated run ids")],
-    signals: Annotated[
-        str,
-        Query(
-            max_length=2000,
-            description="canonical signals: entropy,…",
-            json_schema_extra={"pattern": SIGNALS_PATTERN},
-        ),
-    ],
+    runs: RunIds,
+    signals: Signals,
     by: Annotated[str, Query(max_length=2000, description="run fields: config.lr,…")] = "",
     smoothing: Annotated[float, Query(ge=0, lt=1)] = 0.0,
     bins: Annotated[int, Query(ge=2, le=5000)] = 500,
@@ -97,8 +102,19 @@ async def read_groups(
 
 
 def _check(run_ids: list[str], wanted: list[str], fields: list[str]) -> None:
-    limits = (("runs", run_ids, MAX_RUNS), ("signals", wanted, MAX_SIGNALS))
-    for name, given, most in (*limits, ("by", fields, MAX_GROUP_FIELDS)):
+    check_runs_and_signals(run_ids, wanted)
+    if len(fields) > MAX_GROUP_FIELDS:
+        raise InvalidField(["query", "by"], f"at most {MAX_GROUP_FIELDS} by, got {len(fields)}")
+    for field in fields:
+        try:
+            run_fields.check_field(field)
+        except ValueError as exc:
+            raise InvalidField(["query", "by"], str(exc)) from exc
+
+
+def check_runs_and_signals(run_ids: list[str], wanted: list[str]) -> None:
+    """422 naming the parameter: no run, too many runs or signals, an unknown signal."""
+    for name, given, most in (("runs", run_ids, MAX_RUNS), ("signals", wanted, MAX_SIGNALS)):
         if len(given) > most:
             raise InvalidField(["query", name], f"at most {most} {name}, got {len(given)}")
     if not run_ids:
@@ -110,11 +126,6 @@ def _check(run_ids: list[str], wanted: list[str], fields: list[str]) -> None:
             f"unknown signals {unknown}; canonical signals: "
             + ", ".join(sorted(run_fields.SIGNAL_NAMES)),
         )
-    for field in fields:
-        try:
-            run_fields.check_field(field)
-        except ValueError as exc:
-            raise InvalidField(["query", "by"], str(exc)) from exc
 
 
 def _group_keys(
@@ -145,18 +156,10 @@ def _read_points(
     hi: int | None,
 ) -> dict[str, dict[str, Points]]:
     """Per run and signal, the smoothed points of the run's first key (by name) of that signal."""
-    query = (
-        select(MetricKey.run_id, MetricKey.signal, MetricKey.id)
-        .where(MetricKey.run_id.in_(run_ids), MetricKey.signal.in_(wanted))
-        .order_by(MetricKey.run_id, MetricKey.signal, MetricKey.name)
-    )
-    chosen: dict[tuple[str, str], int] = {}
-    for run_id, signal, key_id in session.execute(query):
-        chosen.setdefault((run_id, str(signal)), key_id)
     out: dict[str, dict[str, Points]] = {r: {} for r in run_ids}
-    for (run_id, signal), key_id in chosen.items():
+    for (run_id, signal), key in repository.first_keys(session, run_ids, wanted).items():
         steps, values = storage.STORE.read_arrays(
-            session, key_id, lo or 0, 2**62 if hi is None else hi
+            session, key.id, lo or 0, 2**62 if hi is None else hi
         )
         out[run_id][signal] = Points.of(steps, values, smoothing)
     return out

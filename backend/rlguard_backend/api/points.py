@@ -135,6 +135,14 @@ def _parse_keys(keys: str | None, session: Session, run_id: str) -> list[str]:
     return [k for k in (part.strip() for part in keys.split(",")) if k]
 
 
+# The series parameters, shared with ``GET /series`` (several runs at once).
+MaxPoints = Annotated[int, Query(ge=8)]
+Smoothing = Annotated[
+    float, Query(ge=0.0, lt=1.0, description="EMA weight, TensorBoard-style; 0 is off")
+]
+IncludeTimes = Annotated[bool, Query(description="wall times for downsampled points")]
+
+
 @router.get("/series", response_model=SeriesResponse, dependencies=[READ])
 async def read_series(
     run_id: str,
@@ -144,18 +152,16 @@ async def read_series(
     from_step: Step = 0,
     to_step: Step | None = None,
     after_step: Annotated[int | None, Query(ge=-1, description="live cursor: steps > this")] = None,
-    max_points: Annotated[int, Query(ge=8)] = 2000,
-    smoothing: Annotated[
-        float, Query(ge=0.0, lt=1.0, description="EMA weight, TensorBoard-style; 0 is off")
-    ] = 0.0,
-    include_times: Annotated[bool, Query(description="wall times for downsampled points")] = False,
+    max_points: MaxPoints = 2000,
+    smoothing: Smoothing = 0.0,
+    include_times: IncludeTimes = False,
 ) -> Response:
     """Several keys in one call; more than ``max_points`` in range are min/max-bucketed.
 
     Keys the run never logged are listed in ``missing`` (a key one run of a sweep lacks is no
     reason to fail the others).
     """
-    _check_max_points(max_points, settings)
+    check_max_points(max_points, settings)
     lo = from_step if after_step is None else max(from_step, after_step + 1)
 
     def read(session: Session) -> bytes:
@@ -184,7 +190,8 @@ async def read_series(
     return Response(await db.read(read), media_type="application/json")
 
 
-def _check_max_points(max_points: int, settings: Settings) -> None:
+def check_max_points(max_points: int, settings: Settings) -> None:
+    """413 naming the fix when ``max_points`` is past the server's limit."""
     if max_points > settings.max_series_points:
         raise PayloadTooLarge(
             f"max_points={max_points} exceeds the server limit of {settings.max_series_points}; "

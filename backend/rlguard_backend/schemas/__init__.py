@@ -41,6 +41,8 @@ from rlguard_backend.schemas.runs import (
     RunRow,
     RunsArchived,
     RunsDeleted,
+    RunSeries,
+    RunSeriesList,
     RunUpdate,
     flatten_config,
 )
@@ -163,6 +165,8 @@ __all__ = [
     "RunPublic",
     "RunRewind",
     "RunRow",
+    "RunSeries",
+    "RunSeriesList",
     "RunStatus",
     "RunUpdate",
     "RunsArchived",

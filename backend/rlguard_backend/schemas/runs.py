@@ -15,6 +15,7 @@ from pydantic import (
     StringConstraints,
 )
 
+from rlguard_backend.schemas.points import SeriesData
 from rlguard_backend.schemas.wire import (
     MAX_STEP,
     BodyStep,
@@ -187,6 +188,20 @@ class GroupList(BaseModel):
     smoothing: float
     bins: int
     data: list[GroupPublic]
+    count: int
+
+
+class RunSeries(BaseModel):
+    """One run of several read at once, with the series of its first key (by name) of each
+    asked-for signal it logs."""
+
+    run: RunPublic
+    keys: dict[str, str] = Field(description="signal -> the key read for it")
+    series: dict[str, SeriesData] = Field(description="signal -> that key's series")
+
+
+class RunSeriesList(BaseModel):
+    data: list[RunSeries]
     count: int
 
 

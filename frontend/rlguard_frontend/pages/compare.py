@@ -243,12 +243,14 @@ def _overlay_cards(state: CompareState, runs: list[ComparedRun]) -> list[Any]:
     labels = run_labels({r.run.id: r.run.name for r in runs})
     view = _view(state)
     marks = [r.marks for r in runs]
+    ids_read = [r.run.id for r in runs]
+    baseline = ids_read.index(state.baseline) if state.baseline in ids_read else 0
     cards = []
     for signal, unit in _shown(state).items():
         lines = [(labels[r.run.id], r.series.get(signal), start_time(r.series)) for r in runs]
         if not any(series for _, series, _ in lines):
             continue
-        figure = compare_figure(signal, unit, lines, view, marks)
+        figure = compare_figure(signal, unit, lines, view, marks, baseline)
         cards.append(_card(signal, figure))
     return cards or [html.P("These runs share no canonical signal.", className="empty")]
 

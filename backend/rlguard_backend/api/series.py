@@ -1,0 +1,70 @@
+"""Series of several runs at once, by canonical signal: what a comparison of runs draws."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from rlguard_backend import repository, series
+from rlguard_backend.api.deps import READ, DatabaseDep, IdentityDep, SettingsDep, project_filter
+from rlguard_backend.api.groups import RunIds, Signals, check_runs_and_signals
+from rlguard_backend.api.points import IncludeTimes, MaxPoints, Smoothing, check_max_points
+from rlguard_backend.errors import run_not_found
+from rlguard_backend.models import Run
+from rlguard_backend.schemas import ERROR_RESPONSES, RunSeries, RunSeriesList, Step
+
+router = APIRouter(prefix="/v1/series", tags=["points"], responses=ERROR_RESPONSES)
+
+
+@router.get("", response_model=RunSeriesList, dependencies=[READ])
+async def read_runs_series(
+    db: DatabaseDep,
+    settings: SettingsDep,
+    identity: IdentityDep,
+    runs: RunIds,
+    signals: Signals,
+    from_step: Step = 0,
+    to_step: Step | None = None,
+    max_points: MaxPoints = 2000,
+    smoothing: Smoothing = 0.0,
+    include_times: IncludeTimes = False,
+) -> Response:
+    """Each run (in the order asked) with the series of its first key (by name) of each signal,
+    as ``GET /runs/{run_id}/series`` answers it: one request where a comparison of 50 runs
+    would otherwise take 150. 404 for an unknown run, 403 for a run of another project than a
+    project-limited token's."""
+    run_ids = list(dict.fromkeys(r for r in runs.split(",") if r))
+    wanted = list(dict.fromkeys(s for s in signals.split(",") if s))
+    check_runs_and_signals(run_ids, wanted)
+    check_max_points(max_points, settings)
+
+    def read(session: Session) -> bytes:
+        found = {run.id: run for run in session.scalars(select(Run).where(Run.id.in_(run_ids)))}
+        for run_id in run_ids:
+            if run_id not in found:
+                raise run_not_found(run_id)
+            project_filter(identity, found[run_id].project)
+        tags = repository.run_tags(session, run_ids)
+        keys = repository.first_keys(session, run_ids, wanted)
+        data = []
+        for run_id in run_ids:
+            chosen = {s: keys[(run_id, s)] for s in wanted if (run_id, s) in keys}
+            by_signal = {
+                s: series.read_series(
+                    session,
+                    key,
+                    from_step,
+                    to_step,
+                    max_points,
+                    smoothing=smoothing,
+                    include_times=include_times,
+                )
+                for s, key in chosen.items()
+            }
+            public = repository.to_public(found[run_id], tags[run_id])
+            names = {s: key.name for s, key in chosen.items()}
+            data.append(RunSeries(run=public, keys=names, series=by_signal))
+        return RunSeriesList(data=data, count=len(data)).model_dump_json().encode()
+
+    return Response(await db.read(read), media_type="application/json")
