@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from rlguard_backend import run_fields
 from tests.conftest import RunningServer, new_run_id
 
 
@@ -67,3 +68,9 @@ def test_runs_series_unknown_run_is_404_and_too_many_points_413(http: httpx.Clie
     assert answer.status_code == 404 and "no-such" in answer.json()["detail"]
     huge = {"runs": known, "signals": "entropy", "max_points": 10**9}
     assert http.get("/api/v1/series", params=huge).status_code == 413
+    # each series within the limit, but 200 runs × 24 signals × 100,000 points in all is not
+    many_runs = ",".join([known, *(f"r{i}" for i in range(199))])
+    every_signal = ",".join(sorted(run_fields.SIGNAL_NAMES)[:24])
+    wide = {"runs": many_runs, "signals": every_signal, "max_points": 100_000}
+    answer = http.get("/api/v1/series", params=wide)
+    assert answer.status_code == 413 and "fewer runs or signals" in answer.json()["detail"]
