@@ -30,8 +30,8 @@ class KlSpike(Detector):
     def start(self) -> None:
         """The windows of |ppo_kl|, grad norms and clip fractions, and the KL budget."""
         size = int(self.thresholds["history_points"])
-        self.ppo_kls = SortedWindow(size)
-        self.grads = SortedWindow(size)
+        self.ppo_kls = Window(size)  # its median is needed on large |ppo_kl| only
+        self.grads = SortedWindow(size)  # its median is needed every step
         self.clipfracs = Window(size)  # its median is needed on spikes only
         self._kappa = self.context.ppo_kl_target or self.thresholds["default_ppo_kl_target"]
         # A |ppo_kl| at or below both budgets cannot spike (the warn threshold is never below
@@ -65,7 +65,7 @@ class KlSpike(Detector):
         if self._size is not None:
             if not self._on_policy:
                 self._observe_spike(view, self._size)
-            self.ppo_kls.push(self._size)
+            self.ppo_kls.append(self._size)
         clipfrac = view.finite("clipfrac")
         if clipfrac is not None:
             self.clipfracs.append(clipfrac)
@@ -115,10 +115,10 @@ class KlSpike(Detector):
         """Severity of a per-update KL of `size` past the warn floor, and the typical one."""
         thresholds, history = self.thresholds, self.ppo_kls
         if size > self._critical_above:
-            return "critical", history.median() if len(history) else None
+            return "critical", median(history) if len(history) else None
         if not history or len(history) < thresholds["min_history_points"]:
             return None, None
-        typical = history.median()
+        typical = median(history)
         warn_at = max(thresholds["median_factor"] * typical, self._warn_floor)
         return ("warn" if size > warn_at else None), typical
 
