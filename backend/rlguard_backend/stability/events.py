@@ -56,7 +56,7 @@ class AlertBook:
     def __init__(self, update_interval_steps: float) -> None:
         self.update_interval_steps = update_interval_steps
         self.open: dict[str, dict[str, Any]] = {}
-        self.step = 0  # the step being fed (emits)
+        self.step = 0  # the step being fed (change)
         self._open_keys: dict[str, set[str]] = {}  # detector -> keys of its open alerts
 
     def open_keys(self, detector: str) -> set[str]:
@@ -77,11 +77,6 @@ class AlertBook:
         alert = self.open.get(slot_of(detector, key))
         return None if alert is None else alert["severity"]
 
-    def emits(self, slot: str, severity: str) -> bool:
-        """Whether a verdict firing at `severity` this step makes apply() emit (and change);
-        `slot` is slot_of(detector, key)."""
-        return self._change(self.open.get(slot), severity) is not None
-
     def apply(self, detector: str, verdict: Verdict, secondary: bool) -> AlertEvent | None:
         """The event this verdict causes at `self.step`, if any."""
         slot = slot_of(detector, verdict.key)
@@ -92,7 +87,7 @@ class AlertBook:
             del self.open[slot]
             self.open_keys(detector).discard(verdict.key)
             return self._event(detector, verdict, alert, "resolve", secondary)
-        action = self._change(alert, verdict.severity)
+        action = self.change(slot, verdict.severity)
         if action is None:
             return None
         if alert is None:
@@ -103,8 +98,10 @@ class AlertBook:
         alert["emitted_step"] = self.step
         return self._event(detector, verdict, alert, action, secondary)
 
-    def _change(self, alert: dict[str, Any] | None, severity: str) -> Action | None:
-        """What a verdict firing at `severity` does to the open `alert` (None: nothing)."""
+    def change(self, slot: str, severity: str) -> Action | None:
+        """What a verdict firing at `severity` this step does to the alert kept at `slot`
+        (slot_of(detector, key)): the action apply() emits, or None (nothing changes)."""
+        alert = self.open.get(slot)
         if alert is None:
             return "open"
         if SEVERITY_RANK[severity] > SEVERITY_RANK[alert["severity"]]:

@@ -30,12 +30,12 @@ class KlSpike(Detector):
     def start(self) -> None:
         """The windows of |ppo_kl|, grad norms and clip fractions, and the KL budget."""
         size = int(self.thresholds["history_points"])
-        self.ppo_kls = SortedWindow(size)
-        self.grads = SortedWindow(size)
+        self.ppo_kls = Window(size)  # its median is needed on large |ppo_kl| only
+        self.grads = SortedWindow(size)  # its median is needed every step
         self.clipfracs = Window(size)  # its median is needed on spikes only
         self._kappa = self.context.ppo_kl_target or self.thresholds["default_ppo_kl_target"]
         # A |ppo_kl| at or below both budgets cannot spike (the warn threshold is never below
-        # budget_warn x kappa): the usual step needs no median.
+        # budget_warn x kappa): the usual step needs no median (observe stops there).
         self._warn_floor = self.thresholds["budget_warn"] * self._kappa
         self._critical_above = self.thresholds["budget_critical"] * self._kappa
         self._on_policy = self.context.updates_per_batch == 1
@@ -61,11 +61,12 @@ class KlSpike(Detector):
         self._observe_grad(view.step, view.finite("grad_norm"))
         self._spike = None
         ppo_kl = view.finite("ppo_kl")
-        self._size = None if ppo_kl is None else abs(ppo_kl)
-        if self._size is not None:
-            if not self._on_policy:
-                self._observe_spike(view, self._size)
-            self.ppo_kls.push(self._size)
+        size = self._size = None if ppo_kl is None else abs(ppo_kl)
+        if size is not None:
+            # Below both budgets no update can spike: the usual step stops here.
+            if not self._on_policy and (size > self._warn_floor or size > self._critical_above):
+                self._observe_spike(view, size)
+            self.ppo_kls.append(size)
         clipfrac = view.finite("clipfrac")
         if clipfrac is not None:
             self.clipfracs.append(clipfrac)
@@ -96,9 +97,7 @@ class KlSpike(Detector):
 
     def _observe_spike(self, view: StepView, size: float) -> None:
         thresholds = self.thresholds
-        severity, typical = None, None
-        if size > self._warn_floor or size > self._critical_above:
-            severity, typical = self._severity(size)
+        severity, typical = self._severity(size)
         # D6 escalates on an abrupt jump past the budget (×10 the last few points), not on a
         # ramp crossing it: D6's own c̄ > 0.2 rule covers ramps (§4 S7 wants CRITICAL ≥ 108).
         jump = False
@@ -115,10 +114,10 @@ class KlSpike(Detector):
         """Severity of a per-update KL of `size` past the warn floor, and the typical one."""
         thresholds, history = self.thresholds, self.ppo_kls
         if size > self._critical_above:
-            return "critical", history.median() if len(history) else None
+            return "critical", median(history) if len(history) else None
         if not history or len(history) < thresholds["min_history_points"]:
             return None, None
-        typical = history.median()
+        typical = median(history)
         warn_at = max(thresholds["median_factor"] * typical, self._warn_floor)
         return ("warn" if size > warn_at else None), typical
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlguard_backend.stability.context import RunContext
-from rlguard_backend.stability.events import Severity
+from rlguard_backend.stability.events import Action, Severity
 from rlguard_backend.stability.primitives import (
     Baseline,
     Lookback,
@@ -137,9 +137,9 @@ class StepView:
 
     warmup_steps: float
     reward: RewardState
-    # emits(slot, severity): whether a firing rule (its events.slot_of) makes an event this
-    # step. When it does not, the rule would change nothing: no message or evidence is built.
-    emits: Callable[[str, Severity], bool]
+    # change(slot, severity): the event a firing rule (its events.slot_of) makes this step, or
+    # None. When it makes none, the rule would change nothing: no message or evidence is built.
+    change: Callable[[str, Severity], Action | None]
     # kl_ago(step, lag): the smoothed KL to the reference `lag` steps before `step` (D3, D5)
     kl_ago: Callable[[int, float], float | None]
     # canonical signal -> EMA (None before its first point), and its start value
@@ -168,7 +168,7 @@ class Observations:
         self,
         context: RunContext,
         common: Thresholds,
-        emits: Callable[[str, Severity], bool],
+        change: Callable[[str, Severity], Action | None],
         kl_lookback_steps: int,
     ) -> None:
         self.first_step: int | None = None
@@ -193,7 +193,7 @@ class Observations:
         )
         planned = context.planned_steps or 0.0
         warmup = max(common["warmup_steps"], common["warmup_fraction"] * planned)
-        self.view = StepView(warmup, RewardState(common, self.rewards), emits, self.kl_history.ago)
+        self.view = StepView(warmup, RewardState(common, self.rewards), change, self.kl_history.ago)
 
     def dump(self) -> dict[str, Any]:
         """The state, JSON-safe (an EMA of finite points can still overflow)."""

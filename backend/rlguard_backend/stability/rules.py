@@ -164,7 +164,7 @@ class Detector:
                 progress.streak += 1
                 if progress.streak >= progress.persistence:
                     progress.active = True
-                    if view.emits(progress.slot, severity):
+                    if view.change(progress.slot, severity) is not None:
                         verdicts = (*verdicts, self._verdict(progress.rule, view, severity))
                     continue
             # An active rule's alert is open (it opens on the step the rule turns active): its

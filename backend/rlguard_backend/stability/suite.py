@@ -72,7 +72,7 @@ class DetectorSuite:
             resolved["kl_penalty"]["binding_lookback_steps"],
         )
         self._observations = Observations(
-            self._context, resolved["common"], self._alerts.emits, int(kl_lookback)
+            self._context, resolved["common"], self._alerts.change, int(kl_lookback)
         )
         self._detectors = [
             kind(self._context, resolved[kind.id], self._alerts.open_keys(kind.id))
@@ -103,7 +103,7 @@ class DetectorSuite:
         alerts.step = step
         events: list[AlertEvent] = []
         # Each detector's verdicts are applied before the next one runs (it may read them:
-        # emits(), open_keys). Usually no rule fires or clears: there are none.
+        # change(), open_keys). Usually no rule fires or clears: there are none.
         for detector in plan.detectors:
             for verdict in detector.evaluate(view):
                 primary = (detector.id, verdict.key) == NonFinite.PRIMARY
