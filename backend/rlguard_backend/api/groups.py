@@ -28,7 +28,14 @@ SIGNALS_PATTERN = f"^{_SIGNAL}(,{_SIGNAL})*$"
 
 
 # The query parameters of the endpoints that read several runs' signals at once.
-RunIds = Annotated[str, Query(max_length=30_000, description="comma-separated run ids")]
+RunIds = Annotated[
+    str,
+    Query(
+        max_length=30_000,
+        description="comma-separated run ids, at least one",
+        json_schema_extra={"pattern": "[^,]"},  # checked in code, with a message naming the fix
+    ),
+]
 Signals = Annotated[
     str,
     Query(
