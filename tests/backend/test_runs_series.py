@@ -66,6 +66,9 @@ def test_runs_series_unknown_run_is_404_and_too_many_points_413(http: httpx.Clie
     known = _seed(http, ("actor/entropy",), 10)
     answer = http.get("/api/v1/series", params={"runs": f"{known},no-such", "signals": "entropy"})
     assert answer.status_code == 404 and "no-such" in answer.json()["detail"]
+    for nothing in ("", ",", ",,"):
+        answer = http.get("/api/v1/series", params={"runs": nothing, "signals": "entropy"})
+        assert answer.status_code == 422 and "at least one run" in answer.text, answer.text
     huge = {"runs": known, "signals": "entropy", "max_points": 10**9}
     assert http.get("/api/v1/series", params=huge).status_code == 413
     # each series within the limit, but 200 runs × 24 signals × 100,000 points in all is not
