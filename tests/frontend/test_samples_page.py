@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,12 @@ def test_samples_page_compares_two_runs_at_one_step(dashboard: Any, page: Any) -
     page.goto(f"{url}/runs/{ours}/samples?step=4&compare_run={theirs}")
     heading = f"run {theirs} · step 4, to compare: 5 sample(s)"
     page.get_by_text(heading).wait_for(timeout=WAIT_MS)
+    # ours is filled by a callback chained after the one that draws theirs: wait for both
+    both_drawn = (
+        f"document.querySelectorAll({json.dumps(COMPARED)}).length === 5"
+        f" && document.querySelectorAll({json.dumps(ROWS)}).length === 3"
+    )
+    page.wait_for_function(both_drawn, timeout=WAIT_MS)
     beside = page.locator(COMPARED)
     assert beside.count() == 5 and page.locator(ROWS).count() == 3
     assert beside.last.inner_text() == "0"  # their sample 0: worst reward, last
