@@ -303,10 +303,7 @@ class Sender:
 
     def _note_failure(self, exc: RetryableError) -> None:
         self._failures += 1
-        delay = min(self.cfg.backoff_base_s * 2 ** (self._failures - 1), self.cfg.backoff_cap_s)
-        delay *= 0.5 + random.random() / 2
-        if exc.retry_after_s is not None:  # the service said how long: at least that, spread out
-            delay = max(delay, exc.retry_after_s * (1 + random.random() / 2))
+        delay = backoff_s(self._failures, self.cfg, exc.retry_after_s, random.random)
         self._retry_at = time.monotonic() + delay
         self.counters.last_error = str(exc)
         state = "unreachable" if exc.retry_after_s is None else "busy"
@@ -384,3 +381,15 @@ def _entries_before_stop(queued: list[Any], markers: list[FlushMarker]) -> tuple
         else:
             markers.append(item)
     return entries, False
+
+
+def backoff_s(
+    failures: int, cfg: HookConfig, retry_after_s: float | None, draw: Callable[[], float]
+) -> float:
+    """Seconds to wait after ``failures`` failures in a row: min(base·2^(n-1), cap) × U(0.5, 1)
+    (``draw`` gives U(0, 1)), and at least a ``Retry-After`` the service sent, × U(1, 1.5)."""
+    delay = min(cfg.backoff_base_s * 2 ** (failures - 1), cfg.backoff_cap_s)
+    delay *= 0.5 + draw() / 2
+    if retry_after_s is not None:  # the service said how long: at least that, spread out
+        delay = max(delay, retry_after_s * (1 + draw() / 2))
+    return delay
