@@ -16,14 +16,14 @@ from tests.frontend.helpers import WAIT_MS
 HOSTILE = "<img src=x onerror=alert(1)>"
 LRS = (1e-3, 3e-3)
 SEEDS = (0, 1, 2)
-ENTROPY_MEANS_DRAWN_JS = """() => {
+ENTROPY_MEANS_JS = """() => {
     const card = [...document.querySelectorAll('.compare-grid .card')]
         .find(c => c.querySelector('h4')?.innerText === 'entropy');
     const plot = card?.querySelector('.js-plotly-plot');
-    return Boolean(plot && (plot.data || []).some(t => t.meta && t.meta.role === 'mean'));
+    const means = (plot?.data || []).filter(t => t.meta && t.meta.role === 'mean')
+        .map(t => ({name: t.name, y: t.y, n: t.customdata}));
+    return means.length ? means : null;
 }"""
-MEANS_JS = """el => (el.data || []).filter(t => t.meta && t.meta.role === 'mean')
-    .map(t => ({name: t.name, y: t.y, n: t.customdata}))"""
 
 
 def _seed_sweep(base_url: str, steps: int = 193) -> list[str]:
@@ -66,9 +66,14 @@ def _entropy(page: Any) -> Any:
 
 
 def _group_means(page: Any) -> list[dict[str, Any]]:
-    """The entropy panel's group means, once it has drawn them."""
-    page.wait_for_function(ENTROPY_MEANS_DRAWN_JS, timeout=WAIT_MS, polling=POLL_MS)
-    return _entropy(page).evaluate(MEANS_JS)
+    """The entropy panel's group means, once it has drawn them.
+
+    Waiting and reading are one evaluation: a redraw replaces the plot, so a read after a
+    separate wait can meet the new plot before its traces exist.
+    """
+    handle = page.wait_for_function(ENTROPY_MEANS_JS, timeout=WAIT_MS, polling=POLL_MS)
+    means: list[dict[str, Any]] = handle.json_value()
+    return means
 
 
 def _redrawn(page: Any) -> Any:
