@@ -162,6 +162,7 @@ class KlRunaway(Detector):
             fires=_weak_penalty,
             persistence="penalty_share_persistence",
             describe=_describe_share,
+            enabled=lambda d: d.context.kl_placement == "reward",  # the share needs in-reward KL
             advice=["Compare beta with reward differences; sweep beta up on a log grid."],
         ),
     )

@@ -86,7 +86,7 @@ class KlSpike(Detector):
             since = step - thresholds["history_points"]
             self._grad_spikes = sum(1 for spiked in self.grad_spike_steps if spiked > since)
 
-    def _grad_severity(self) -> Severity | None:
+    def _grad_severity(self, view: StepView) -> Severity | None:
         """A lone grad-norm spike is INFO: clipping bounds the update and healthy runs show
         them (verl's GSM8K PPO baselines, x18-31 once). It is WARN when it repeats, or when the
         same update's KL spiked too (the policy did move)."""
@@ -174,7 +174,7 @@ class KlSpike(Detector):
         Rule(
             "grad_spike",
             signals=("grad_norm",),
-            fires=lambda d, v: d._grad_severity(),
+            fires=_grad_severity,
             describe=_describe_grad,
             advice=SPIKE_ADVICE,
             applies=lambda d, v: v.finite("grad_norm") is not None,
