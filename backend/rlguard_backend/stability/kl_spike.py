@@ -108,7 +108,8 @@ class KlSpike(Detector):
         self._clip_falling = severity is not None and self._clip_falls(view)
         if self._clip_falling:
             severity = "critical"
-        self._spike, self._typical = severity, typical
+        degraded = self.context.updates_per_batch is None  # severity one level weaker
+        self._spike, self._typical = capped(severity, degraded), typical
 
     def _severity(self, size: float) -> tuple[Severity | None, float | None]:
         """Severity of a per-update KL of `size` past the warn floor, and the typical one."""
@@ -182,7 +183,7 @@ class KlSpike(Detector):
         Rule(
             "kl_spike",
             signals=("ppo_kl", "clipfrac"),
-            fires=lambda d, v: capped(d._spike, d.context.updates_per_batch is None),
+            fires=lambda d, v: d._spike,
             describe=_describe_spike,
             advice=SPIKE_ADVICE,
             applies=lambda d, v: d._size is not None,
