@@ -243,7 +243,10 @@ class Observations:
             self.kl_history.push(step, view.smoothed["kl_ref"])  # type: ignore[arg-type]
         reward = finite.get("reward_mean")
         if reward is not None:
-            self._observe_reward(step, reward)
+            self.rewards.push(step, reward)
+            low, high = self.reward_low, self.reward_high
+            self.reward_low = reward if low is None or reward < low else low
+            self.reward_high = reward if high is None or reward > high else high
             self._refresh_reward()
         view.step = step
         view.steps_since_start = since = step - self.first_step
@@ -283,12 +286,6 @@ class Observations:
             smoothed[name], ema_steps[name] = current, step
             if baselines[name] is None:
                 baselines[name] = self.baselines[name].update(step, value)
-
-    def _observe_reward(self, step: int, reward: float) -> None:
-        self.rewards.push(step, reward)
-        low, high = self.reward_low, self.reward_high
-        self.reward_low = reward if low is None or reward < low else low
-        self.reward_high = reward if high is None or reward > high else high
 
     def _observed_bounds(self) -> tuple[float, float, str | None]:
         """The reward range when the run config gives none: [0, 1] or the range seen."""

@@ -177,9 +177,8 @@ class Lookback(_Points):
 
 
 class Trend:
-    """OLS line through (step, value) points. Its t-statistic is worked out when first read: a
-    line that does not rise far enough needs none (most steps), and it costs a pass over the
-    values."""
+    """OLS line through (step, value) points. Its t-statistic (a pass over the values) is worked
+    out when first read: a line that does not rise far enough needs none (most steps)."""
 
     __slots__ = ("_fit", "_t_stat", "fitted_rise", "points", "slope")
 
