@@ -80,13 +80,11 @@ class RuleProgress:
 
     def one_condition_held(self, detector: Any, view: StepView) -> bool:
         """Count each clear condition's streak at this step; whether one is clear_steps long."""
-        condition_streaks = self.condition_streaks
-        assert condition_streaks is not None
+        streaks = self.condition_streaks
+        assert streaks is not None
         for index, condition in enumerate(self.rule.clears):
-            condition_streaks[index] = (
-                condition_streaks[index] + 1 if condition(detector, view) else 0
-            )
-        return max(condition_streaks) >= self.clear_steps
+            streaks[index] = streaks[index] + 1 if condition(detector, view) else 0
+        return max(streaks) >= self.clear_steps
 
     def dump(self) -> list[Any]:
         """[streak, clear_streak, active, condition_streaks], as JSON takes it."""
