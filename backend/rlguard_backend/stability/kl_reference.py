@@ -92,19 +92,17 @@ class KlRunaway(Detector):
         middle = view.kl_ago(view.step, self.thresholds["lookback_steps"] / 2)
         return before is not None and middle is not None and kl - middle >= middle - before
 
-    def _growth_degraded(self, view: StepView, severity: Severity | None) -> bool:
-        """The growth rule alone, without a reward trend to judge it by."""
-        grown = self.growth_streak >= self.thresholds["persistence"]
-        return grown and severity == "warn" and not view.reward.known
+    def _growth_degraded(self, view: StepView) -> bool:
+        """A WARN from the growth rule, without a reward trend to judge it by."""
+        return self.growth_streak >= self.thresholds["persistence"] and not view.reward.known
 
     def _runaway(self, view: StepView) -> Severity | None:
         thresholds, kl = self.thresholds, self._kl
-        severity: Severity | None = None
         if kl >= thresholds["level_critical"]:
-            severity = "critical"
-        elif kl >= thresholds["level_warn"] or self.growth_streak >= thresholds["persistence"]:
-            severity = "warn"
-        return capped(severity, self._growth_degraded(view, severity))
+            return "critical"
+        if kl >= thresholds["level_warn"] or self.growth_streak >= thresholds["persistence"]:
+            return capped("warn", self._growth_degraded(view))
+        return None
 
     def _describe_runaway(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         facts: Facts = {
@@ -114,7 +112,7 @@ class KlRunaway(Detector):
             "growth": rounded(self._growth),
             **view.reward.evidence(),
         }
-        if self._growth_degraded(view, "warn") and self._kl < self.thresholds["level_critical"]:
+        if self._growth_degraded(view) and self._kl < self.thresholds["level_critical"]:
             facts["degraded"] = "no reward logged: growth judged without a reward trend"
         if self._kl >= self.thresholds["level_warn"]:
             message = (
@@ -162,6 +160,7 @@ class KlRunaway(Detector):
             fires=_weak_penalty,
             persistence="penalty_share_persistence",
             describe=_describe_share,
+            enabled=lambda d: d.context.kl_placement == "reward",  # the share needs in-reward KL
             advice=["Compare beta with reward differences; sweep beta up on a log grid."],
         ),
     )

@@ -86,7 +86,7 @@ class KlSpike(Detector):
             since = step - thresholds["history_points"]
             self._grad_spikes = sum(1 for spiked in self.grad_spike_steps if spiked > since)
 
-    def _grad_severity(self) -> Severity | None:
+    def _grad_severity(self, view: StepView) -> Severity | None:
         """A lone grad-norm spike is INFO: clipping bounds the update and healthy runs show
         them (verl's GSM8K PPO baselines, x18-31 once). It is WARN when it repeats, or when the
         same update's KL spiked too (the policy did move)."""
@@ -108,7 +108,8 @@ class KlSpike(Detector):
         self._clip_falling = severity is not None and self._clip_falls(view)
         if self._clip_falling:
             severity = "critical"
-        self._spike, self._typical = severity, typical
+        degraded = self.context.updates_per_batch is None  # severity one level weaker
+        self._spike, self._typical = capped(severity, degraded), typical
 
     def _severity(self, size: float) -> tuple[Severity | None, float | None]:
         """Severity of a per-update KL of `size` past the warn floor, and the typical one."""
@@ -174,7 +175,7 @@ class KlSpike(Detector):
         Rule(
             "grad_spike",
             signals=("grad_norm",),
-            fires=lambda d, v: d._grad_severity(),
+            fires=_grad_severity,
             describe=_describe_grad,
             advice=SPIKE_ADVICE,
             applies=lambda d, v: v.finite("grad_norm") is not None,
@@ -182,7 +183,7 @@ class KlSpike(Detector):
         Rule(
             "kl_spike",
             signals=("ppo_kl", "clipfrac"),
-            fires=lambda d, v: capped(d._spike, d.context.updates_per_batch is None),
+            fires=lambda d, v: d._spike,
             describe=_describe_spike,
             advice=SPIKE_ADVICE,
             applies=lambda d, v: d._size is not None,

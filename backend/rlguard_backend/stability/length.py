@@ -79,8 +79,8 @@ class LengthHacking(Detector):
         )
         return message, facts
 
-    def _short(self, view: StepView) -> bool:
-        return self._ratio < self.thresholds["collapse_factor"]
+    def _collapsed(self, view: StepView) -> Severity | None:
+        return "warn" if view.warm and self._ratio < self.thresholds["collapse_factor"] else None
 
     def _describe_collapse(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         message = (
@@ -90,9 +90,10 @@ class LengthHacking(Detector):
         )
         return message, {"length_ratio": rounded(self._ratio), **view.reward.evidence()}
 
-    def _both_rising(self, view: StepView) -> bool:
+    def _both_rising(self, view: StepView) -> Severity | None:
         factor, rho = self.thresholds["rise_factor"], view.rho
-        return rho is not None and rho > factor and self._ratio > factor
+        rising = view.warm and rho is not None and rho > factor and self._ratio > factor
+        return "info" if rising else None
 
     def _describe_entropy_rise(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         message = (
@@ -114,7 +115,7 @@ class LengthHacking(Detector):
         Rule(
             "length_collapse",
             signals=("response_length",),
-            fires=lambda d, v: "warn" if v.warm and d._short(v) else None,
+            fires=_collapsed,
             persistence="persistence",
             describe=_describe_collapse,
             advice=LENGTH_ADVICE,
@@ -122,7 +123,7 @@ class LengthHacking(Detector):
         Rule(
             "entropy_length_rise",
             signals=("response_length", "entropy"),
-            fires=lambda d, v: "info" if v.warm and d._both_rising(v) else None,
+            fires=_both_rising,
             persistence="persistence",
             describe=_describe_entropy_rise,
             advice=LENGTH_ADVICE[:1],

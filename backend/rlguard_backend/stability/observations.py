@@ -58,7 +58,7 @@ class RewardState:
 
     def refresh(self, bounds: tuple[float, float, str | None], gain: float | None) -> None:
         """Judge the reward window as it is now; `gain` is R̄ - R0."""
-        self.known, self.gain = len(self._rewards) > 0, gain
+        self.known, self.gain = len(self._rewards.values) > 0, gain
         self.r_min, self.r_max, self.note = bounds
         self.range = self.r_max - self.r_min
         self._rise = self._rise_share * self.range
@@ -78,7 +78,7 @@ class RewardState:
         """Trend over the whole reward window (E3: last 50 points); computed only when asked."""
         if not self._long_known:
             rewards = self._rewards
-            self._long_trend, self._long_known = fit_trend(rewards.steps, rewards.values), True
+            self._long_trend, self._long_known = fit_trend(rewards.steps, rewards.values[:]), True
         return self._long_trend
 
     @property
@@ -86,7 +86,7 @@ class RewardState:
         """Improving, or rising significantly over the whole window (its last 50 points)."""
         trend = self.long_trend
         return self.improving or (
-            trend is not None and trend.t_stat > self._t_stat and trend.fitted_rise > self._rise
+            trend is not None and trend.fitted_rise > self._rise and trend.t_stat > self._t_stat
         )
 
     def change(self) -> str:
@@ -222,7 +222,8 @@ class Observations:
         self.rewards.load(state["rewards"])
         self.kl_history.load(state["kl_history"])
         self.reward_low, self.reward_high = state["reward_low"], state["reward_high"]
-        self._refresh_reward()
+        if self.rewards.values:
+            self._refresh_reward()
 
     def observe(self, step: int, values: dict[str, float], sources: dict[str, str]) -> StepView:
         """Fold one step's canonical values in (taken over: the derived "kl_ref" is added) and
@@ -242,7 +243,10 @@ class Observations:
             self.kl_history.push(step, view.smoothed["kl_ref"])  # type: ignore[arg-type]
         reward = finite.get("reward_mean")
         if reward is not None:
-            self._observe_reward(step, reward)
+            self.rewards.push(step, reward)
+            low, high = self.reward_low, self.reward_high
+            self.reward_low = reward if low is None or reward < low else low
+            self.reward_high = reward if high is None or reward > high else high
             self._refresh_reward()
         view.step = step
         view.steps_since_start = since = step - self.first_step
@@ -283,15 +287,8 @@ class Observations:
             if baselines[name] is None:
                 baselines[name] = self.baselines[name].update(step, value)
 
-    def _observe_reward(self, step: int, reward: float) -> None:
-        self.rewards.push(step, reward)
-        low, high = self.reward_low, self.reward_high
-        self.reward_low = reward if low is None else min(low, reward)
-        self.reward_high = reward if high is None else max(high, reward)
-
-    def _reward_bounds(self) -> tuple[float, float, str | None]:
-        if self._bounds is not None:
-            return self._bounds
+    def _observed_bounds(self) -> tuple[float, float, str | None]:
+        """The reward range when the run config gives none: [0, 1] or the range seen."""
         low, high = self._context.reward_min, self._context.reward_max
         seen_low, seen_high = self.reward_low or 0.0, self.reward_high or 0.0
         if seen_low >= 0.0 and seen_high <= 1.0:
@@ -306,11 +303,9 @@ class Observations:
     def _refresh_reward(self) -> None:
         """Depends only on the reward window, bounds and the reward EMA and baseline: all three
         change only when a finite reward arrives, so it is refreshed only then."""
-        if not self.rewards:
-            return
         smoothed, start = self.view.smoothed["reward_mean"], self.view.baselines["reward_mean"]
         gain = None if smoothed is None or start is None else smoothed - start
-        self.view.reward.refresh(self._reward_bounds(), gain)
+        self.view.reward.refresh(self._bounds or self._observed_bounds(), gain)
 
 
 def _alpha(half_life_steps: float, gap: int) -> float:

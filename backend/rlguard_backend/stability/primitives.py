@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from operator import mul
-from typing import Any, NamedTuple
+from typing import Any
 
 from rlguard_backend.packed_arrays import pack, unpack
 
@@ -152,9 +152,6 @@ class Series(_Points):
         if len(values) > self._size:
             del steps[0], values[0]
 
-    def __len__(self) -> int:
-        return len(self.values)
-
 
 class Lookback(_Points):
     """Step-indexed history to read a value `lag` steps ago (the latest point at or before it)."""
@@ -179,17 +176,34 @@ class Lookback(_Points):
         return self.values[index] if index >= 0 else None
 
 
-class Trend(NamedTuple):
-    """OLS line through (step, value) points."""
+class Trend:
+    """OLS line through (step, value) points. Its t-statistic (a pass over the values) is worked
+    out when first read: a line that does not rise far enough needs none (most steps)."""
 
-    slope: float
-    t_stat: float
-    fitted_rise: float  # the line's rise over the points' span
-    points: int
+    __slots__ = ("_fit", "_t_stat", "fitted_rise", "points", "slope")
+
+    def __init__(self, slope: float, xs_last: float, fit: tuple[list[float], float, float, float]):
+        self.slope, self.fitted_rise, self.points = slope, slope * xs_last, len(fit[0])
+        self._fit = fit  # the values, their sum, the centred sum(x*y) and the x spread
+        self._t_stat: float | None = None
+
+    @property
+    def t_stat(self) -> float:
+        """The slope over its standard error (±inf on a perfect line, 0 on a flat one)."""
+        if self._t_stat is None:
+            (ys, sy, centred_sxy, x_spread), n, slope = self._fit, self.points, self.slope
+            residual = max(sum(map(mul, ys, ys)) - sy * sy / n - slope * centred_sxy, 0.0)
+            standard_error = math.sqrt(residual / (n - 2) / x_spread)
+            if standard_error > 0:
+                self._t_stat = slope / standard_error
+            else:
+                self._t_stat = math.copysign(math.inf, slope) if slope else 0.0
+        return self._t_stat
 
 
 def fit_trend(steps: list[int], ys: list[float]) -> Trend | None:
-    """The OLS line through (step, y) points, or None with fewer than 5 points or one step."""
+    """The OLS line through (step, y) points, or None with fewer than 5 points or one step.
+    The line keeps `ys` (for its t-statistic): pass a list that no longer changes."""
     n = len(ys)
     if n < 5:
         return None
@@ -205,14 +219,7 @@ def fit_trend(steps: list[int], ys: list[float]) -> Trend | None:
         return None
     sy = sum(ys)
     centred_sxy = sum(map(mul, xs, ys)) - sx * sy / n
-    slope = centred_sxy / x_spread
-    residual = max(sum(map(mul, ys, ys)) - sy * sy / n - slope * centred_sxy, 0.0)
-    standard_error = math.sqrt(residual / (n - 2) / x_spread)
-    if standard_error > 0:
-        t_stat = slope / standard_error
-    else:
-        t_stat = math.copysign(math.inf, slope) if slope else 0.0
-    return Trend(slope, t_stat, slope * xs[-1], n)
+    return Trend(centred_sxy / x_spread, xs[-1], (ys, sy, centred_sxy, x_spread))
 
 
 @lru_cache(maxsize=256)

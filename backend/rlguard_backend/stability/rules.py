@@ -61,6 +61,7 @@ class RuleProgress:
 
     __slots__ = (
         "active",
+        "clear_steps",
         "clear_streak",
         "condition_streaks",
         "persistence",
@@ -69,21 +70,21 @@ class RuleProgress:
         "streak",
     )
 
-    def __init__(self, rule: Rule, slot: str, persistence: float) -> None:
+    def __init__(self, rule: Rule, slot: str, count: Callable[[str | int], float]) -> None:
         self.streak, self.clear_streak, self.active = 0, 0, False
         self.condition_streaks = [0] * len(rule.clears) if len(rule.clears) > 1 else None
-        # Settings: the rule, where its open alert is kept, the steps in a row it must fire.
-        self.rule, self.slot, self.persistence = rule, slot, persistence
+        # Settings: the rule, where its open alert is kept, the steps in a row it must fire and
+        # its clear rule must hold (`count` reads a threshold name).
+        self.rule, self.slot = rule, slot
+        self.persistence, self.clear_steps = count(rule.persistence), count(rule.clear_steps)
 
-    def longest(self, conditions: tuple[Condition, ...], detector: Any, view: StepView) -> int:
-        """Count each condition's streak at this step; the longest."""
-        condition_streaks = self.condition_streaks
-        assert condition_streaks is not None
-        for index, condition in enumerate(conditions):
-            condition_streaks[index] = (
-                condition_streaks[index] + 1 if condition(detector, view) else 0
-            )
-        return max(condition_streaks)
+    def one_condition_held(self, detector: Any, view: StepView) -> bool:
+        """Count each clear condition's streak at this step; whether one is clear_steps long."""
+        streaks = self.condition_streaks
+        assert streaks is not None
+        for index, condition in enumerate(self.rule.clears):
+            streaks[index] = streaks[index] + 1 if condition(detector, view) else 0
+        return max(streaks) >= self.clear_steps
 
     def dump(self) -> list[Any]:
         """[streak, clear_streak, active, condition_streaks], as JSON takes it."""
@@ -130,7 +131,7 @@ class Detector:
         # Keys of this detector's open alerts, kept up to date by the suite's AlertBook.
         self.open_keys: set[str] = set() if open_keys is None else open_keys
         self.progress = {
-            rule.key: RuleProgress(rule, slot_of(self.id, rule.key), self._count(rule.persistence))
+            rule.key: RuleProgress(rule, slot_of(self.id, rule.key), self._count)
             for rule in self.rules
         }
         self.start()
@@ -199,17 +200,12 @@ class Detector:
         """What evaluate() reads for `rule` at every step. With several clear conditions, its
         clear rule is "one condition held clear_steps in a row" (each counted by its
         RuleProgress), held once; a rule that never clears has no clear condition to test."""
-        progress, clear_steps = self.progress[rule.key], self._count(rule.clear_steps)
-        clears: Condition | None = rule.clears[0] if rule.clears else None
+        progress = self.progress[rule.key]
+        clears, clear_steps = rule.clears[0] if rule.clears else None, progress.clear_steps
         if rule.clears == NEVER:
             clears, clear_steps = None, math.inf
         elif len(rule.clears) > 1:
-            conditions, needed = rule.clears, clear_steps
-
-            def clears(detector: Any, view: StepView) -> bool:
-                return progress.longest(conditions, detector, view) >= needed
-
-            clear_steps = 1
+            clears, clear_steps = progress.one_condition_held, 1
         return rule.applies, rule.fires, clears, progress, clear_steps
 
     def _count(self, limit: str | int) -> int | float:

@@ -46,7 +46,7 @@ RULES: dict[str, Rule] = {rule.key: rule for kind in DETECTOR_TYPES for rule in 
 # text signals smoothed with the others (observations)
 STATE_VERSION = 9
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
-_FLOATS_ONLY = {float}
+_FLOATS_ONLY = frozenset({float})
 
 
 class DetectorSuite:
@@ -198,7 +198,7 @@ class _Plan:
         raw key each came from."""
         if self._take is not None:
             raw = self._take(values)
-            if set(map(type, raw)) == _FLOATS_ONLY:
+            if _FLOATS_ONLY.issuperset(map(type, raw)):
                 return dict(zip(self._names, raw, strict=True)), self._sources
         canonical: dict[str, float] = {}
         sources: dict[str, str] = {}
