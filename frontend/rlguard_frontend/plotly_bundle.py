@@ -4,20 +4,18 @@
 Dash's copy lazily, after the page has started. The page HTML of a page that draws charts
 loads the bundle itself, with the other scripts, which saves that wait; pages without charts
 (the runs grid, the inbox) do not load it at all: the full bundle is 4.8 MB of script
-(1.5 MB gzip'd) that the browser would parse before Dash starts. The bundle is gzip'd once and
-cached by browsers for good (the URL names its version).
+(1.5 MB gzip'd) that the browser would parse before Dash starts. Browsers cache the bundle for
+good (the URL names its version); the dashboard's server gzips it once (``serve``).
 """
 
 from __future__ import annotations
 
 import functools
-import gzip
 from importlib import resources
 
 import flask
 
 ROUTE = "_rlguard/plotly-{version}.min.js"
-GZIP_LEVEL = 6
 CACHE_FOR_S = 365 * 24 * 3600
 
 
@@ -40,9 +38,8 @@ def script_tag(url: str) -> str:
 
 
 @functools.cache
-def _compressed() -> tuple[bytes, bytes]:
-    raw = _bundle().read_bytes()
-    return raw, gzip.compress(raw, GZIP_LEVEL)
+def _script() -> bytes:
+    return _bundle().read_bytes()
 
 
 def install(server: flask.Flask, url: str) -> None:
@@ -50,11 +47,6 @@ def install(server: flask.Flask, url: str) -> None:
 
     @server.route(url, endpoint="rlguard_plotly_js")
     def plotly_js() -> flask.Response:
-        raw, packed = _compressed()
-        gzipped = "gzip" in flask.request.headers.get("Accept-Encoding", "")
-        response = flask.Response(packed if gzipped else raw, mimetype="text/javascript")
-        if gzipped:
-            response.headers["Content-Encoding"] = "gzip"
-        response.headers["Vary"] = "Accept-Encoding"
+        response = flask.Response(_script(), mimetype="text/javascript")
         response.headers["Cache-Control"] = f"public, max-age={CACHE_FOR_S}, immutable"
         return response

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import dash
 import httpx
 import plotly
 from plotly.offline import get_plotlyjs_version
@@ -125,3 +126,15 @@ def test_dashboard_sends_the_plotly_packages_bundle_compressed(dashboard: Any) -
     assert f'src="{url}"' in pages["/runs/r1"]  # loaded up front, with the page's other scripts
     assert f'src="{url}"' in pages["/compare"]
     assert url not in pages["/"] and url not in pages["/alerts"]  # no charts: no plotly.js
+
+
+def test_dashboard_sends_dashs_scripts_compressed_and_whole(dashboard: Any) -> None:
+    script = Path(dash.__file__).parent / "dcc" / "async-graph.js"
+    url = "/_dash-component-suites/dash/dcc/async-graph.js"
+    with httpx.Client(base_url=dashboard.url, timeout=10) as http:
+        answers = [http.get(url, headers={"accept-encoding": "gzip"}) for _ in range(2)]
+        plain = http.get(url, headers={"accept-encoding": "identity"})
+    assert [a.headers["content-encoding"] for a in answers] == ["gzip", "gzip"]
+    assert answers[0].num_bytes_downloaded < len(script.read_bytes()) // 2
+    assert answers[0].content == answers[1].content == plain.content == script.read_bytes()
+    assert "content-encoding" not in plain.headers
