@@ -23,6 +23,6 @@ setup(
     package_dir=package_dir,
     package_data={
         "rlguard_backend.migrations": ["script.py.mako"],
-        "rlguard_frontend": ["assets/*"],
+        "rlguard_frontend": ["assets/*", "plotlyjs/*"],
     },
 )

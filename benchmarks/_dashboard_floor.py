@@ -1,7 +1,7 @@
 """The floor of the many-runs views: what Dash, Plotly and AG Grid cost on this machine.
 
-A minimal Dash app, served as rlguard serves its dashboard (uvicorn, a2wsgi, gzip, plotly.js
-from the ``plotly`` package in the page's HTML), drawing the same amount that rlguard's page
+A minimal Dash app, served as rlguard serves its dashboard (uvicorn, a2wsgi, gzip, the
+dashboard's plotly.js bundle in the page's HTML), drawing the same amount that rlguard's page
 draws but with no API behind it: the charts page comes with its figures in the first layout
 (random walks drawn by the compare page's own figure builder, so with its legend, hover and
 traces; no markers, no tables), and the grid page is AG Grid over the runs page's own

@@ -1,37 +1,38 @@
-"""plotly.js as the ``plotly`` package ships it, served by the dashboard once compressed.
+"""plotly.js's ``basic`` distribution (scatter, bar, pie), shipped here and served by the dashboard.
 
 ``dcc.Graph`` draws with ``window.Plotly`` when a script has loaded it; without one it fetches
-Dash's copy lazily, after the page has started. The page HTML of a page that draws charts
-loads the bundle itself, with the other scripts, which saves that wait; pages without charts
-(the runs grid, the inbox) do not load it at all: the full bundle is 4.8 MB of script
-(1.5 MB gzip'd) that the browser would parse before Dash starts. The bundle is gzip'd once and
-cached by browsers for good (the URL names its version).
+Dash's full copy lazily, after the page has started. The page HTML of a page that draws charts
+loads this bundle itself, with the other scripts, which saves that wait; pages without charts
+(the runs grid, the inbox) do not load it at all. The dashboard draws scatter traces alone, so
+it ships the ``basic`` distribution (``plotly.js-basic-dist-min`` on npm, MIT, in
+``plotlyjs/``): 1.2 MB of script where the ``plotly`` package's full bundle is 4.8 MB, which
+the browser took ~1 s to evaluate before Dash could start. Its version is the ``plotly``
+package's (a test holds them together). Browsers cache the bundle for good (the URL names its
+version); the dashboard's server gzips it once (``serve``).
 """
 
 from __future__ import annotations
 
 import functools
-import gzip
 from importlib import resources
 
 import flask
 
-ROUTE = "_rlguard/plotly-{version}.min.js"
-GZIP_LEVEL = 6
+ROUTE = "_rlguard/plotly-basic-{version}.min.js"
+VERSION = "4.1.1"  # of the shipped bundle: upgrade it with the ``plotly`` package
 CACHE_FOR_S = 365 * 24 * 3600
 
 
-def _bundle() -> resources.abc.Traversable:
-    return resources.files("plotly") / "package_data" / "plotly.min.js"
+def bundle() -> resources.abc.Traversable:
+    """The shipped bundle's file."""
+    return resources.files("rlguard_frontend") / "plotlyjs" / "plotly-basic.min.js"
 
 
 def script_url(prefix: str) -> str | None:
-    """Where the dashboard serves the bundle, or None when the package ships none."""
-    if not _bundle().is_file():
+    """Where the dashboard serves the bundle, or None when the install lacks it."""
+    if not bundle().is_file():
         return None
-    from plotly.offline import get_plotlyjs_version
-
-    return prefix + ROUTE.format(version=get_plotlyjs_version())
+    return prefix + ROUTE.format(version=VERSION)
 
 
 def script_tag(url: str) -> str:
@@ -40,9 +41,8 @@ def script_tag(url: str) -> str:
 
 
 @functools.cache
-def _compressed() -> tuple[bytes, bytes]:
-    raw = _bundle().read_bytes()
-    return raw, gzip.compress(raw, GZIP_LEVEL)
+def _script() -> bytes:
+    return bundle().read_bytes()
 
 
 def install(server: flask.Flask, url: str) -> None:
@@ -50,11 +50,6 @@ def install(server: flask.Flask, url: str) -> None:
 
     @server.route(url, endpoint="rlguard_plotly_js")
     def plotly_js() -> flask.Response:
-        raw, packed = _compressed()
-        gzipped = "gzip" in flask.request.headers.get("Accept-Encoding", "")
-        response = flask.Response(packed if gzipped else raw, mimetype="text/javascript")
-        if gzipped:
-            response.headers["Content-Encoding"] = "gzip"
-        response.headers["Vary"] = "Accept-Encoding"
+        response = flask.Response(_script(), mimetype="text/javascript")
         response.headers["Cache-Control"] = f"public, max-age={CACHE_FOR_S}, immutable"
         return response

@@ -15,6 +15,7 @@ from rlguard_frontend import alert_views, ids, run_callbacks, run_data, runs_gri
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.compare_figures import RunMarks, compare_figure
 from rlguard_frontend.compare_state import CompareState
+from rlguard_frontend.compare_tables import delta_table, markdown_text
 from rlguard_frontend.figures import PALETTE, View, merged_ranges, step_span
 from rlguard_frontend.pages import compare, inbox, runs, samples
 from tests.conftest import RunningServer, new_run_id
@@ -97,6 +98,25 @@ def test_compare_view_groups_bands_and_diffs_configs(client: ApiClient, sweep: l
     assert [t["name"] for t in means] == ["optim.lr=0.001 · 2 runs", "optim.lr=0.002 · 2 runs"]
     assert [set(t["y"]) for t in means] == [{1.5}, {2.5}]
     assert "optim.lr" in html.unescape(str(config)) and "seed" in html.unescape(str(config))
+
+
+@pytest.mark.parametrize(
+    ("value", "change", "cell"),
+    [
+        (0.5, 25.0, "**0.5 (+25.0 %)**"),  # up 1 % or more: bold
+        (-1.5e-05, -40.0, "*-1.5e-05 (-40.0 %)*"),  # down: italic
+        (2.0, 0.4, "2 (+0.4 %)"),
+        (1.0, None, "1"),  # the baseline's own row
+        (None, None, "—"),
+    ],
+)
+def test_compare_delta_table_cells_are_numbers_and_names_literal_text(
+    value: float | None, change: float | None, cell: str
+) -> None:
+    rows = [{"run": "r1", "baseline": False, "entropy": (value, change)}]
+    table = delta_table(["entropy"], rows, {"r1": "**bold** | <b>"})
+    markdown = table.children[1].children
+    assert markdown.splitlines()[2] == f"| {markdown_text('**bold** | <b>')} | {cell} |"
 
 
 def test_compare_url_for_pushes_only_real_changes() -> None:

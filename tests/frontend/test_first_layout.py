@@ -1,13 +1,13 @@
-"""Opening a page: it comes with the first layout, drawn in the reader's theme, with the plotly
-package's plotly.js, compressed; links and history still go through the page callback."""
+"""Opening a page: it comes with the first layout, drawn in the reader's theme, with the shipped
+plotly.js bundle, compressed; links and history still go through the page callback."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import dash
 import httpx
-import plotly
 from plotly.offline import get_plotlyjs_version
 
 from benchmarks._support import POLL_MS
@@ -15,7 +15,7 @@ from rlguard_frontend import plotly_bundle
 from tests.conftest import new_run_id
 from tests.frontend.helpers import WAIT_MS, graph_selector, seed_run
 
-PLOTLY_BUNDLE = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+PLOTLY_BUNDLE = Path(str(plotly_bundle.bundle()))
 DARK_PAPER = "#161b22"
 DASH_PLOTLY = "_dash-component-suites/plotly/"  # where dcc.Graph fetches plotly.js lazily
 
@@ -111,10 +111,10 @@ def test_run_page_first_drawn_in_the_theme_last_chosen(dashboard: Any, page: Any
     assert page.console_errors == []
 
 
-def test_dashboard_sends_the_plotly_packages_bundle_compressed(dashboard: Any) -> None:
+def test_dashboard_sends_its_plotly_bundle_compressed(dashboard: Any) -> None:
     bundle = PLOTLY_BUNDLE.read_bytes()
     url = plotly_bundle.script_url("/")
-    assert url is not None and get_plotlyjs_version() in url
+    assert url is not None and plotly_bundle.VERSION in url
     with httpx.Client(base_url=dashboard.url, timeout=10) as http:
         answer = http.get(url, headers={"accept-encoding": "gzip"})
         pages = {path: http.get(path).text for path in ("/", "/alerts", "/runs/r1", "/compare")}
@@ -125,3 +125,21 @@ def test_dashboard_sends_the_plotly_packages_bundle_compressed(dashboard: Any) -
     assert f'src="{url}"' in pages["/runs/r1"]  # loaded up front, with the page's other scripts
     assert f'src="{url}"' in pages["/compare"]
     assert url not in pages["/"] and url not in pages["/alerts"]  # no charts: no plotly.js
+
+
+def test_shipped_plotly_bundle_is_the_plotly_packages_version() -> None:
+    head = PLOTLY_BUNDLE.read_text()[:200]
+    assert f"plotly.js (basic - minified) v{get_plotlyjs_version()}" in head
+    assert get_plotlyjs_version() == plotly_bundle.VERSION
+
+
+def test_dashboard_sends_dashs_scripts_compressed_and_whole(dashboard: Any) -> None:
+    script = Path(dash.__file__).parent / "dcc" / "async-graph.js"
+    url = "/_dash-component-suites/dash/dcc/async-graph.js"
+    with httpx.Client(base_url=dashboard.url, timeout=10) as http:
+        answers = [http.get(url, headers={"accept-encoding": "gzip"}) for _ in range(2)]
+        plain = http.get(url, headers={"accept-encoding": "identity"})
+    assert [a.headers["content-encoding"] for a in answers] == ["gzip", "gzip"]
+    assert answers[0].num_bytes_downloaded < len(script.read_bytes()) // 2
+    assert answers[0].content == answers[1].content == plain.content == script.read_bytes()
+    assert "content-encoding" not in plain.headers
