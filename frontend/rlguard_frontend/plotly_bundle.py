@@ -6,9 +6,9 @@ loads this bundle itself, with the other scripts, which saves that wait; pages w
 (the runs grid, the inbox) do not load it at all. The dashboard draws scatter traces alone, so
 it ships the ``basic`` distribution (``plotly.js-basic-dist-min`` on npm, MIT, in
 ``plotlyjs/``): 1.2 MB of script where the ``plotly`` package's full bundle is 4.8 MB, which
-the browser took ~1 s to evaluate before Dash could start. Its version is the ``plotly``
-package's (a test holds them together). Browsers cache the bundle for good (the URL names its
-version); the dashboard's server gzips it once (``serve``).
+the browser took ~1 s to evaluate before Dash could start. A new trace type drawn anywhere
+needs the full bundle back (or a distribution that has it). Browsers cache the bundle for good
+(the URL names its ``VERSION``); the dashboard's server gzips it once (``serve``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from importlib import resources
 import flask
 
 ROUTE = "_rlguard/plotly-basic-{version}.min.js"
-VERSION = "4.1.1"  # of the shipped bundle: upgrade it with the ``plotly`` package
+VERSION = "4.1.1"  # of the shipped bundle (its URL names it, so browsers never keep a stale one)
 CACHE_FOR_S = 365 * 24 * 3600
 
 
