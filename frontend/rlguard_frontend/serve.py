@@ -10,6 +10,7 @@ from typing import IO, Any
 import flask
 from a2wsgi import WSGIMiddleware
 from a2wsgi.wsgi_typing import Environ, IterableChunks, StartResponse
+from dash.fingerprint import check_fingerprint
 from starlette.middleware.gzip import GZipMiddleware
 from werkzeug.wsgi import FileWrapper
 
@@ -27,6 +28,9 @@ GZIP_MIN_BYTES = 1024
 # browser evaluates plotly.js on the same cores.
 FIXED_FILE_ROUTES = ("_dash-component-suites/", "_rlguard/")
 FIXED_GZIP_LEVEL = 6
+# Files kept compressed: a page uses ~20; past this many, a file is compressed per request
+# (those routes answer without sign-in, so nothing a client sends may grow the cache for good).
+MAX_FIXED_FILES = 64
 
 
 def dashboard_asgi(dash_app: Any) -> Any:
@@ -48,7 +52,7 @@ def dashboard_asgi(dash_app: Any) -> Any:
 def _compress_fixed_files_once(server: flask.Flask) -> None:
     """Answer requests for fixed files with their gzip made on the first request (the gzip
     middleware passes a response that is already encoded)."""
-    packed: dict[str, bytes] = {}  # path -> gzip; the paths of installed files: a fixed few
+    packed: dict[str, bytes] = {}  # path without Dash's cache-busting fingerprint -> gzip
 
     @server.after_request
     def compressed(response: flask.Response) -> flask.Response:
@@ -60,12 +64,16 @@ def _compress_fixed_files_once(server: flask.Flask) -> None:
             or "gzip" not in request.headers.get("Accept-Encoding", "")
         ):
             return response
-        body = packed.get(request.path)
+        # Dash answers a script under any fingerprint (``x.v1_2m3.js``): one entry per file.
+        path, _ = check_fingerprint(request.path)
+        body = packed.get(path)
         if body is None:
             raw = response.get_data()
             if len(raw) < GZIP_MIN_BYTES:
                 return response
-            body = packed[request.path] = gzip.compress(raw, FIXED_GZIP_LEVEL)
+            body = gzip.compress(raw, FIXED_GZIP_LEVEL)
+            if len(packed) < MAX_FIXED_FILES:
+                packed[path] = body
         response.set_data(body)
         response.headers["Content-Encoding"] = "gzip"
         response.headers["Vary"] = "Accept-Encoding"
