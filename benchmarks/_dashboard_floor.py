@@ -25,11 +25,11 @@ from dash import Dash, Input, Output, dcc, html
 from benchmarks._support import serving
 from rlguard_backend.schemas import SeriesData
 from rlguard_frontend import plotly_bundle
-from rlguard_frontend.compare_figures import compare_figure
 from rlguard_frontend.figures import View
-from rlguard_frontend.pages.runs import GRID_OPTIONS
-from rlguard_frontend.runs_columns import DEFAULT_COLUMNS, column_defs
-from rlguard_frontend.runs_grid import count_text
+from rlguard_frontend.pages.compare.figures import compare_figure
+from rlguard_frontend.pages.runs.columns import DEFAULT_COLUMNS, column_defs
+from rlguard_frontend.pages.runs.grid import count_text
+from rlguard_frontend.pages.runs.page import GRID_OPTIONS
 
 
 def _walk(points: int, seed: int) -> list[float]:
@@ -157,9 +157,9 @@ def floor_up(view: str, runs: int, panels: int = 1, points: int = 0) -> Any:
 
 def main() -> None:
     """Serve one floor page on a free loopback port until stopped."""
-    from rlguard_backend.config import Settings
-    from rlguard_backend.serve import base_url, bind_socket, serve_socket
-    from rlguard_frontend.serve import dashboard_asgi
+    from rlguard_backend.core.config import Settings
+    from rlguard_backend.core.serve import base_url, bind_socket, serve_socket
+    from rlguard_frontend.asgi import dashboard_asgi
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("view", choices=("charts", "bands", "grid"))

@@ -23,8 +23,8 @@ import httpx
 
 from benchmarks._dashboard_floor import floor_up
 from benchmarks._support import POLL_MS
-from rlguard_frontend.compare_data import points_per_run
-from rlguard_frontend.pages.compare import GROUP_BINS
+from rlguard_frontend.pages.compare.data import points_per_run
+from rlguard_frontend.pages.compare.page import GROUP_BINS
 
 # The keys of the stability panels, verl-style (the run page benchmark adds a policy loss).
 COMPARE_KEYS = (
@@ -172,7 +172,7 @@ def seed_table(
     name: str = "sweep-{i:05d}",
 ) -> None:
     """``count`` finished runs, newest first by index, written straight into the database."""
-    from rlguard_backend.db import make_engine, make_session_factory, write_session
+    from rlguard_backend.core.db import make_engine, make_session_factory, write_session
     from rlguard_backend.models import Run
 
     engine = make_engine(database_url)
@@ -279,7 +279,7 @@ def _drawn_points(base: str, run_id: str, max_points: int) -> int:
 def _compared_panels() -> list[str]:
     """The compare page's panels for ``COMPARE_KEYS``: one per canonical signal they log."""
     from rlguard_backend.signals import canonical_signal
-    from rlguard_frontend.compare_data import SIGNAL_UNITS
+    from rlguard_frontend.pages.compare.data import SIGNAL_UNITS
 
     logged = {canonical_signal(k) for k in COMPARE_KEYS}
     return [s for s in SIGNAL_UNITS if s in logged]

@@ -98,7 +98,7 @@ def fill_run(base: str, run_id: str, step_count: int = STEPS) -> dict[str, Any]:
 
 def series_sizes(base: str, run_id: str) -> dict[str, int]:
     """Bytes of the API answers the run page asks for on first render (x axis: steps)."""
-    from rlguard_frontend.run_data import MINI_MAX_POINTS, MINIS_FIRST, PANEL_MAX_POINTS
+    from rlguard_frontend.pages.run.data import MINI_MAX_POINTS, MINIS_FIRST, PANEL_MAX_POINTS
 
     minis = KEYS[len(CANONICAL_KEYS) :][:MINIS_FIRST]
     sizes = {}
@@ -188,7 +188,7 @@ def first_render(
     browser: Any, base: str, run_id: str, samples: int = RENDER_SAMPLES
 ) -> dict[str, Any]:
     """Median first render of the run page in Chromium, with its response size and breakdown."""
-    from rlguard_frontend.run_data import MINIS_FIRST
+    from rlguard_frontend.pages.run.data import MINIS_FIRST
 
     times, dash_bytes, breakdowns, draw_all = [], [], [], []
     minis = len(KEYS[len(CANONICAL_KEYS) :])

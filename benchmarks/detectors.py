@@ -10,7 +10,7 @@ loop that only iterates the same dicts, the floor any per-step work sits on.
 ``DetectorSuite.feed_many`` (what the service does with a batch: feed() for each step).
 
 ``*_batch_*`` figures: the same runs in batches of 100 steps through the batch handler's
-detector part (``detection.detect_steps`` after the run row's locked read) in its unit of work
+detector part (``feed.detect_steps`` after the run row's locked read) in its unit of work
 (write session, commit) on a real SQLite file; median CPU ms per batch. ``baseline`` is that
 transaction (the locked read and the commit) without the detectors (same database, measured
 alternately with it); ``detectors`` is the difference, their all-in cost per batch: feed, the
@@ -39,9 +39,11 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from benchmarks._support import sqlite_url
-from rlguard_backend import detection, ingest, migrate
-from rlguard_backend.config import Settings
-from rlguard_backend.db import make_engine, make_session_factory, write_session
+from rlguard_backend import ingest
+from rlguard_backend.core import migrate
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import make_engine, make_session_factory, write_session
+from rlguard_backend.detection import feed
 from rlguard_backend.models import Run as RunRow
 from rlguard_backend.models import utcnow
 from rlguard_backend.schemas import StepIn
@@ -165,7 +167,7 @@ def _batch_ms(
     settings: Settings,
     run_id: str,
     steps: list[StepIn] | None,
-    suites: detection.SuiteCache,
+    suites: feed.SuiteCache,
 ) -> float:
     """CPU ms of one batch's unit of work, with the detectors when `steps` is given.
 
@@ -177,8 +179,8 @@ def _batch_ms(
     with write_session(factory) as session:
         last_step, config = ingest.lock_run(session, run_id)
         if steps is not None:
-            live = detection.live_suite(session, run_id, config, settings, last_step, suites)
-            detection.detect_steps(session, live, steps, settings)
+            live = feed.live_suite(session, run_id, config, settings, last_step, suites)
+            feed.detect_steps(session, live, steps, settings)
         session.commit()
     return (time.process_time() - start) * 1000
 
@@ -196,12 +198,12 @@ def batch_costs(run: Run, folder: Path, batch_steps: int = BATCH_STEPS) -> dict[
     samples: dict[str, list[float]] = {"baseline": [], "cached": [], "cold": []}
     for _ in range(BATCH_REPEATS):
         run_ids = {variant: _create_run(factory) for variant in samples}
-        cached = detection.SuiteCache()
+        cached = feed.SuiteCache()
         for batch in batches:  # alternate the variants so drifting load hits all three alike
             baseline = _batch_ms(factory, settings, run_ids["baseline"], None, cached)
             samples["baseline"].append(baseline)
             samples["cached"].append(_batch_ms(factory, settings, run_ids["cached"], batch, cached))
-            cold = detection.SuiteCache()  # a process that has not seen this run
+            cold = feed.SuiteCache()  # a process that has not seen this run
             samples["cold"].append(_batch_ms(factory, settings, run_ids["cold"], batch, cold))
     engine.dispose()
     medians = {variant: statistics.median(values) for variant, values in samples.items()}

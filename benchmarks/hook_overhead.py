@@ -63,9 +63,9 @@ def log_costs(steps: int, tmp: Path) -> dict[str, object]:
     from torch.utils.tensorboard import SummaryWriter
 
     import rlguard
-    from rlguard_backend.config import Settings
-    from rlguard_backend.main import create_app
-    from rlguard_backend.serve import ServerThread
+    from rlguard_backend.core.app import create_app
+    from rlguard_backend.core.config import Settings
+    from rlguard_backend.core.serve import ServerThread
 
     floats = {f"actor/metric_{i}": 0.001 * i for i in range(KEYS)}
     tensors = {key: torch.tensor(value) for key, value in floats.items()}

@@ -25,12 +25,14 @@ from pathlib import Path
 import httpx
 
 from benchmarks._support import postgres_database, sqlite_url
-from rlguard_backend import ingest, migrate, points, repository, sql
-from rlguard_backend.config import Settings
-from rlguard_backend.db import make_engine, make_session_factory, write_session
-from rlguard_backend.main import create_app
+from rlguard_backend import ingest
+from rlguard_backend.core import migrate
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import make_engine, make_session_factory, write_session
+from rlguard_backend.core.serve import ServerThread
 from rlguard_backend.schemas import BatchIn, RunCreate
-from rlguard_backend.serve import ServerThread
+from rlguard_backend.store import points, repository, sql
 
 RUN_ID = "bench-query"
 KEY = "actor/entropy"

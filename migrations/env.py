@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from rlguard_backend.config import Settings
-from rlguard_backend.db import make_engine
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import make_engine
 from rlguard_backend.models import Base
 
 config = context.config

@@ -30,11 +30,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from rlguard_backend import migrate
-from rlguard_backend.config import Settings
-from rlguard_backend.db import make_engine
-from rlguard_backend.main import create_app
-from rlguard_backend.serve import ServerThread
+from rlguard_backend.core import migrate
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import make_engine
+from rlguard_backend.core.serve import ServerThread
 
 PG_ADMIN_DSN = os.environ.get(
     "RLGUARD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"

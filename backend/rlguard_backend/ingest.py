@@ -13,11 +13,11 @@ from typing import Any, NamedTuple, TypeVar
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
-from rlguard_backend import points, repository, sql, storage
-from rlguard_backend.errors import MalformedRequest, PayloadTooLarge, run_not_found
+from rlguard_backend.core.errors import MalformedRequest, PayloadTooLarge, run_not_found
 from rlguard_backend.models import utcnow
-from rlguard_backend.points import Columns
 from rlguard_backend.schemas import BatchAck, BatchIn
+from rlguard_backend.store import points, repository, sql, storage
+from rlguard_backend.store.points import Columns
 
 GZIP_WBITS = 16 + zlib.MAX_WBITS
 Body = TypeVar("Body", bound=BaseModel)

@@ -22,7 +22,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlguard_backend import ingest
-from rlguard_backend.errors import MalformedRequest
+from rlguard_backend.core.errors import MalformedRequest
 from rlguard_backend.schemas import BatchId, BatchIn, MetricName, StepIn
 
 CONTENT_TYPE = "application/x-rlguard-packed"

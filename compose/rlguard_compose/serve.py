@@ -9,15 +9,24 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from rlguard_backend.api.deps import PUBLIC
+from rlguard_backend.core.config import Settings
 from rlguard_frontend.app import create_dash_app
-from rlguard_frontend.serve import dashboard_asgi, proxy_trust
+from rlguard_frontend.asgi import dashboard_asgi
+from rlguard_frontend.signin import ProxyTrust
 
 API_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
-def combined_app(settings: Any, public_url: str) -> Any:
+def proxy_trust(settings: Settings) -> ProxyTrust | None:
+    """The SSO proxy the settings trust, or None (viewers sign in with a token)."""
+    if not settings.identity_header:
+        return None
+    return ProxyTrust(settings.identity_header, settings.proxy_networks)
+
+
+def combined_app(settings: Settings, public_url: str) -> Any:
     """The API under ``settings.api_prefix`` and the dashboard at ``/`` in one ASGI app."""
-    from rlguard_backend.main import create_app
+    from rlguard_backend.core.app import create_app
 
     app = create_app(settings)
 
@@ -41,10 +50,11 @@ def combined_app(settings: Any, public_url: str) -> Any:
     return app
 
 
-def start_background(host: str = "127.0.0.1", port: int = 0, settings: Any = None) -> Any:
+def start_background(
+    host: str = "127.0.0.1", port: int = 0, settings: Settings | None = None
+) -> Any:
     """Start API + dashboard in a thread; returns the running ``ServerThread`` (``.url``)."""
-    from rlguard_backend.config import Settings
-    from rlguard_backend.serve import ServerThread, base_url, bind_socket
+    from rlguard_backend.core.serve import ServerThread, base_url, bind_socket
 
     settings = settings or Settings()
     sock = bind_socket(host, port)
@@ -60,9 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the API and the dashboard in one process until stopped; the exit status."""
-    from rlguard_backend import requestlog
-    from rlguard_backend.config import Settings
-    from rlguard_backend.serve import (
+    from rlguard_backend.core import requestlog
+    from rlguard_backend.core.serve import (
         announce_auth,
         base_url,
         bind_socket,

@@ -52,8 +52,8 @@ def included(name: str) -> str:
 
 def openapi_schema() -> dict[str, Any]:
     """The service's OpenAPI document, from an app on a database it never opens."""
-    from rlguard_backend.config import Settings
-    from rlguard_backend.main import create_app
+    from rlguard_backend.core.app import create_app
+    from rlguard_backend.core.config import Settings
 
     with tempfile.TemporaryDirectory() as folder:
         settings = Settings(database_url=f"sqlite:///{folder}/unused.db", migrate_on_start=False)
@@ -65,7 +65,7 @@ def openapi_schema() -> dict[str, Any]:
 
 def render_rest_reference(schema: dict[str, Any]) -> str:
     """Markdown for every endpoint: scope, parameters, body, answer and error statuses."""
-    from rlguard_backend.main import access_table
+    from rlguard_backend.core.app import access_table
 
     scopes = access_table()
     errors: dict[str, str] = {}

@@ -18,7 +18,11 @@ from dash.exceptions import PreventUpdate
 from rlguard_frontend import ids, plotly_bundle, routing, signin
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.page_prefetch import Key, PagePrefetch
-from rlguard_frontend.pages import compare, inbox, run_detail, runs, samples
+from rlguard_frontend.pages import inbox
+from rlguard_frontend.pages.compare import page as compare
+from rlguard_frontend.pages.run import page as run_detail
+from rlguard_frontend.pages.runs import page as runs
+from rlguard_frontend.pages.samples import page as samples
 
 REFRESH_MS = 1000
 THEME_COOKIE_MAX_AGE_S = 365 * 24 * 3600

@@ -14,7 +14,11 @@ from dash import html
 from dash.exceptions import PreventUpdate
 
 from rlguard_frontend.api_client import ApiClient
-from rlguard_frontend.pages import compare, inbox, not_found_404, run_detail, runs, samples
+from rlguard_frontend.pages import inbox, not_found_404
+from rlguard_frontend.pages.compare import page as compare
+from rlguard_frontend.pages.run import page as run_detail
+from rlguard_frontend.pages.runs import page as runs
+from rlguard_frontend.pages.samples import page as samples
 
 THEMES = ("light", "dark")
 THEME_COOKIE = "rlguard_theme"  # mirrors the theme store: the server draws a first page in it

@@ -20,8 +20,8 @@ from dash import Dash, Input, Output, no_update
 from dash.exceptions import PreventUpdate
 
 from rlguard_frontend import ids
-from rlguard_frontend.compare_state import THEMES, X_MODES, _choice, _names, _smoothing, _step
-from rlguard_frontend.runs_grid import GRID_OPS
+from rlguard_frontend.pages.compare.state import THEMES, X_MODES, _choice, _names, _smoothing, _step
+from rlguard_frontend.pages.runs.grid import GRID_OPS
 
 GRID_FILTER_TYPES = (*GRID_OPS, "inRange")  # the filters the grid offers
 MAX_QUERY_CHARS = 8000  # a longer parameter is not one this app wrote

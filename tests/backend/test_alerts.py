@@ -17,9 +17,9 @@ from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
 from benchmarks._support import service
-from rlguard_backend import detection, suite_cache
-from rlguard_backend.config import Settings
-from rlguard_backend.main import create_app
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.detection import feed, suite_cache
 from rlguard_backend.models import DetectorState, WebhookDelivery
 from rlguard_backend.stability import DetectorSuite
 from tests.conftest import new_run_id
@@ -287,7 +287,7 @@ def test_webhook_delivered_once_after_failed_attempts(
 
 
 def test_detector_state_from_another_release_is_rebuilt(client: TestClient) -> None:
-    from rlguard_backend.db import write_session
+    from rlguard_backend.core.db import write_session
 
     run_id = new_run_id()
     _create(client, run_id, COLLAPSE.config)
@@ -351,19 +351,19 @@ def test_suite_cache_listens_to_the_apps_session_factory_not_every_session(
     factory = app.state.session_factory  # its sessions are of its own Session subclass
     assert event.contains(factory.class_, "after_commit", suite_cache._after_commit)
     assert not event.contains(Session, "after_commit", suite_cache._after_commit)
-    assert detection.SUITES.peek(run_id) is not None
+    assert feed.SUITES.peek(run_id) is not None
 
 
 def _service_suite(app: Any, run_id: str) -> tuple[DetectorSuite, Any]:
     """The live suite the service keeps for the run, and its pending step."""
-    live = detection.SUITES.peek(run_id)
+    live = feed.SUITES.peek(run_id)
     assert live is not None
     return live.suite, live.pending
 
 
 def _stepwise_state(config: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
     """The state of a suite fed every step but the last, one at a time."""
-    suite = detection.make_suite(config, Settings())
+    suite = feed.make_suite(config, Settings())
     for entry in steps[:-1]:
         suite.feed(entry["step"], {k: float(v) for k, v in entry["values"].items()})
     return suite.dump_state()
@@ -444,7 +444,7 @@ def _stored_state(factory: Any, run_id: str) -> dict[str, Any]:
 
 def _state_fed_every_step(config: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
     """The state of a suite fed each step once, the first time it comes, one at a time."""
-    suite = detection.make_suite(config, Settings())
+    suite = feed.make_suite(config, Settings())
     for entry in steps:
         suite.feed(entry["step"], {k: float(v) for k, v in entry["values"].items()})
     return suite.dump_state()
@@ -497,15 +497,15 @@ def _unit_of_work(
 ) -> None:
     """The batch handler's unit of work, committed or rolled back."""
     from rlguard_backend import ingest
-    from rlguard_backend.db import write_session
+    from rlguard_backend.core.db import write_session
 
     with write_session(factory) as session:
         opened = ingest.open_batch(session, run_id, batch)
-        live = detection.live_suite(
+        live = feed.live_suite(
             session, run_id, opened.config, settings, opened.run_last_step, suites
         )
         ingest.store_batch(session, run_id, batch, opened)
-        detection.detect_steps(session, live, batch.steps, settings)
+        feed.detect_steps(session, live, batch.steps, settings)
         if commit:
             session.commit()
         else:
@@ -534,7 +534,7 @@ def test_a_rolled_back_batch_leaves_no_suite_ahead_of_the_database(
     from the checkpoint and the steps stored since."""
     run_id, steps, batches = _collapse_run(client, seed=6, size=30)
     factory = client.app.state.session_factory  # type: ignore[attr-defined]
-    suites = detection.SuiteCache()
+    suites = feed.SuiteCache()
     for batch in batches[:3]:
         _unit_of_work(factory, settings, run_id, batch, suites, commit=True)
     _unit_of_work(factory, settings, run_id, batches[3], suites, commit=False)
@@ -542,7 +542,7 @@ def test_a_rolled_back_batch_leaves_no_suite_ahead_of_the_database(
     for batch in batches[3:6]:
         _unit_of_work(factory, settings, run_id, batch, suites, commit=True)
     assert _stored_state(factory, run_id)["suite"]["last_step"] < batches[5].steps[0].step
-    restarted = detection.SuiteCache()
+    restarted = feed.SuiteCache()
     for batch in batches[6:]:
         _unit_of_work(factory, settings, run_id, batch, restarted, commit=True)
     live = restarted.peek(run_id)
@@ -557,17 +557,15 @@ def test_a_run_end_seen_by_another_process_leaves_it_no_suite(
     """A process that resumes a run from its checkpoint only to find nothing pending (the run
     ended twice) does not keep that suite: the process that wrote the checkpoint may feed the
     run on from it without writing another, and the two would no longer agree."""
-    from rlguard_backend.db import write_session
+    from rlguard_backend.core.db import write_session
 
     run_id, steps, batches = _collapse_run(client, seed=9, size=50)
     factory = client.app.state.session_factory  # type: ignore[attr-defined]
-    first, second = detection.SuiteCache(), detection.SuiteCache()
+    first, second = feed.SuiteCache(), feed.SuiteCache()
 
-    def end_run(suites: detection.SuiteCache) -> None:
+    def end_run(suites: feed.SuiteCache) -> None:
         with write_session(factory) as session:
-            detection.flush_pending(
-                session, detection.run_for_update(session, run_id), settings, suites
-            )
+            feed.flush_pending(session, feed.run_for_update(session, run_id), settings, suites)
             session.commit()
 
     for batch in batches[:3]:

@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from rlguard_backend.config import Settings
-from rlguard_backend.main import create_app
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
 from tests.conftest import new_run_id
 
 

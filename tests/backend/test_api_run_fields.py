@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rlguard_backend.db import write_session
+from rlguard_backend.core.db import write_session
 from rlguard_backend.models import Alert
 from tests.conftest import RunningServer, new_run_id
 

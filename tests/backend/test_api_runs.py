@@ -133,8 +133,8 @@ def test_resume_with_resume_from_step_rewinds(client: TestClient) -> None:
 def test_silent_running_run_is_marked_crashed(client: TestClient) -> None:
     from datetime import timedelta
 
-    from rlguard_backend.db import write_session
-    from rlguard_backend.liveness import mark_silent_runs_crashed
+    from rlguard_backend.core.db import write_session
+    from rlguard_backend.detection.liveness import mark_silent_runs_crashed
     from rlguard_backend.models import Run, utcnow
 
     silent, alive, done = new_run_id(), new_run_id(), new_run_id()

@@ -13,11 +13,11 @@ import httpx
 import pytest
 
 import rlguard
-from rlguard_backend import auth
-from rlguard_backend.config import Settings
-from rlguard_backend.db import make_engine, make_session_factory, write_session
-from rlguard_backend.main import access_table, create_app
-from rlguard_backend.serve import ServerThread, settings_for_host
+from rlguard_backend.core import auth
+from rlguard_backend.core.app import access_table, create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import make_engine, make_session_factory, write_session
+from rlguard_backend.core.serve import ServerThread, settings_for_host
 from tests.conftest import new_run_id
 from tests.hook.hookutil import child_env
 
@@ -295,7 +295,7 @@ def test_auth_revoked_token_is_refused_at_once_by_its_process(service: Service) 
 def test_auth_tokens_are_stored_salted_and_hashed(db_url: str) -> None:
     engine = make_engine(db_url)
     try:
-        from rlguard_backend import migrate
+        from rlguard_backend.core import migrate
 
         migrate.upgrade(engine)
         with write_session(make_session_factory(engine)) as session:

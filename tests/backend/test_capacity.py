@@ -20,13 +20,13 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 import rlguard
-from rlguard_backend.capacity import BodyBudget
-from rlguard_backend.config import Settings
-from rlguard_backend.db import make_engine, make_session_factory, write_session
-from rlguard_backend.errors import Saturated
-from rlguard_backend.main import create_app
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.capacity import BodyBudget
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import make_engine, make_session_factory, write_session
+from rlguard_backend.core.errors import Saturated
+from rlguard_backend.core.serve import ServerThread
 from rlguard_backend.models import Run
-from rlguard_backend.serve import ServerThread
 from tests.conftest import new_run_id
 from tests.hook.hookutil import ServiceProcess, stored_series, wait_for
 

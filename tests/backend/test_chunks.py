@@ -17,10 +17,10 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from rlguard_backend.config import Settings
-from rlguard_backend.db import WRITER_CHECKPOINT_PAGES
-from rlguard_backend.main import create_app
-from rlguard_backend.points import (
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import WRITER_CHECKPOINT_PAGES
+from rlguard_backend.store.points import (
     MAX_CHUNK_POINTS,
     OWN_CHUNK_POINTS,
     TAIL_CHUNK_POINTS,

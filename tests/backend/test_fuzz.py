@@ -19,11 +19,11 @@ import pytest
 import schemathesis
 from schemathesis.config import SchemathesisConfig
 
-from rlguard_backend import auth
-from rlguard_backend.config import Settings
-from rlguard_backend.db import write_session
-from rlguard_backend.main import create_app
-from rlguard_backend.serve import ServerThread
+from rlguard_backend.core import auth
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import write_session
+from rlguard_backend.core.serve import ServerThread
 
 MAX_EXAMPLES = 4  # fuzzed cases an operation, beside every boundary and malformed value
 CHECKS = (

@@ -9,8 +9,8 @@ import httpx
 import numpy as np
 import pytest
 
-from rlguard_backend.groups import Points, aligned, band, bin_edges
-from rlguard_backend.series import debiased_ema
+from rlguard_backend.store.groups import Points, aligned, band, bin_edges
+from rlguard_backend.store.series import debiased_ema
 from tests.conftest import RunningServer, new_run_id
 
 

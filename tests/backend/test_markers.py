@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from rlguard_backend.markers import lr_changes
+from rlguard_backend.store.markers import lr_changes
 from tests.conftest import RunningServer, new_run_id
 
 

@@ -11,12 +11,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import inspect, text
 from sqlalchemy.orm import Session
 
-from rlguard_backend import migrate
-from rlguard_backend.config import Settings
-from rlguard_backend.db import make_engine
-from rlguard_backend.main import create_app
+from rlguard_backend.core import migrate
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import make_engine
 from rlguard_backend.models import Base, utcnow
-from rlguard_backend.points import read_points
+from rlguard_backend.store.points import read_points
 
 TABLES = {
     "webhook_outbox",

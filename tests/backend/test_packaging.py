@@ -50,12 +50,12 @@ def test_wheel_contains_migrations_and_all_packages(wheel: Path) -> None:
     for required in (
         "rlguard/__init__.py",
         "rlguard/cli.py",
-        "rlguard_backend/main.py",
+        "rlguard_backend/core/app.py",
         "rlguard_backend/migrations/env.py",
         "rlguard_backend/migrations/script.py.mako",
         "rlguard_backend/migrations/versions/0001_initial_schema.py",
         "rlguard_frontend/app.py",
-        "rlguard_frontend/pages/runs.py",
+        "rlguard_frontend/pages/runs/page.py",
         "rlguard_compose/serve.py",
     ):
         assert required in names, required

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from rlguard import _packed
-from rlguard_backend.config import Settings
-from rlguard_backend.main import create_app
-from rlguard_backend.serve import ServerThread
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.serve import ServerThread
 from tests.conftest import RunningServer, new_run_id
 
 PACKED = {"content-type": _packed.CONTENT_TYPE}

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlguard_backend import run_field_grammar, run_fields
 from rlguard_backend.api.runs import _check_grammar, _parse_list_params
-from rlguard_backend.errors import InvalidField
+from rlguard_backend.core.errors import InvalidField
+from rlguard_backend.store import run_field_grammar, run_fields
 
 CALENDAR = "is not a date on the calendar"  # the one rule no pattern states
 DRAWS = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from rlguard_backend import run_fields
+from rlguard_backend.store import run_fields
 from tests.conftest import RunningServer, new_run_id
 
 

@@ -9,12 +9,14 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from rlguard_backend import ingest, migrate, repository
-from rlguard_backend.db import make_engine, make_session_factory, write_session
-from rlguard_backend.points import cover
-from rlguard_backend.rollups import BUCKET_WIDTHS, summarize
+from rlguard_backend import ingest
+from rlguard_backend.core import migrate
+from rlguard_backend.core.db import make_engine, make_session_factory, write_session
 from rlguard_backend.schemas import BatchIn, RunCreate
-from rlguard_backend.series import read_series
+from rlguard_backend.store import repository
+from rlguard_backend.store.points import cover
+from rlguard_backend.store.rollups import BUCKET_WIDTHS, summarize
+from rlguard_backend.store.series import read_series
 from tests.conftest import new_run_id
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from rlguard_backend import points, storage
+from rlguard_backend.store import points, storage
 from tests.conftest import new_run_id
 
 BACKEND = Path(storage.__file__).parent
@@ -46,7 +46,7 @@ def test_storage_only_the_store_module_calls_the_point_verbs() -> None:
             around = isinstance(node, ast.Attribute) and node.attr in VERBS
             if around and isinstance(node.value, ast.Name) and node.value.id == "points":
                 offenders.append(f"{path.name}:{node.lineno}")
-            if isinstance(node, ast.ImportFrom) and node.module == "rlguard_backend.points":
+            if isinstance(node, ast.ImportFrom) and node.module == "rlguard_backend.store.points":
                 offenders += [f"{path.name}:{node.lineno}" for a in node.names if a.name in VERBS]
     assert offenders == []
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from benchmarks.dashboard import CHROMIUM, CHROMIUM_ARGS
-from rlguard_backend.config import Settings
+from rlguard_backend.core.config import Settings
 from rlguard_compose import start_background
 
 

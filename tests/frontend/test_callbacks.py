@@ -11,13 +11,21 @@ import pytest
 from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import AlertPublic, SeriesData
-from rlguard_frontend import alert_views, ids, run_callbacks, run_data, runs_grid, sample_views
+from rlguard_frontend import ids
 from rlguard_frontend.api_client import ApiClient
-from rlguard_frontend.compare_figures import RunMarks, compare_figure
-from rlguard_frontend.compare_state import CompareState
-from rlguard_frontend.compare_tables import delta_table, markdown_text
+from rlguard_frontend.components import alert_views
 from rlguard_frontend.figures import PALETTE, View, merged_ranges, step_span
-from rlguard_frontend.pages import compare, inbox, runs, samples
+from rlguard_frontend.pages import inbox
+from rlguard_frontend.pages.compare import page as compare
+from rlguard_frontend.pages.compare.figures import RunMarks, compare_figure
+from rlguard_frontend.pages.compare.state import CompareState
+from rlguard_frontend.pages.compare.tables import delta_table, markdown_text
+from rlguard_frontend.pages.run import callbacks as run_callbacks
+from rlguard_frontend.pages.run import data as run_data
+from rlguard_frontend.pages.runs import grid as runs_grid
+from rlguard_frontend.pages.runs import page as runs
+from rlguard_frontend.pages.samples import page as samples
+from rlguard_frontend.pages.samples import views as sample_views
 from tests.conftest import RunningServer, new_run_id
 from tests.frontend.helpers import find_component, seed_run
 

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from benchmarks._support import POLL_MS
-from rlguard_backend import auth
-from rlguard_backend.config import Settings
-from rlguard_backend.db import write_session
+from rlguard_backend.core import auth
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import write_session
 from rlguard_backend.models import Alert
 from rlguard_compose import start_background
 from rlguard_frontend import routing

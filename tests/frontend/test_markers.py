@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from benchmarks._support import POLL_MS
-from rlguard_backend.db import write_session
+from rlguard_backend.core.db import write_session
 from rlguard_backend.models import Alert
 from tests.conftest import new_run_id
 from tests.frontend.helpers import WAIT_MS, graph_selector, seed_run

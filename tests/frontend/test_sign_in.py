@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from rlguard_backend import auth, migrate
-from rlguard_backend.config import Settings
-from rlguard_backend.db import make_engine, make_session_factory, write_session
+from rlguard_backend.core import auth, migrate
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import make_engine, make_session_factory, write_session
 from rlguard_compose import start_background
 from rlguard_frontend.signin import safe_next
 from tests.conftest import new_run_id

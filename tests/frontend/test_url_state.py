@@ -6,9 +6,10 @@ import pytest
 from dash import html, no_update
 from dash.exceptions import PreventUpdate
 
-from rlguard_frontend import ids, routing, run_callbacks
+from rlguard_frontend import ids, routing
 from rlguard_frontend.api_client import ApiClient
-from rlguard_frontend.pages import runs
+from rlguard_frontend.pages.run import callbacks as run_callbacks
+from rlguard_frontend.pages.runs import page as runs
 from rlguard_frontend.url_state import RunsState, RunViewState, next_view, url_for
 from tests.frontend.helpers import find_component
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 
 import rlguard
-from rlguard_backend.config import Settings
-from rlguard_backend.main import create_app
-from rlguard_backend.serve import ServerThread
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.serve import ServerThread
 from tests.hook.hookutil import ROOT, ServiceProcess, child_env
 
 

@@ -6,11 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlguard_backend import auth
-from rlguard_backend.config import Settings
-from rlguard_backend.db import write_session
-from rlguard_backend.main import create_app
-from rlguard_backend.serve import ServerThread
+from rlguard_backend.core import auth
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import write_session
+from rlguard_backend.core.serve import ServerThread
 from tests.hook.hookutil import ROOT, ServiceProcess, child_env, free_port
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import httpx
 
-from rlguard_backend.repository import EARLIER_REPORTERS, MAX_DROP_REPORTERS, merge_drops
 from rlguard_backend.schemas import ClientDrops
+from rlguard_backend.store.repository import EARLIER_REPORTERS, MAX_DROP_REPORTERS, merge_drops
 from tests.conftest import RunningServer, new_run_id
 
 

@@ -10,9 +10,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-from rlguard_backend.config import Settings
-from rlguard_backend.db import CHECKPOINT_THREAD_NAME
-from rlguard_backend.main import create_app
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import CHECKPOINT_THREAD_NAME
 from tests.hook.hookutil import ServiceProcess, stored_series, wait_for
 from tests.reliability.fleet import AckedWriter
 

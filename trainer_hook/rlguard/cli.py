@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 # name -> (module defining ``add_arguments(parser)`` and ``run(args) -> int``, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "up": ("rlguard_compose.serve", "serve the API and the dashboard on one port"),
-    "server": ("rlguard_backend.serve", "serve the API alone"),
-    "dashboard": ("rlguard_frontend.serve", "serve the dashboard alone against a remote API"),
-    "db": ("rlguard_backend.serve", "database schema: upgrade, downgrade, current"),
-    "token": ("rlguard_backend.token_cli", "API tokens: create, list, revoke"),
+    "server": ("rlguard_backend.core.serve", "serve the API alone"),
+    "dashboard": ("rlguard_compose.dashboard", "serve the dashboard alone against a remote API"),
+    "db": ("rlguard_backend.core.serve", "database schema: upgrade, downgrade, current"),
+    "token": ("rlguard_backend.core.token_cli", "API tokens: create, list, revoke"),
     "demo": ("rlguard.demo.cli", "run the tiny GRPO trainer and stream it into a service"),
     "sync": ("rlguard._cli_hook", "replay batches left in a spool directory"),
     "follow": ("rlguard._cli_hook", "follow a trainer's logs live (verl JSONL, TensorBoard dir)"),

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from sqlalchemy.orm import Session
 
-from rlguard_backend import alerts, repository
 from rlguard_backend.api.deps import (
     READ,
     WRITE,
@@ -19,6 +18,7 @@ from rlguard_backend.api.deps import (
     WriterDep,
     project_filter,
 )
+from rlguard_backend.detection import alerts
 from rlguard_backend.models import utcnow
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,
@@ -28,6 +28,7 @@ from rlguard_backend.schemas import (
     AlertUpdate,
     Severity,
 )
+from rlguard_backend.store import repository
 
 router = APIRouter(prefix="/v1", tags=["alerts"], responses=ERROR_RESPONSES)
 

@@ -12,8 +12,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from rlguard_backend import ingest
-from rlguard_backend.db import write_session
-from rlguard_backend.errors import PayloadTooLarge
+from rlguard_backend.core.db import write_session
+from rlguard_backend.core.errors import PayloadTooLarge
 
 T = TypeVar("T")
 

@@ -11,11 +11,12 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Path, Query, Request
 
-from rlguard_backend import auth, repository
-from rlguard_backend.auth import Identity
-from rlguard_backend.capacity import Database
-from rlguard_backend.config import Settings
-from rlguard_backend.errors import Forbidden, Unauthorized
+from rlguard_backend.core import auth
+from rlguard_backend.core.auth import Identity
+from rlguard_backend.core.capacity import Database
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.errors import Forbidden, Unauthorized
+from rlguard_backend.store import repository
 
 
 async def get_settings(request: Request) -> Settings:

@@ -8,13 +8,13 @@ from fastapi import APIRouter, Query
 from sqlalchemy import literal, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import repository, run_fields, sql, storage
 from rlguard_backend.api.deps import READ, DatabaseDep, IdentityDep, project_filter
-from rlguard_backend.auth import Identity
-from rlguard_backend.errors import InvalidField, run_not_found
-from rlguard_backend.groups import Points, band, bin_edges
+from rlguard_backend.core.auth import Identity
+from rlguard_backend.core.errors import InvalidField, run_not_found
 from rlguard_backend.models import Run
 from rlguard_backend.schemas import ERROR_RESPONSES, BandPublic, GroupList, GroupPublic
+from rlguard_backend.store import repository, run_fields, sql, storage
+from rlguard_backend.store.groups import Points, band, bin_edges
 
 router = APIRouter(prefix="/v1/groups", tags=["runs"], responses=ERROR_RESPONSES)
 

@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 
 from rlguard_backend import __version__
 from rlguard_backend.api.deps import PUBLIC, READ, DatabaseDep
-from rlguard_backend.capacity import Database
-from rlguard_backend.metrics import ServiceMetrics
+from rlguard_backend.core.capacity import Database
+from rlguard_backend.core.metrics import ServiceMetrics
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,
     Health,

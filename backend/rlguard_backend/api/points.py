@@ -11,13 +11,14 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
-from rlguard_backend import alerts, detection, ingest, packed, repository, series, storage
+from rlguard_backend import ingest, packed
 from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_body
 from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
-from rlguard_backend.config import Settings
-from rlguard_backend.db import write_session
-from rlguard_backend.errors import NotFound, PayloadTooLarge
-from rlguard_backend.metrics import ServiceMetrics
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import write_session
+from rlguard_backend.core.errors import NotFound, PayloadTooLarge
+from rlguard_backend.core.metrics import ServiceMetrics
+from rlguard_backend.detection import alerts, feed
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,
     BatchAck,
@@ -26,6 +27,7 @@ from rlguard_backend.schemas import (
     SeriesResponse,
     Step,
 )
+from rlguard_backend.store import repository, series, storage
 
 router = APIRouter(prefix="/v1/runs/{run_id}", tags=["points"], responses=ERROR_RESPONSES)
 
@@ -108,11 +110,11 @@ def store_and_detect(
     if settings.detectors_enabled:
         # Before the points are stored: a suite resumed from its checkpoint catches up on the
         # stored steps, which this batch may rewrite.
-        live = detection.live_suite(session, run_id, opened.config, settings, opened.run_last_step)
+        live = feed.live_suite(session, run_id, opened.config, settings, opened.run_last_step)
     ack, _, _ = ingest.store_batch(session, run_id, batch, opened)
     if live is not None:
         with metrics.detector_seconds.time():
-            found = detection.detect_steps(session, live, batch.steps, settings)
+            found = feed.detect_steps(session, live, batch.steps, settings)
         ack.alerts = [alerts.to_public(alert) for alert in found]
     return ack
 

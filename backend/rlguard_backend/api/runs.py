@@ -9,14 +9,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import (
-    detection,
-    ingest,
-    markers,
-    repository,
-    run_field_grammar,
-    run_fields,
-)
+from rlguard_backend import ingest
 from rlguard_backend.api.bodies import documented_body
 from rlguard_backend.api.deps import (
     ADMIN,
@@ -30,8 +23,9 @@ from rlguard_backend.api.deps import (
     WriterDep,
     project_filter,
 )
-from rlguard_backend.config import Settings
-from rlguard_backend.errors import InvalidField, NotFound
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.errors import InvalidField, NotFound
+from rlguard_backend.detection import feed
 from rlguard_backend.models import Run
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,
@@ -52,6 +46,7 @@ from rlguard_backend.schemas import (
     RunStatus,
     RunUpdate,
 )
+from rlguard_backend.store import markers, repository, run_field_grammar, run_fields
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERROR_RESPONSES)
 projects = APIRouter(prefix="/v1/projects", tags=["runs"], responses=ERROR_RESPONSES)
@@ -84,7 +79,7 @@ async def create_run(
     def create_or_resume(session: Session) -> tuple[RunPublic, bool]:
         run, created = repository.create_or_resume_run(session, data)
         if data.resume_from_step is not None and not created:
-            detection.backtest(session, run, settings, {}, apply=True)
+            feed.backtest(session, run, settings, {}, apply=True)
         session.commit()
         return _public(session, run.id), created
 
@@ -96,7 +91,7 @@ async def create_run(
 
 def _check_config(config: dict[str, Any], settings: Settings) -> None:
     try:
-        detection.check_run_config(config, settings)
+        feed.check_run_config(config, settings)
     except ValueError as exc:
         raise InvalidField(["body", "config"], f"run config: {exc}") from exc
 
@@ -237,7 +232,7 @@ async def list_runs(
     """Runs, newest first or by ``sort``, narrowed by ``filter``s; ``count`` is the total match.
     Archived runs only on request.
 
-    Fields are those of ``rlguard_backend.run_fields``: the run's columns, ``config.<key>``,
+    Fields are those of ``rlguard_backend.store.run_fields``: the run's columns, ``config.<key>``,
     ``summary.<key>``, ``hparam.<name>``, ``last.<signal>``, ``alerts.<severity>``, ``health``.
     """
     project = project_filter(identity, project)
@@ -339,9 +334,9 @@ async def update_run(
     """Set status, name or summary; a run that ends has its last step checked too."""
 
     def update(session: Session) -> RunPublic:
-        run = repository.update_run(session, detection.run_for_update(session, run_id), data)
+        run = repository.update_run(session, feed.run_for_update(session, run_id), data)
         if run.status != "running" and settings.detectors_enabled:
-            detection.flush_pending(session, run, settings)
+            feed.flush_pending(session, run, settings)
         session.commit()
         return _public(session, run_id)
 
@@ -384,9 +379,9 @@ async def detect_run(
     """Backtest: re-run the detectors over the stored points, live alerts untouched unless asked."""
 
     def backtest(session: Session) -> DetectResult:
-        run = detection.run_for_update(session, run_id)
+        run = feed.run_for_update(session, run_id)
         try:
-            result = detection.backtest(session, run, settings, data.thresholds, data.apply)
+            result = feed.backtest(session, run, settings, data.thresholds, data.apply)
         except ValueError as exc:
             raise InvalidField(["body", "thresholds"], str(exc)) from exc
         session.commit()
@@ -406,9 +401,9 @@ async def rewind_run(
 
     def rewind(session: Session) -> RunPublic:
         run = repository.rewind_run(
-            session, detection.run_for_update(session, run_id), data.resume_from_step
+            session, feed.run_for_update(session, run_id), data.resume_from_step
         )
-        detection.backtest(session, run, settings, {}, apply=True)
+        feed.backtest(session, run, settings, {}, apply=True)
         session.commit()
         return _public(session, run_id)
 

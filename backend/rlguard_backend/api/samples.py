@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request, Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from rlguard_backend import alerts, ingest, repository, samples
+from rlguard_backend import ingest
 from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_body
 from rlguard_backend.api.deps import (
     READ,
@@ -20,11 +20,11 @@ from rlguard_backend.api.deps import (
     WriterDep,
 )
 from rlguard_backend.api.points import store_and_detect
-from rlguard_backend.config import Settings
-from rlguard_backend.db import write_session
-from rlguard_backend.errors import InvalidField
-from rlguard_backend.metrics import ServiceMetrics
-from rlguard_backend.samples import SORT_FIELDS, SampleQuery
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import write_session
+from rlguard_backend.core.errors import InvalidField
+from rlguard_backend.core.metrics import ServiceMetrics
+from rlguard_backend.detection import alerts
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,
     SampleAck,
@@ -34,6 +34,8 @@ from rlguard_backend.schemas import (
     SampleStepList,
     Step,
 )
+from rlguard_backend.store import repository, samples
+from rlguard_backend.store.samples import SORT_FIELDS, SampleQuery
 
 router = APIRouter(prefix="/v1", tags=["samples"], responses=ERROR_RESPONSES)
 Order = Literal["asc", "desc"]

@@ -6,14 +6,14 @@ from fastapi import APIRouter, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import repository, series
 from rlguard_backend.api.deps import READ, DatabaseDep, IdentityDep, SettingsDep, project_filter
 from rlguard_backend.api.groups import RunIds, Signals, check_runs_and_signals
 from rlguard_backend.api.points import IncludeTimes, MaxPoints, Smoothing, check_max_points
-from rlguard_backend.config import Settings
-from rlguard_backend.errors import PayloadTooLarge, run_not_found
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.errors import PayloadTooLarge, run_not_found
 from rlguard_backend.models import Run
 from rlguard_backend.schemas import ERROR_RESPONSES, RunSeries, RunSeriesList, Step
+from rlguard_backend.store import repository, series
 
 router = APIRouter(prefix="/v1/series", tags=["points"], responses=ERROR_RESPONSES)
 # A request reads at most this many times max_series_points points in all (runs × signals ×

@@ -6,9 +6,9 @@ from fastapi import APIRouter, Request, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rlguard_backend import auth
 from rlguard_backend.api.deps import ADMIN, DatabaseDep, WriterDep
-from rlguard_backend.errors import NotFound
+from rlguard_backend.core import auth
+from rlguard_backend.core.errors import NotFound
 from rlguard_backend.models import ApiToken, as_utc
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,

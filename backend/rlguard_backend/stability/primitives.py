@@ -16,7 +16,7 @@ from functools import lru_cache
 from operator import mul
 from typing import Any
 
-from rlguard_backend.packed_arrays import pack, unpack
+from rlguard_backend.store.packed_arrays import pack, unpack
 
 
 def is_finite(value: float | None) -> bool:

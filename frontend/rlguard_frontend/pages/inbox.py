@@ -14,8 +14,8 @@ from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import AlertPublic
 from rlguard_frontend import ids, run_state
-from rlguard_frontend.alert_views import ACTIONS, SEVERITY_ORDER
 from rlguard_frontend.api_client import ApiClient, ApiError
+from rlguard_frontend.components.alert_views import ACTIONS, SEVERITY_ORDER
 
 SEVERITIES = ("critical", "warn", "info")
 

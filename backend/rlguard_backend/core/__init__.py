@@ -1,0 +1,1 @@
+"""Process infrastructure: app factory, settings, database, serving, auth, limits, logs."""

@@ -1,0 +1,1 @@
+"""Detection in the service: feeding detectors, checkpoints, backtests, alerts, webhooks."""

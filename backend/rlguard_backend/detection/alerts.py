@@ -1,0 +1,249 @@
+"""Alert lifecycle in storage: detector events become alert rows and webhook outbox entries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from rlguard_backend.core.config import Webhook
+from rlguard_backend.core.errors import NotFound
+from rlguard_backend.models import Alert, Run, WebhookDelivery, as_utc, utcnow
+from rlguard_backend.schemas import AlertPublic
+from rlguard_backend.stability import AlertEvent
+from rlguard_backend.store import sql
+
+SEVERITY_ICON = {
+    "info": ":information_source:",
+    "warn": ":warning:",
+    "critical": ":rotating_light:",
+}
+
+
+def to_public(alert: Alert) -> AlertPublic:
+    """An alert row as the API answers it (times in UTC)."""
+    return AlertPublic(
+        id=alert.id,
+        run_id=alert.run_id,
+        detector=alert.detector,
+        key=alert.key,
+        severity=alert.severity,  # type: ignore[arg-type]
+        status=alert.status,  # type: ignore[arg-type]
+        secondary=alert.secondary,
+        acknowledged=alert.acknowledged,
+        first_step=alert.first_step,
+        last_step=alert.last_step,
+        message=alert.message,
+        evidence=alert.evidence or {},
+        advice=alert.advice or [],
+        created_at=as_utc(alert.created_at),
+        updated_at=as_utc(alert.updated_at),
+    )
+
+
+_UPDATE_OPEN = (
+    "UPDATE alerts SET severity = ?, message = ?, evidence = ?, advice = ?, secondary = ?, "
+    "last_step = ?, updated_at = ? WHERE run_id = ? AND detector = ? AND key = ? "
+    "AND status = 'open'"
+)
+
+
+def latest_updates(events: Iterable[AlertEvent]) -> list[AlertEvent]:
+    """The events without the "update"s that a later update or escalation of the same alert
+    among them overwrites (every field of the stored alert): stored, both lists end the same.
+    """
+    later: set[tuple[str, str]] = set()  # alerts whose every field a later event rewrites
+    kept: list[AlertEvent] = []
+    for event in reversed(list(events)):
+        slot = (event.detector, event.key)
+        if event.action == "update" and slot in later:
+            continue
+        kept.append(event)
+        if event.action in ("update", "escalate"):
+            later.add(slot)
+        else:
+            later.discard(slot)
+    kept.reverse()
+    return kept
+
+
+def update_open(session: Session, run_id: str, events: Iterable[AlertEvent]) -> list[AlertEvent]:
+    """Store "update" events (an open alert's refreshed message and evidence) with one plain
+    UPDATE each, as apply_events would store them; returns the events whose alert is not open
+    in the database (resolved over REST meanwhile): apply_events opens those again.
+
+    The usual event of a batch: an alert that keeps firing is refreshed every 50 steps. Use it
+    before the session has loaded the run's alerts as objects (they would not see the UPDATE).
+    """
+    left = []
+    now = utcnow()
+    for event in events:
+        assert event.action == "update", event.action
+        params = (
+            event.severity,
+            event.message,
+            orjson.dumps(event.evidence).decode(),  # json_safe: no non-finite floats
+            orjson.dumps(event.advice).decode(),
+            event.secondary,
+            event.last_step,
+            now,
+            run_id,
+            event.detector,
+            event.key,
+        )
+        if not sql.execute(session, _UPDATE_OPEN, params):
+            left.append(event)
+    return left
+
+
+def apply_events(
+    session: Session, run_id: str, events: Iterable[AlertEvent], webhooks: Sequence[Webhook]
+) -> list[Alert]:
+    """Store detector events; returns the alerts opened or escalated (for the batch answer).
+
+    The run's open alerts are read once per batch, and the session is flushed only where an
+    outbox row needs its alert's id: a batch of an alerting run costs one query, not one
+    query and one flush per event. The run itself is loaded only for a webhook's payload.
+    """
+    events = list(events)
+    if not events:
+        return []
+    run: Run | None = None
+    query = select(Alert).where(Alert.run_id == run_id, Alert.status == "open")
+    current = {(alert.detector, alert.key): alert for alert in session.scalars(query)}
+    changed: dict[int, Alert] = {}  # by object identity: new alerts have no id before a flush
+    for event in events:
+        slot = (event.detector, event.key)
+        alert = current.get(slot)
+        if alert is None:
+            if event.action == "resolve":
+                continue
+            alert = Alert(
+                run_id=run_id,
+                detector=event.detector,
+                key=event.key,
+                status="open",
+                acknowledged=False,
+                created_at=utcnow(),
+            )
+            session.add(alert)
+            current[slot] = alert
+            change = "opened"
+        else:
+            change = {"escalate": "escalated", "resolve": "resolved"}.get(event.action, "")
+        _copy_event(alert, event)
+        if event.action == "resolve":
+            del current[slot]
+        if change in ("opened", "escalated"):
+            changed.setdefault(id(alert), alert)
+        if change and webhooks:
+            session.flush()  # the outbox row names the alert by id
+            run = run or session.get(Run, run_id)
+            assert run is not None  # its row is locked by the batch (or held by the caller)
+            _enqueue(session, run, alert, change, webhooks)
+    session.flush()
+    return list(changed.values())
+
+
+def _copy_event(alert: Alert, event: AlertEvent) -> None:
+    if event.action == "resolve":
+        alert.status = "resolved"
+    else:
+        alert.severity, alert.message = event.severity, event.message
+        alert.evidence, alert.advice = event.evidence, list(event.advice)
+        alert.secondary = event.secondary
+    if alert.first_step is None:
+        alert.first_step = event.first_step
+    alert.last_step = event.last_step
+    alert.updated_at = utcnow()
+
+
+def _enqueue(
+    session: Session, run: Run, alert: Alert, change: str, webhooks: Sequence[Webhook]
+) -> None:
+    """One outbox row per state change and target, written in the alert's own transaction."""
+    tag = f"{change}:{alert.severity}:{alert.last_step}"
+    for hook in webhooks:
+        if hook.project is not None and hook.project != run.project:
+            continue
+        session.add(
+            WebhookDelivery(
+                alert_id=alert.id,
+                change=tag,
+                target=hook.url,
+                format=hook.format,
+                payload=webhook_payload(run, alert, change, hook.format),
+                attempts=0,
+                next_attempt_at=utcnow(),
+                created_at=utcnow(),
+            )
+        )
+
+
+def webhook_payload(run: Run, alert: Alert, change: str, fmt: str) -> dict[str, Any]:
+    """The message a webhook receives for one alert change: plain JSON, or Slack blocks."""
+    body = {
+        "event": f"alert.{change}",
+        "run": {"id": run.id, "project": run.project, "name": run.name},
+        "alert": to_public(alert).model_dump(mode="json"),
+    }
+    if fmt != "slack":
+        return body
+    title = f"{SEVERITY_ICON.get(alert.severity, '')} rlguard: {alert.detector} {change}"
+    where = (
+        f"run `{run.name or run.id}` ({run.project}), steps {alert.first_step}-{alert.last_step}"
+    )
+    advice = "\n".join(f"• {line}" for line in (alert.advice or [])[:5])
+    return {
+        "text": f"{title} — {where}",
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{title}*\n{where}"}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": alert.message[:2900]}},
+            *([{"type": "section", "text": {"type": "mrkdwn", "text": advice}}] if advice else []),
+        ],
+    }
+
+
+def list_alerts(
+    session: Session,
+    *,
+    run_id: str | None = None,
+    project: str | None = None,
+    status: str | None = None,
+    severity: str | None = None,
+    detector: str | None = None,
+    archived: bool | None = False,
+    limit: int = 100,
+    offset: int = 0,
+) -> tuple[list[Alert], int]:
+    """Alerts by filter; ``archived``: False leaves archived runs' out, True only theirs, None
+    every run's."""
+    query = select(Alert)
+    if archived is not None:
+        archive = Run.archived_at.is_not(None) if archived else Run.archived_at.is_(None)
+        query = query.where(Alert.run_id.in_(select(Run.id).where(archive)))
+    filters = {
+        Alert.run_id: run_id,
+        Alert.status: status,
+        Alert.severity: severity,
+        Alert.detector: detector,
+    }
+    for column, value in filters.items():
+        if value is not None:
+            query = query.where(column == value)
+    if project is not None:
+        query = query.where(Alert.run_id.in_(select(Run.id).where(Run.project == project)))
+    count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    page = query.order_by(Alert.first_step, Alert.id).limit(limit).offset(offset)
+    return list(session.scalars(page)), count
+
+
+def get_alert(session: Session, alert_id: int) -> Alert:
+    """The alert, or 404 naming where the alerts are listed."""
+    alert = session.get(Alert, alert_id)
+    if alert is None:
+        raise NotFound(f"alert {alert_id} not found; GET /api/v1/alerts lists them")
+    return alert

@@ -1,0 +1,1 @@
+"""The compare page: its layout and callbacks, data, figures, state and tables."""

@@ -1,0 +1,1 @@
+"""The run page: its layout and callbacks, data and live updates."""

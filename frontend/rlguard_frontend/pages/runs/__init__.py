@@ -1,0 +1,1 @@
+"""The runs page: its grid and columns."""

@@ -1,0 +1,1 @@
+"""The samples page and its views."""
