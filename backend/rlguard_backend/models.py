@@ -85,6 +85,24 @@ class RunEvent(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class RunCommand(Base):
+    """A stop or checkpoint request for a run's trainer: who asked, why, delivery, action."""
+
+    __tablename__ = "run_commands"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))  # "stop" | "checkpoint"
+    reason: Mapped[str | None] = mapped_column(Text)
+    requested_by: Mapped[str] = mapped_column(String(256))
+    alert_id: Mapped[int | None] = mapped_column(Integer)
+    requested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    requested_step: Mapped[int | None] = mapped_column(BigInteger)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    acted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    acted_step: Mapped[int | None] = mapped_column(BigInteger)
+
+
 class MetricKey(Base):
     __tablename__ = "metric_keys"
     __table_args__ = (UniqueConstraint("run_id", "name"),)

@@ -89,6 +89,13 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         assert created.status_code == 201
         return run_id
 
+    def new_command_path() -> tuple[str, dict[str, bool]]:
+        run_id = new_run()
+        admin = {"Authorization": f"Bearer {svc.tokens['admin']}"}
+        asked = httpx.post(f"{svc.url}{API}/runs/{run_id}/checkpoint", headers=admin)
+        assert asked.status_code == 202
+        return f"{API}/runs/{run_id}/commands/{asked.json()['id']}", {"delivered": True}
+
     def new_project_path() -> tuple[str, None]:
         project = new_run_id("project")
         new_run(project)
@@ -139,6 +146,13 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ),
         ("GET", "/api/v1/runs/{run_id}/export"): lambda: (f"{run}/export", None),
         ("GET", "/api/v1/runs/{run_id}/alerts"): lambda: (f"{run}/alerts", None),
+        ("POST", "/api/v1/runs/{run_id}/stop"): lambda: (f"{API}/runs/{new_run()}/stop", None),
+        ("POST", "/api/v1/runs/{run_id}/checkpoint"): lambda: (
+            f"{API}/runs/{new_run()}/checkpoint",
+            {"reason": "before the lr drop"},
+        ),
+        ("GET", "/api/v1/runs/{run_id}/commands"): lambda: (f"{run}/commands", None),
+        ("PATCH", "/api/v1/runs/{run_id}/commands/{command_id}"): new_command_path,
         ("POST", "/api/v1/runs/{run_id}/samples"): lambda: (
             f"{run}/samples",
             {"batch_id": new_run_id("s"), "samples": [{"step": 3, "index": 0, "reward": 1.0}]},

@@ -104,5 +104,6 @@ def test_trl_grpo_trainer_stops_on_a_critical_alert(
     alerts = api(service.url, "GET", f"/runs/{run_id}/alerts")["data"]
     stopper = next(a for a in alerts if a["severity"] == "critical")
     assert stopper["detector"] == "nonfinite"
-    assert run["summary"]["stopped_by_alert"] == stopper["id"]
+    assert run["status"] == "stopped"
+    assert run["summary"]["stopped_by"] == {"alert": stopper["id"], "detector": "nonfinite"}
     assert callback.run is None  # finished

@@ -66,6 +66,7 @@ class HookConfig:
     backoff_base_s: float = 0.5
     backoff_cap_s: float = 30.0
     heartbeat_interval_s: float = 30.0
+    command_poll_s: float = 5.0  # ask for stop/checkpoint commands when no batch went this long
     rank_zero_only: bool = True
     enabled: bool = True
     on_alert: Callable[[dict[str, Any]], object] | None = None
@@ -249,6 +250,7 @@ _PARSERS: dict[str, Callable[[str, object], Any]] = {
     "backoff_base_s": _parse_number(float, 0.01, "a number of seconds >= 0.01"),
     "backoff_cap_s": _parse_number(float, 0.01, "a number of seconds >= 0.01"),
     "heartbeat_interval_s": _parse_number(float, 1.0, "a number of seconds >= 1"),
+    "command_poll_s": _parse_number(float, 0.1, "a number of seconds >= 0.1"),
     "rank_zero_only": _parse_bool,
     "enabled": _parse_bool,
     "on_alert": _parse_on_alert,

@@ -100,8 +100,8 @@ class Run:
         self._queue: Any = None
         self._samples_warned = False
         self._sample_calls = 0
-        self._stop_alert: dict[str, Any] | None = None
-        self._checkpoint_alert: dict[str, Any] | None = None
+        self._stop_alert: dict[str, Any] | None = None  # an alert or a stop command
+        self._checkpoint_alert: dict[str, Any] | None = None  # … or a checkpoint command
         if active:
             payload = {
                 "id": cfg.run_id,
@@ -111,7 +111,7 @@ class Run:
                 "tags": list(cfg.tags),
                 "resume_from_step": cfg.resume_from_step,
             }
-            self._sender = Sender(cfg, payload, self._receive_alert)
+            self._sender = Sender(cfg, payload, self._receive_alert, self._receive_command)
             self._queue = self._sender.queue
 
     def __repr__(self) -> str:
@@ -232,6 +232,7 @@ class Run:
         from rlguard import _registry
 
         _registry.forget(self)
+        status, summary = self._stopped(status, summary)
         if self._sampler is not None:
             self._sampler.stop()
         self._queue = _ClosedQueue()
@@ -285,18 +286,41 @@ class Run:
 
     @property
     def should_stop(self) -> bool:
-        """True once an alert at ``stop_on`` severity (or above) arrived: end training now."""
+        """True once a stop was asked (``rlguard stop``, the dashboard, ``POST …/stop``) or an
+        alert at ``stop_on`` severity (or above) arrived: end training now."""
         return self._stop_alert is not None
 
     @property
     def stop_reason(self) -> dict[str, Any] | None:
-        """The alert that made ``should_stop`` true, if one did."""
+        """What made ``should_stop`` true: the alert, or the command (``"kind": "stop"``,
+        with ``requested_by`` and ``reason``)."""
         return self._stop_alert
 
     def checkpoint_request(self) -> dict[str, Any] | None:
-        """The alert (at ``checkpoint_on`` severity or above) asking for a checkpoint, once."""
-        alert, self._checkpoint_alert = self._checkpoint_alert, None
-        return alert
+        """What asks for a checkpoint now, once: an alert at ``checkpoint_on`` severity (or
+        above), or a checkpoint command (``"kind": "checkpoint"``)."""
+        request, self._checkpoint_alert = self._checkpoint_alert, None
+        if request is not None and _is_command(request) and self._sender is not None:
+            self._sender.report_command(request["id"], self._last_step())
+        return request
+
+    def _last_step(self) -> int | None:
+        return self._next_step - 1 if self._next_step else None
+
+    def _stopped(
+        self, status: str, summary: Mapping[str, Any] | None
+    ) -> tuple[str, Mapping[str, Any] | None]:
+        """A run that ends normally after a stop request ends ``stopped``, saying by what."""
+        reason = self._stop_alert
+        if reason is None or status != "finished":
+            return status, summary
+        if _is_command(reason):
+            if self._sender is not None:
+                self._sender.report_command(reason["id"], self._last_step())
+            stopped_by = {"command": reason["id"], "requested_by": reason.get("requested_by")}
+        else:
+            stopped_by = {"alert": reason.get("id"), "detector": reason.get("detector")}
+        return "stopped", {"stopped_by": stopped_by, **(summary or {})}
 
     def _apply_policies(self, alert: dict[str, Any]) -> None:
         if alert.get("status", "open") != "open":
@@ -307,6 +331,17 @@ class Run:
         if _reaches(alert, self._cfg.stop_on) and self._stop_alert is None:
             self._stop_alert = alert
             logger.warning("rlguard: stop requested by %s", _describe(alert))
+
+    def _receive_command(self, command: dict[str, Any]) -> None:
+        """Called by the sender thread for each stop or checkpoint command it receives."""
+        kind = command.get("kind")
+        if kind == "stop" and self._stop_alert is None:
+            self._stop_alert = command
+        elif kind == "checkpoint":
+            self._checkpoint_alert = command
+        else:
+            return
+        logger.warning("rlguard: %s requested by %s", kind, _describe_command(command))
 
     def _receive_alert(self, alert: dict[str, Any]) -> None:
         """Called by the sender thread for each alert a batch acknowledgement carries."""
@@ -328,6 +363,15 @@ def _reaches(alert: dict[str, Any], threshold: str | None) -> bool:
         and severity in SEVERITIES
         and (SEVERITIES.index(severity) >= SEVERITIES.index(threshold))
     )
+
+
+def _is_command(request: dict[str, Any]) -> bool:
+    return request.get("kind") in ("stop", "checkpoint")
+
+
+def _describe_command(command: dict[str, Any]) -> str:
+    why = f": {command['reason']}" if command.get("reason") else ""
+    return f"{command.get('requested_by')} (command {command.get('id')}){why}"
 
 
 def _describe(alert: dict[str, Any]) -> str:

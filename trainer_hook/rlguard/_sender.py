@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import queue
 import random
 import threading
 import time
@@ -40,6 +41,7 @@ class Sender:
         cfg: HookConfig,
         run_payload: dict[str, Any],
         on_alert: Callable[[dict[str, Any]], None],
+        on_command: Callable[[dict[str, Any]], None] = lambda command: None,
     ) -> None:
         self.cfg = cfg
         self.queue = LogQueue(cfg.max_queue_bytes)
@@ -63,6 +65,12 @@ class Sender:
         self._transport = Transport(cfg.url, cfg.token, cfg.request_timeout_s)
         self._run_payload = run_payload
         self._on_alert = on_alert
+        self._on_command = on_command
+        self._commands_seen: set[int] = set()
+        # (command id, step, acted): what the thread reports to the service, in order
+        self._command_reports: queue.SimpleQueue[tuple[int, int | None, bool]] = queue.SimpleQueue()
+        self._unsent_reports: list[tuple[int, int | None, bool]] = []
+        self._last_contact = time.monotonic()
         self._wake = threading.Event()
         self._run_created = False
         self._run_rejected: RejectedError | None = None
@@ -106,6 +114,11 @@ class Sender:
         self._thread.join(timeout_s + 1.0)
         return not self._thread.is_alive()
 
+    def report_command(self, command_id: int, step: int | None) -> None:
+        """Tell the service the trainer acted on a command (sent by the thread, never here)."""
+        self._command_reports.put((command_id, step, True))
+        self._wake.set()
+
     def backlog_points(self, kind: str = POINTS) -> tuple[int, int]:
         """Batches and points (or samples, for kind ``"s"``) still in the spool."""
         backlog = [b for b in list(self._backlog) if b.kind == kind]
@@ -127,6 +140,8 @@ class Sender:
                 markers.clear()
                 self._replay(time.monotonic() + self.cfg.flush_interval_s)
                 self._heartbeat_if_due()
+                self._poll_commands_if_due()
+                self._send_command_reports()
             self._shutdown()
         except BaseException as exc:  # a bug here must not pass silently, nor reach training
             self.error = exc
@@ -193,6 +208,7 @@ class Sender:
         self._note_success()
         for alert in (ack or {}).get("alerts", []):
             self._on_alert(alert)
+        self._receive_commands((ack or {}).get("commands", []))
 
     def _send(self, body: bytes, kind: str) -> Any:
         """Post one body; a packed one goes as JSON to a service that does not read it."""
@@ -314,6 +330,7 @@ class Sender:
         )
 
     def _note_success(self) -> None:
+        self._last_contact = time.monotonic()
         if self._failures:
             logger.info("rlguard: the service at %s answers again", self.cfg.url)
         self._failures = 0
@@ -337,6 +354,55 @@ class Sender:
             logger.debug("rlguard: heartbeat refused: %s", exc)
         self._drops.reported = drops
 
+    def _poll_commands_if_due(self) -> None:
+        """Ask for commands when no batch has brought them for ``command_poll_s``."""
+        now = time.monotonic()
+        if not self._run_created or now < self._retry_at:
+            return
+        if now - self._last_contact < self.cfg.command_poll_s:
+            return
+        self._last_contact = now
+        try:
+            answer = self._transport.pending_commands(self.cfg.run_id)
+        except RetryableError as exc:
+            self._note_failure(exc)
+            return
+        except RejectedError as exc:  # an older service without commands, or a read refused
+            logger.debug("rlguard: command poll refused: %s", exc)
+            return
+        self._receive_commands((answer or {}).get("data", []))
+
+    def _receive_commands(self, commands: list[dict[str, Any]]) -> None:
+        """Hand each new command to the run once, and tell the service it arrived."""
+        for command in commands:
+            command_id = command.get("id")
+            if not isinstance(command_id, int):
+                continue
+            if command_id not in self._commands_seen:
+                self._commands_seen.add(command_id)
+                self._on_command(command)
+            self._command_reports.put((command_id, None, False))
+
+    def _send_command_reports(self) -> None:
+        """PATCH the reports queued so far; those the service could not take wait for later."""
+        while not self._command_reports.empty():
+            self._unsent_reports.append(self._command_reports.get())
+        if not self._unsent_reports or time.monotonic() < self._retry_at:
+            return
+        waiting, self._unsent_reports = self._unsent_reports, []
+        for index, (command_id, step, acted) in enumerate(waiting):
+            body: dict[str, Any] = {"delivered": True, "acted": acted}
+            if acted and step is not None:
+                body["step"] = step
+            try:
+                self._transport.report_command(self.cfg.run_id, command_id, body)
+            except RetryableError as exc:
+                self._note_failure(exc)
+                self._unsent_reports = waiting[index:]
+                return
+            except RejectedError as exc:
+                logger.debug("rlguard: command report refused: %s", exc)
+
     def _shutdown(self) -> None:
         """After the stop sentinel: replay what time allows, then deliver the final status."""
         while self._backlog and time.monotonic() < self._close_deadline:
@@ -348,6 +414,7 @@ class Sender:
         if not self._backlog:
             try:
                 self._ensure_run()
+                self._send_command_reports()
                 if self._drops.untold():
                     drops = self._drops.current()
                     self._transport.heartbeat(self.cfg.run_id, self._drops.body(drops))

@@ -162,6 +162,14 @@ class Transport:
         payload = {} if drops is None else {"drops": drops}
         return self.send_json("POST", f"/runs/{_quote(run_id)}/heartbeat", payload)
 
+    def pending_commands(self, run_id: str) -> Any:
+        """``GET /runs/{id}/commands?pending=true``: commands the hook has not received."""
+        return self.request("GET", f"/runs/{_quote(run_id)}/commands?pending=true")
+
+    def report_command(self, run_id: str, command_id: int, report: dict[str, Any]) -> Any:
+        """``PATCH /runs/{id}/commands/{command_id}``: received, or acted on at a step."""
+        return self.send_json("PATCH", f"/runs/{_quote(run_id)}/commands/{command_id}", report)
+
     def rewind(self, run_id: str, resume_from_step: int) -> Any:
         """``POST /runs/{id}/rewind``: supersede what was stored after ``resume_from_step``."""
         return self.send_json(

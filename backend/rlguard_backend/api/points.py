@@ -27,7 +27,7 @@ from rlguard_backend.schemas import (
     SeriesResponse,
     Step,
 )
-from rlguard_backend.store import repository, series, storage
+from rlguard_backend.store import commands, repository, series, storage
 
 router = APIRouter(prefix="/v1/runs/{run_id}", tags=["points"], responses=ERROR_RESPONSES)
 
@@ -116,6 +116,7 @@ def store_and_detect(
         with metrics.detector_seconds.time():
             found = feed.detect_steps(session, live, batch.steps, settings)
         ack.alerts = [alerts.to_public(alert) for alert in found]
+    ack.commands = [commands.to_public(c) for c in commands.pending(session, run_id)]
     return ack
 
 

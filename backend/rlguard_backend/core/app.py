@@ -17,7 +17,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from rlguard_backend import __version__
-from rlguard_backend.api import alerts, groups, health, points, runs, samples, series, tokens
+from rlguard_backend.api import (
+    alerts,
+    commands,
+    groups,
+    health,
+    points,
+    runs,
+    samples,
+    series,
+    tokens,
+)
 from rlguard_backend.api.bodies import exact_integer_bounds, hoist_body_definitions
 from rlguard_backend.api.deps import ACCESS
 from rlguard_backend.core import migrate
@@ -44,6 +54,7 @@ ROUTERS = (
     (series.router, True),
     (samples.router, True),
     (alerts.router, True),
+    (commands.router, True),
     (tokens.router, True),
     (health.router, True),
     (health.metrics_router, False),

@@ -10,6 +10,15 @@ from rlguard_backend.schemas.alerts import (
     DetectRequest,
     DetectResult,
 )
+from rlguard_backend.schemas.commands import (
+    COMMAND_KINDS,
+    CommandIn,
+    CommandKind,
+    CommandList,
+    CommandPublic,
+    CommandState,
+    CommandUpdate,
+)
 from rlguard_backend.schemas.points import (
     BatchAck,
     BatchIn,
@@ -109,6 +118,7 @@ from rlguard_backend.schemas.wire import (
 )
 
 __all__ = [
+    "COMMAND_KINDS",
     "ERROR_RESPONSES",
     "MAX_JSON_DEPTH",
     "MAX_SAMPLE_TEXT_CHARS",
@@ -133,6 +143,12 @@ __all__ = [
     "BatchIn",
     "BodyStep",
     "ClientDrops",
+    "CommandIn",
+    "CommandKind",
+    "CommandList",
+    "CommandPublic",
+    "CommandState",
+    "CommandUpdate",
     "Count",
     "DetectRequest",
     "DetectResult",

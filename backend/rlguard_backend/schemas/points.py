@@ -11,6 +11,7 @@ from pydantic import (
 )
 
 from rlguard_backend.schemas.alerts import AlertPublic
+from rlguard_backend.schemas.commands import CommandPublic
 from rlguard_backend.schemas.wire import BatchId, BodyStep, PointValues, WallTime, WireFloat
 
 
@@ -41,6 +42,10 @@ class BatchAck(BaseModel):
     points: int = Field(description="points in the batch")
     steps: int
     alerts: list[AlertPublic] = Field(description="alerts opened or escalated by this batch")
+    commands: list[CommandPublic] = Field(
+        default_factory=list,
+        description="stop and checkpoint commands for the trainer that its hook has not received",
+    )
 
 
 class MetricKeyPublic(BaseModel):

@@ -206,10 +206,11 @@ class RunSeriesList(BaseModel):
 
 
 class Marker(BaseModel):
-    """A moment drawn across a run's charts: a restart, a rewind, a learning-rate change."""
+    """A moment drawn across a run's charts: a restart, a rewind, a learning-rate change, a
+    stop or checkpoint command."""
 
     step: int
-    kind: Literal["restart", "rewind", "lr_change"]
+    kind: Literal["restart", "rewind", "lr_change", "stop", "checkpoint"]
     label: str
 
 

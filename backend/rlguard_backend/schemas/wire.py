@@ -19,10 +19,10 @@ from pydantic import (
     WithJsonSchema,
 )
 
-RunStatus = Literal["running", "finished", "crashed", "failed"]
+RunStatus = Literal["running", "finished", "stopped", "crashed", "failed"]
 
 
-RUN_STATUSES: tuple[str, ...] = ("running", "finished", "crashed", "failed")
+RUN_STATUSES: tuple[str, ...] = ("running", "finished", "stopped", "crashed", "failed")
 
 
 Severity = Literal["info", "warn", "critical"]

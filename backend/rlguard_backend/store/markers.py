@@ -1,4 +1,5 @@
-"""Moments worth a vertical line on every chart of a run: restarts, rewinds, LR changes.
+"""Moments worth a vertical line on every chart of a run: restarts, rewinds, LR changes,
+stop and checkpoint commands.
 
 Alerts are markers too; the dashboard draws them from the run's alerts.
 
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from rlguard_backend.models import MetricKey, RunEvent
 from rlguard_backend.schemas import Marker
-from rlguard_backend.store import storage
+from rlguard_backend.store import commands, storage
 
 LR_JUMP = 0.05  # a change of 5 % or more between two logged steps …
 LR_STEADY = 0.01  # … after a step that changed it by less than 1 %: a schedule's onset, once
@@ -48,7 +49,7 @@ def _relative(a: float, b: float) -> float:
 
 
 def run_markers(session: Session, run_id: str) -> list[Marker]:
-    """The run's restarts, rewinds and learning-rate changes, in step order."""
+    """The run's restarts, rewinds, learning-rate changes and commands, in step order."""
     events = session.scalars(
         select(RunEvent).where(RunEvent.run_id == run_id, RunEvent.step.is_not(None))
     )
@@ -66,4 +67,5 @@ def run_markers(session: Session, run_id: str) -> list[Marker]:
             Marker(step=step, kind="lr_change", label=f"lr {before:.3g} → {after:.3g}")
             for step, before, after in lr_changes(rows)
         ]
+    found += commands.markers(session, run_id)
     return sorted(found, key=lambda m: (m.step, m.kind))

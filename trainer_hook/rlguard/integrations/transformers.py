@@ -98,7 +98,8 @@ class RLGuardCallback(TrainerCallback):
         self.run.log_samples(completion_samples(self.trainer, logs), step=step, split=split)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """The run's alert policies (``stop_on``, ``checkpoint_on``) become the trainer's."""
+        """Stop and checkpoint requests (commands, ``stop_on``, ``checkpoint_on``) become the
+        trainer's ``should_training_stop`` and ``should_save``."""
         if self.run is None:
             return
         if self.run.checkpoint_request() is not None:
@@ -107,11 +108,9 @@ class RLGuardCallback(TrainerCallback):
             control.should_training_stop = True
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Finish the run this callback started, recording an alert that stopped it."""
+        """Finish the run this callback started (``stopped``, by what, when a stop ended it)."""
         if self.run is not None and self._owns_run:
-            reason = self.run.stop_reason
-            summary = {} if reason is None else {"stopped_by_alert": reason.get("id")}
-            self.run.finish(summary=summary)
+            self.run.finish()
             self.run = None
 
 

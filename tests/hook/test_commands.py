@@ -1,0 +1,105 @@
+"""Stop and checkpoint commands reach a trainer: in a batch reply, or by the idle poll."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+import rlguard
+from tests.hook.hookutil import ServiceProcess, api, wait_for
+from tests.hook.test_integrations import FAST
+
+
+def test_commands_stop_reaches_a_logging_loop_and_ends_the_run_stopped(
+    service: ServiceProcess, run_id: str, spool_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="rlguard")
+    run = rlguard.init(
+        project="commands", run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
+    )
+    run.log({"actor/entropy": 1.0}, step=0)
+    assert run.flush(timeout_s=30) and not run.should_stop
+    asked = api(service.url, "POST", f"/runs/{run_id}/stop", {"reason": "KL ran away"})
+    step = 1
+    while not run.should_stop:  # the loop goes on logging; the reply to a batch brings it
+        run.log({"actor/entropy": 1.0}, step=step)
+        assert run.flush(timeout_s=30)
+        step += 1
+        assert step < 200, "the stop never arrived"
+    assert run.stop_reason is not None and run.stop_reason["id"] == asked["id"]
+    assert run.stop_reason["reason"] == "KL ran away"
+    assert f"stop requested by local (auth off) (command {asked['id']}): KL ran away" in caplog.text
+    run.finish()
+    stored = api(service.url, "GET", f"/runs/{run_id}")
+    assert stored["status"] == "stopped"
+    assert stored["summary"]["stopped_by"] == {
+        "command": asked["id"],
+        "requested_by": "local (auth off)",
+    }
+    [command] = api(service.url, "GET", f"/runs/{run_id}/commands")["data"]
+    assert command["state"] == "acted" and command["acted_step"] == step - 1
+
+
+def test_commands_checkpoint_reaches_an_idle_trainer_by_its_poll(
+    service: ServiceProcess, run_id: str, spool_dir: Path
+) -> None:
+    run = rlguard.init(
+        project="commands",
+        run_id=run_id,
+        url=service.url,
+        spool_dir=str(spool_dir),
+        command_poll_s=0.2,
+        **FAST,
+    )
+    run.log({"actor/entropy": 1.0}, step=7)
+    assert run.flush(timeout_s=30)
+    asked = api(service.url, "POST", f"/runs/{run_id}/checkpoint", {"reason": "keep this one"})
+    # nothing more is logged: only the poll can bring the command
+    request = wait_for(run.checkpoint_request, 30, "the checkpoint command")
+    assert (request["id"], request["kind"]) == (asked["id"], "checkpoint")
+    assert run.checkpoint_request() is None  # once
+    assert not run.should_stop
+
+    def acted() -> bool:
+        [command] = api(service.url, "GET", f"/runs/{run_id}/commands")["data"]
+        return command["state"] == "acted" and command["acted_step"] == 7
+
+    wait_for(acted, 30, "the checkpoint reported acted on")
+    run.finish()
+    assert api(service.url, "GET", f"/runs/{run_id}")["status"] == "finished"
+
+
+def test_commands_reach_a_trainer_after_a_service_outage(
+    tmp_path: Path, run_id: str, spool_dir: Path
+) -> None:
+    """A hook that lost the service backs off, replays, and polls for commands again."""
+    db = tmp_path / "restart.db"
+    first = ServiceProcess(db).start()
+    port = int(first.url.rsplit(":", 1)[1])
+    run = rlguard.init(
+        project="commands",
+        run_id=run_id,
+        url=first.url,
+        spool_dir=str(spool_dir),
+        command_poll_s=0.2,
+        backoff_cap_s=0.5,
+        **FAST,
+    )
+    run.log({"actor/entropy": 1.0}, step=0)
+    assert run.flush(timeout_s=30)
+    first.kill()
+    run.log({"actor/entropy": 0.9}, step=1)  # spooled while the service is away
+    assert run.flush(timeout_s=30)
+    second = ServiceProcess(db, port=port).start()
+    try:
+        asked = api(second.url, "POST", f"/runs/{run_id}/stop")
+        wait_for(lambda: run.should_stop, 30, "the stop after the outage")
+        assert run.stop_reason is not None and run.stop_reason["id"] == asked["id"]
+        run.finish()
+        assert api(second.url, "GET", f"/runs/{run_id}")["status"] == "stopped"
+        series = api(second.url, "GET", f"/runs/{run_id}/series?keys=actor/entropy")
+        assert series["series"]["actor/entropy"]["steps"] == [0, 1]
+    finally:
+        second.stop()
