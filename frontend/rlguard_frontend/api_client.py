@@ -11,6 +11,7 @@ import httpx
 from rlguard_backend.schemas import (
     AlertList,
     AlertPublic,
+    CommandPublic,
     GroupList,
     MarkerList,
     MetricKeyList,
@@ -52,9 +53,10 @@ def carry_token(work: Callable[..., T]) -> Callable[..., T]:
 class ApiError(Exception):
     """The API answered with an error or could not be reached; ``str()`` is for the page."""
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    def __init__(self, message: str, status_code: int | None = None, detail: str = "") -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.detail = detail or message  # the API's own sentence, when it gave one
 
 
 class ApiClient:
@@ -87,6 +89,7 @@ class ApiClient:
             raise ApiError(
                 f"API {path} answered {response.status_code}: {response.text[:300]}",
                 response.status_code,
+                _detail(response),
             )
         try:
             return response.json()
@@ -240,11 +243,31 @@ class ApiClient:
             params["min_index"] = params["max_index"] = index
         return SampleList.model_validate(self._get(f"/v1/runs/{run_id}/samples", params))
 
+    def ask_command(
+        self, run_id: str, kind: str, reason: str | None = None, alert_id: int | None = None
+    ) -> CommandPublic:
+        """``POST /runs/{id}/stop`` or ``…/checkpoint``: ask the run's trainer."""
+        body = {k: v for k, v in (("reason", reason), ("alert_id", alert_id)) if v is not None}
+        return CommandPublic.model_validate(
+            self._send("POST", f"/v1/runs/{run_id}/{kind}", json=body)
+        )
+
     def update_alert(self, alert_id: int, change: dict[str, Any]) -> AlertPublic:
         """``{"acknowledged": true}`` or ``{"status": "resolved"}``."""
         return AlertPublic.model_validate(
             self._send("PATCH", f"/v1/alerts/{alert_id}", json=change)
         )
+
+
+def _detail(response: httpx.Response) -> str:
+    """The sentence of an error answer's ``detail`` (the first one of a 422's list)."""
+    try:
+        detail = response.json().get("detail", "")
+    except (ValueError, AttributeError):
+        return ""
+    if isinstance(detail, list) and detail and isinstance(detail[0], dict):
+        return str(detail[0].get("msg", ""))
+    return detail if isinstance(detail, str) else ""
 
 
 def _series_params(

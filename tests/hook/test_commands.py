@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import rlguard
-from tests.hook.hookutil import ServiceProcess, api, wait_for
+from tests.hook.hookutil import ServiceProcess, api, child_env, wait_for
 from tests.hook.test_integrations import FAST
 
 
@@ -103,3 +105,35 @@ def test_commands_reach_a_trainer_after_a_service_outage(
         assert series["series"]["actor/entropy"]["steps"] == [0, 1]
     finally:
         second.stop()
+
+
+def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rlguard", *args, "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+    )
+
+
+def test_commands_cli_asks_once_and_says_why_a_repeat_is_refused(
+    service: ServiceProcess, run_id: str
+) -> None:
+    api(service.url, "POST", "/runs", {"id": run_id, "project": "commands"})
+    first = _cli(service.url, "stop", run_id, "--reason", "reward hacking")
+    assert first.returncode == 0, first.stderr
+    [command] = api(service.url, "GET", f"/runs/{run_id}/commands")["data"]
+    assert (command["kind"], command["reason"]) == ("stop", "reward hacking")
+    assert first.stdout.strip() == (
+        f"stop asked for run {run_id} (command {command['id']}): it reaches the trainer with "
+        "its next batch, or within ~5 s when the trainer logs less often"
+    )
+    again = _cli(service.url, "stop", run_id)
+    assert again.returncode == 1
+    assert f"already has a stop waiting: command {command['id']}" in again.stdout
+    assert "Traceback" not in again.stdout + again.stderr
+    checkpoint = _cli(service.url, "checkpoint", run_id)
+    assert checkpoint.returncode == 0 and "checkpoint asked" in checkpoint.stdout
+    missing = _cli(service.url, "stop", "no-such-run")
+    assert missing.returncode == 1 and "'no-such-run' not found" in missing.stdout

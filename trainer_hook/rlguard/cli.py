@@ -24,6 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "import": ("rlguard._cli_hook", "import a finished run from logs"),
     "export": ("rlguard._cli_hook", "export a run's series as CSV"),
     "detect": ("rlguard._cli_hook", "re-run the detectors over a stored run"),
+    "stop": ("rlguard._cli_commands", "ask a running trainer to stop"),
+    "checkpoint": ("rlguard._cli_commands", "ask a running trainer to save a checkpoint"),
     "doctor": ("rlguard._doctor", "check the service, schema, clock, token and spool from here"),
 }
 
