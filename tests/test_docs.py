@@ -9,9 +9,13 @@ own view of the same links.
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import urllib.parse
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -227,16 +231,113 @@ def test_docs_every_page_is_in_the_nav() -> None:
 def test_docs_readme_stays_a_landing_page() -> None:
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 350, "move the detail into docs/ and link it"
-    diary = [phrase for phrase in ("this round", "was tried", "not kept") if phrase in text]
-    assert diary == [], "design notes and dropped experiments go to docs/performance.md, dated"
 
 
-def _limits_table(text: str) -> str:
-    start = text.index("| what | limit (default) | setting | answer |")
-    return text[start : text.index("\n\n", start)]
+FIGURES_HEADER = "| figure | goal | peer or floor |"
+MAX_FIGURE_ROW_CHARS = 120
 
 
-def test_docs_readme_limits_table_is_the_reliability_pages_table() -> None:
+def figures_table(text: str) -> list[str]:
+    """The rows of the README's headline figures table, header and divider left out."""
+    start = text.index(FIGURES_HEADER)
+    end = text.find("\n\n", start)
+    return text[start : None if end < 0 else end].splitlines()[2:]
+
+
+def table_cells(row: str) -> list[str]:
+    """A table row's cells; a pipe inside inline code does not split them."""
+    blanked = INLINE_CODE.sub(lambda match: "x" * len(match.group(0)), row)
+    bounds = [i for i, char in enumerate(blanked) if char == "|" and blanked[i - 1 : i] != "\\"]
+    return [row[a + 1 : b].strip() for a, b in pairwise(bounds)]
+
+
+def figure_row_problems(rows: list[str]) -> list[str]:
+    """Rows that are not one short line of three cells: figure, goal, peer or floor."""
+    found = []
+    for row in rows:
+        cells = table_cells(row)
+        if len(cells) != 3 or not all(cells):
+            found.append(f"{len(cells)} cells, want figure | goal | peer or floor: {row}")
+        elif len(row) > MAX_FIGURE_ROW_CHARS:
+            found.append(f"{len(row)} characters, at most {MAX_FIGURE_ROW_CHARS}: {row}")
+    return found
+
+
+HEX_WORD = re.compile(r"(?<![\w/.#-])[0-9a-fA-F]{7,40}(?![\w/-])")
+
+
+def commit_hashes(text: str, is_commit: Callable[[str], bool]) -> list[str]:
+    """Words of 7-40 hex digits that look like a commit hash (digits and letters both) or name
+    one of the repository's commits."""
+    found = []
+    for word in HEX_WORD.findall(text):
+        mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
+        if mixed or is_commit(word):
+            found.append(word)
+    return found
+
+
+def is_repository_commit(word: str) -> bool:
+    """Whether ``word`` names a commit of this checkout (False outside a git checkout)."""
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        return False
+    found = subprocess.run(
+        [git, "rev-parse", "--verify", "--quiet", f"{word}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+    )
+    return found.returncode == 0
+
+
+def test_docs_readme_figures_table_is_one_short_line_a_row() -> None:
+    rows = figures_table((ROOT / "README.md").read_text())
+    assert len(rows) >= 10
+    assert figure_row_problems(rows) == [], "one figure a row; how it was won: docs/performance.md"
+
+
+def test_docs_readme_figure_row_check_finds_long_and_wrong_rows() -> None:
+    rows = [
+        "| `log()`: **0.6 µs** | ≤ 1 µs | TensorBoard: 572 µs |",
+        "| `a | b` in code: **1 s** | ≤ 2 s | — |",
+        "| two cells | ≤ 1 s |",
+        "| four | cells | in | a row |",
+        "| an empty goal | | — |",
+        "| " + "long " * 30 + "| ≤ 1 s | — |",
+    ]
+    assert [problem.split(":")[0] for problem in figure_row_problems(rows)] == [
+        "2 cells, want figure | goal | peer or floor",
+        "4 cells, want figure | goal | peer or floor",
+        "3 cells, want figure | goal | peer or floor",
+        "165 characters, at most 120",
+    ]
+
+
+def test_docs_readme_names_no_commit_hash() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert commit_hashes(text, is_repository_commit) == [], "dated history: docs/performance.md"
+
+
+def test_docs_commit_hash_check_finds_hashes_and_spares_words() -> None:
+    text = (
+        "beside 4510cd4 in the same session; against 3B58169; "
+        f"{'a1' * 20}; faded decade 2026-12-02 1,058,400 #ff00aa 0x1f2e3d4c5b 1234567 defaced"
+    )
+    real = {"1234567"}
+    assert commit_hashes(text, real.__contains__) == ["4510cd4", "3B58169", "a1" * 20, "1234567"]
+
+
+def test_docs_readme_links_the_one_table_of_input_limits() -> None:
     readme = (ROOT / "README.md").read_text()
-    reliability = (DOCS / "reliability.md").read_text()
-    assert _limits_table(readme) == _limits_table(reliability), "change both, or neither"
+    assert "| what | limit (default) | setting | answer |" not in readme, "it lives in reliability"
+    assert "(docs/reliability.md#input-limits)" in readme
+    assert "| what | limit (default) | setting | answer |" in (DOCS / "reliability.md").read_text()
+
+
+def test_docs_cli_help_says_what_the_tool_does() -> None:
+    from rlguard.cli import build_parser
+
+    help_text = " ".join(build_parser([]).format_help().split())
+    assert "Live stability monitor for RL fine-tuning of language models" in help_text
+    assert "module" not in help_text, "implementation notes go in comments"

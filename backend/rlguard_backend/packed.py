@@ -8,27 +8,24 @@ raw little-endian float64 arrays, as the hook sends them (``rlguard._packed`` wr
     values, row by row (NaN and ±Inf as themselves)
 
 A block is a run of steps that log the same keys. ``parse_packed_batch`` checks every part and
-gives the same ``BatchIn`` as the JSON body of those steps would.
+gives the same ``BatchIn`` as the JSON body of those steps would. The content type, magic, header
+length and step bound are ``rlguard.protocol``'s, which the hook writes to.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 import sys
 from array import array
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlguard.protocol import MAX_STEP, PACKED_CONTENT_TYPE, PACKED_HEADER_LENGTH, PACKED_MAGIC
 from rlguard_backend import ingest
 from rlguard_backend.core.errors import MalformedRequest
 from rlguard_backend.schemas import BatchId, BatchIn, MetricName, StepIn
 
-CONTENT_TYPE = "application/x-rlguard-packed"
-MAGIC = b"RLGP\x01"
-HEADER_LENGTH = struct.Struct("<I")
-MAX_STEP = 2**62
 VALUE_BYTES = 8
 
 
@@ -48,19 +45,20 @@ class PackedHeader(BaseModel):
 
 def is_packed(content_type: str | None) -> bool:
     """Whether a request's ``Content-Type`` names the packed body."""
-    return (content_type or "").split(";", 1)[0].strip().lower() == CONTENT_TYPE
+    return (content_type or "").split(";", 1)[0].strip().lower() == PACKED_CONTENT_TYPE
 
 
 def parse_packed_batch(raw: bytes, max_points: int) -> BatchIn:
     """The batch a packed body holds: 400 when its framing is off, 422 naming a bad field."""
-    if not raw.startswith(MAGIC):
+    if not raw.startswith(PACKED_MAGIC):
         raise MalformedRequest(
-            f"a {CONTENT_TYPE} body starts with {MAGIC!r}; send the hook's packed body or JSON"
+            f"a {PACKED_CONTENT_TYPE} body starts with {PACKED_MAGIC!r}; "
+            "send the hook's packed body or JSON"
         )
-    start = len(MAGIC) + HEADER_LENGTH.size
+    start = len(PACKED_MAGIC) + PACKED_HEADER_LENGTH.size
     if len(raw) < start:
         raise MalformedRequest("packed body ends inside its header length")
-    (length,) = HEADER_LENGTH.unpack_from(raw, len(MAGIC))
+    (length,) = PACKED_HEADER_LENGTH.unpack_from(raw, len(PACKED_MAGIC))
     if len(raw) < start + length:
         raise MalformedRequest("packed body ends inside its header")
     header = ingest.parse_body(PackedHeader, raw[start : start + length], "batch_id and blocks")

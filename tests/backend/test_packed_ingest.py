@@ -11,12 +11,13 @@ import httpx
 import pytest
 
 from rlguard import _packed
+from rlguard.protocol import PACKED_CONTENT_TYPE, PACKED_MAGIC
 from rlguard_backend.core.app import create_app
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.serve import ServerThread
 from tests.conftest import RunningServer, new_run_id
 
-PACKED = {"content-type": _packed.CONTENT_TYPE}
+PACKED = {"content-type": PACKED_CONTENT_TYPE}
 
 
 def _packed_body(batch_id: str = "p1") -> bytes:
@@ -65,7 +66,7 @@ def test_packed_batch_stores_what_its_json_stores(db_server: RunningServer) -> N
 
 def _with_header(header: dict[str, object], payload: bytes) -> bytes:
     text = json.dumps(header).encode()
-    return _packed.MAGIC + struct.pack("<I", len(text)) + text + payload
+    return PACKED_MAGIC + struct.pack("<I", len(text)) + text + payload
 
 
 ROW = struct.pack("<q", 1) + struct.pack("<d", 0.0) + struct.pack("<d", 2.0)
@@ -75,8 +76,8 @@ ROW = struct.pack("<q", 1) + struct.pack("<d", 0.0) + struct.pack("<d", 2.0)
     ("body", "status", "detail"),
     [
         (b"not packed", 400, "starts with"),
-        (_packed.MAGIC + b"\x01", 400, "header length"),
-        (_packed.MAGIC + struct.pack("<I", 99) + b"{}", 400, "inside its header"),
+        (PACKED_MAGIC + b"\x01", 400, "header length"),
+        (PACKED_MAGIC + struct.pack("<I", 99) + b"{}", 400, "inside its header"),
         (
             _with_header({"batch_id": "x", "blocks": [{"keys": ["a"], "rows": 1}]}, ROW[:-1]),
             400,
@@ -97,7 +98,7 @@ ROW = struct.pack("<q", 1) + struct.pack("<d", 0.0) + struct.pack("<d", 2.0)
         ),
         (_with_header({"batch_id": "", "blocks": []}, b""), 422, "batch_id"),
         (_with_header({"batch_id": "x", "blocks": [{"keys": [], "rows": 1}]}, b""), 422, "keys"),
-        (b"".join([_packed.MAGIC, struct.pack("<I", 2), b"[]"]), 400, "JSON object"),
+        (b"".join([PACKED_MAGIC, struct.pack("<I", 2), b"[]"]), 400, "JSON object"),
     ],
 )
 def test_packed_batch_malformed_parts_are_refused(

@@ -8,13 +8,14 @@ import pytest
 
 import rlguard
 from rlguard._config import load_config
+from rlguard.protocol import RUN_ID
 
 
 def test_config_defaults_generate_a_valid_run_id() -> None:
     cfg = load_config(environ={})
     assert cfg.url == "http://127.0.0.1:8000"
     assert cfg.project == "default"
-    assert rlguard._config.RUN_ID_PATTERN.match(cfg.run_id)
+    assert RUN_ID.fullmatch(cfg.run_id)
     assert load_config(environ={}).run_id != cfg.run_id
 
 

@@ -12,6 +12,7 @@ import torch
 from rlguard import _packed, _wire
 from rlguard._points import PointBatcher
 from rlguard._report import Counters, Warnings
+from rlguard.protocol import from_wire
 
 
 def _rows(body: bytes) -> list[tuple[int, float, dict[str, float]]]:
@@ -196,7 +197,7 @@ def _careful(drains: list[list[tuple[int, float, dict]]]) -> dict[tuple[int, str
             step = _wire.to_step(raw_step)
             values = _wire.convert_values(metrics)[0] if step is not None else {}
             for key, value in values.items():
-                stored[(step, key)] = (when, _bits(_wire.float_from_wire(value)))
+                stored[(step, key)] = (when, _bits(from_wire(value)))
     return stored
 
 

@@ -17,9 +17,9 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from rlguard import _wire
 from rlguard._config import DEFAULT_URL
 from rlguard._transport import Transport
+from rlguard.protocol import from_wire
 
 PAGE_LIMIT = 1000  # runs and alerts per request
 PAGE_STEPS = 50_000  # steps per history request: below the service's max_points, never bucketed
@@ -129,7 +129,7 @@ class Api:
             times = data.get("times") or [None] * len(data["steps"])
             for step, value, when in zip(data["steps"], data["values"], times, strict=True):
                 row = rows.setdefault(step, {"step": step, "time": when})
-                row[name] = _wire.float_from_wire(value)
+                row[name] = from_wire(value)
         for step in sorted(rows):
             yield {**{n: math.nan for n in names}, **rows[step]}
 

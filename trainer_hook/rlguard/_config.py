@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from rlguard.errors import ConfigError
+from rlguard.protocol import RUN_ID
 
-RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")  # backend schemas.RunId
 DEFAULT_URL = "http://127.0.0.1:8000"
 RESUME_MODES = ("allow", "must", "never")
 _TRUE = {"1", "true", "yes", "on"}
@@ -149,7 +149,7 @@ def _parse_token(key: str, raw: object) -> str | None:
 
 
 def _parse_run_id(key: str, raw: object) -> str:
-    if not isinstance(raw, str) or not RUN_ID_PATTERN.match(raw):
+    if not isinstance(raw, str) or not RUN_ID.fullmatch(raw):
         raise ConfigError(
             f"{key}={raw!r}: a run id is 1-128 characters of letters, digits and ._:@+- "
             "starting with a letter or digit; leave it unset to generate one"

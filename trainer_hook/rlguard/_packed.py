@@ -13,8 +13,9 @@ x-rlguard-packed``, no gzip: float64 noise does not compress) is::
       rows × len(keys) × float64      values, row by row (NaN and ±Inf as themselves)
 
 all little-endian. A block is a run of consecutive steps that log the same keys in the same
-order, so a batch of one trainer's steps is usually one block. Mirrors
-``rlguard_backend.packed``, which turns it into the same ``BatchIn`` a JSON body gives.
+order, so a batch of one trainer's steps is usually one block. The magic, content type and
+header length are ``rlguard.protocol``'s. Mirrors ``rlguard_backend.packed``, which turns it
+into the same ``BatchIn`` a JSON body gives.
 """
 
 from __future__ import annotations
@@ -26,10 +27,7 @@ from collections.abc import Iterable, Iterator
 from itertools import starmap
 
 from rlguard import _wire
-
-MAGIC = b"RLGP\x01"
-CONTENT_TYPE = "application/x-rlguard-packed"
-HEADER_LENGTH = struct.Struct("<I")
+from rlguard.protocol import PACKED_HEADER_LENGTH, PACKED_MAGIC, to_wire
 
 
 class Block:
@@ -133,7 +131,7 @@ class PackedBatch:
             "blocks": [{"keys": list(b.keys), "rows": len(b.steps)} for b in self.blocks],
         }
         text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
-        parts = [MAGIC, HEADER_LENGTH.pack(len(text)), text]
+        parts = [PACKED_MAGIC, PACKED_HEADER_LENGTH.pack(len(text)), text]
         for block in self.blocks:
             parts += [_column("q", block.steps), _column("d", block.times), *block.rows]
         return b"".join(parts)
@@ -145,13 +143,13 @@ def _column(code: str, column: list[int] | list[float]) -> bytes:
 
 def is_packed(body: bytes) -> bool:
     """True for a packed points body (its magic), False for JSON or gzip JSON."""
-    return body.startswith(MAGIC)
+    return body.startswith(PACKED_MAGIC)
 
 
 def decode(body: bytes) -> tuple[str, list[Block]]:
     """The batch id and blocks of a packed body (the hook's own, from its spool)."""
-    (length,) = HEADER_LENGTH.unpack_from(body, len(MAGIC))
-    offset = len(MAGIC) + HEADER_LENGTH.size
+    (length,) = PACKED_HEADER_LENGTH.unpack_from(body, len(PACKED_MAGIC))
+    offset = len(PACKED_MAGIC) + PACKED_HEADER_LENGTH.size
     header = json.loads(body[offset : offset + length])
     offset += length
     blocks = []
@@ -188,7 +186,7 @@ def to_json_body(body: bytes) -> bytes:
         {
             "step": step,
             "time": when if math.isfinite(when) else None,
-            "values": {key: _wire.float_to_wire(value) for key, value in values.items()},
+            "values": {key: to_wire(value) for key, value in values.items()},
         }
         for block in blocks
         for step, when, values in block.rows_as_dicts()

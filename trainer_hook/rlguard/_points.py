@@ -21,6 +21,7 @@ from typing import Any
 
 from rlguard import _packed, _wire
 from rlguard._report import Counters, Warnings
+from rlguard.protocol import MAX_KEY_CHARS, MAX_STEP, from_wire
 
 PLAIN_TYPES = frozenset({float, int, bool})
 _INT_ONLY = {int}
@@ -54,7 +55,7 @@ class PointBatcher:
         step, when, metrics = entry
         if not metrics:
             return
-        if type(step) is not int or not 0 <= step <= _wire.MAX_STEP:
+        if type(step) is not int or not 0 <= step <= MAX_STEP:
             step = self._valid_step(step)
             if step is None:
                 return
@@ -106,7 +107,7 @@ class PointBatcher:
             set(map(type, steps)) != _INT_ONLY
             or set(map(type, dicts)) != _DICT_ONLY  # a subclass may answer a missing key
             or not self._batch.last_step < steps[0]
-            or steps[-1] > _wire.MAX_STEP
+            or steps[-1] > MAX_STEP
             or not all(map(operator.lt, steps, steps[1:]))
             or not all(map(width.__eq__, map(len, dicts)))
         ):
@@ -160,7 +161,7 @@ class PointBatcher:
             self._deliver(batch_id, batch.points, batch.encode(batch_id))
 
     def _keys_valid(self, keys: tuple[Any, ...]) -> bool:
-        if all(type(k) is str and 0 < len(k) <= _wire.MAX_KEY_CHARS for k in keys):
+        if all(type(k) is str and 0 < len(k) <= MAX_KEY_CHARS for k in keys):
             self._checked_keys = keys
             return True
         return False
@@ -195,7 +196,7 @@ class PointBatcher:
                 f"{type(metrics.get(key)).__name__}); skipped (shown once per key)",
             )
         if values:
-            floats = [_wire.float_from_wire(value) for value in values.values()]
+            floats = [from_wire(value) for value in values.values()]
             self._batch.add(step, when, tuple(values), floats)
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from rlguard import _wire
+from rlguard.protocol import from_wire
 
 TEXT_FIELDS = ("prompt", "response", "reference", "ground_truth")
 NUMBER_FIELDS = ("reward", "advantage", "length", "truncated", "group", "logprob", "entropy", "kl")
@@ -285,7 +286,7 @@ def read_numbers(records: Sequence[Mapping[str, Any]]) -> tuple[list[dict], list
     numbers: list[dict[str, float | None]] = [{} for _ in records]
     for flat_key, value in values.items():
         position, key = flat_key.split("\x00", 1)
-        number = _wire.float_from_wire(value)
+        number = from_wire(value)
         numbers[int(position)][key] = number if math.isfinite(number) else None
     return numbers, sorted({key.split("\x00", 1)[-1] for key in skipped})
 

@@ -15,8 +15,8 @@ import re
 import urllib.parse
 from typing import IO, Any, NamedTuple
 
-from rlguard import _packed
 from rlguard.errors import RejectedError, RetryableError
+from rlguard.protocol import PACKED_CONTENT_TYPE, PACKED_MAGIC
 
 API_PREFIX = "/api/v1"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -245,8 +245,8 @@ def _read_exactly(answers: IO[bytes], size: int) -> bytes:
 def _content_headers(body: bytes) -> dict[str, str]:
     if body.startswith(GZIP_MAGIC):
         return {"Content-Type": "application/json", "Content-Encoding": "gzip"}
-    if body.startswith(_packed.MAGIC):
-        return {"Content-Type": _packed.CONTENT_TYPE}
+    if body.startswith(PACKED_MAGIC):
+        return {"Content-Type": PACKED_CONTENT_TYPE}
     return {"Content-Type": "application/json"}
 
 

@@ -1,40 +1,24 @@
 """Logged values as wire numbers, and the JSON batch; mirrors ``rlguard_backend.schemas.BatchIn``.
 
 Values arrive as whatever the trainer logged (Python numbers, bools, numpy scalars, 0-d torch
-tensors) and leave as JSON numbers, with NaN and ±Inf as the strings ``"NaN"``, ``"Infinity"`` and
-``"-Infinity"``. Tensors are read with one ``stack(...).tolist()`` per device, so a log() call
-costs at most one synchronisation per device however many tensors it holds.
+tensors) and leave as JSON numbers, with NaN and ±Inf as their strings (``rlguard.protocol``: the
+wire's limits and codec, which the service imports too). Tensors are read with one
+``stack(...).tolist()`` per device, so a log() call costs at most one synchronisation per device
+however many tensors it holds.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-import math
 import operator
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-MAX_KEY_CHARS = 256
-MAX_STEP = 2**62
+from rlguard.protocol import MAX_KEY_CHARS, MAX_STEP, to_wire
+
 _PLAIN_TYPES = (float, int, bool)
-
-
-def float_to_wire(value: float) -> float | str:
-    """One float as JSON allows it: non-finite values become strings."""
-    if math.isfinite(value):
-        return value
-    if value != value:
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
-
-
-def float_from_wire(value: float | str | None) -> float:
-    """Inverse of ``float_to_wire``; ``None`` (verl's JSON NaN) is NaN."""
-    if value is None:
-        return math.nan
-    return float(value)
 
 
 def _is_tensor(value: object) -> bool:
@@ -86,9 +70,9 @@ def convert_values(metrics: Mapping[Any, Any]) -> tuple[dict[str, float | str], 
         if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_CHARS:
             skipped.append(repr(key))
         elif type(value) in _PLAIN_TYPES and abs(value) < 1e308:
-            values[key] = float_to_wire(float(value))
+            values[key] = to_wire(float(value))
         elif type(value) is float:  # ±Inf and NaN
-            values[key] = float_to_wire(value)
+            values[key] = to_wire(value)
         elif _is_tensor(value):
             tensors[key] = value
         else:
@@ -96,11 +80,11 @@ def convert_values(metrics: Mapping[Any, Any]) -> tuple[dict[str, float | str], 
             if number is None:
                 skipped.append(key)
             else:
-                values[key] = float_to_wire(number)
+                values[key] = to_wire(number)
     if tensors:
         for key, value in _tensors_to_floats(tensors).items():
             if isinstance(value, float):
-                values[key] = float_to_wire(value)
+                values[key] = to_wire(value)
             else:
                 skipped.append(key)
     return values, skipped

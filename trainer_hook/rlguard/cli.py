@@ -1,7 +1,8 @@
-"""The ``rlguard`` command: one table of subcommands, each implemented in its own module.
+"""Live stability monitor for RL fine-tuning of language models: KL, clip and entropy, watched
+while the run trains.
 
-Subcommand modules are imported only when their command runs, so ``rlguard --help`` and the
-hook itself stay free of server, torch and framework dependencies.
+Start the service and dashboard with `rlguard up` and call `rlguard.init()` in the trainer; or
+follow a trainer's logs, import a finished run, and replay the detectors over a stored one.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
+# One table of subcommands, each implemented in its own module. A module is imported only when
+# its command runs, so `rlguard --help` and the hook itself stay free of server, torch and
+# framework dependencies.
 # name -> (module defining ``add_arguments(parser)`` and ``run(args) -> int``, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "up": ("rlguard_compose.serve", "serve the API and the dashboard on one port"),
@@ -47,7 +51,7 @@ def _load(name: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callabl
 
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """The argument parser; only the chosen subcommand's module is imported for its options."""
-    parser = argparse.ArgumentParser(prog="rlguard", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="rlguard", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     for name, (_, help_text) in SUBCOMMANDS.items():

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 from sqlalchemy import literal, select
 from sqlalchemy.orm import Session
 
+from rlguard.protocol import MAX_STEP
 from rlguard_backend.api.deps import READ, DatabaseDep, IdentityDep, project_filter
 from rlguard_backend.core.auth import Identity
 from rlguard_backend.core.errors import InvalidField, run_not_found
@@ -21,7 +22,7 @@ router = APIRouter(prefix="/v1/groups", tags=["runs"], responses=ERROR_RESPONSES
 MAX_RUNS = 200
 MAX_GROUP_FIELDS = 4
 MAX_SIGNALS = 24
-Step = Annotated[int | None, Query(ge=0, le=2**62)]
+Step = Annotated[int | None, Query(ge=0, le=MAX_STEP)]
 _SIGNAL = "(" + "|".join(sorted(run_fields.SIGNAL_NAMES)) + ")"
 # The pattern tells schema readers (and fuzzers) what is taken; the check below words a refusal.
 SIGNALS_PATTERN = f"^{_SIGNAL}(,{_SIGNAL})*$"
@@ -166,7 +167,7 @@ def _read_points(
     out: dict[str, dict[str, Points]] = {r: {} for r in run_ids}
     for (run_id, signal), key in repository.first_keys(session, run_ids, wanted).items():
         steps, values = storage.STORE.read_arrays(
-            session, key.id, lo or 0, 2**62 if hi is None else hi
+            session, key.id, lo or 0, MAX_STEP if hi is None else hi
         )
         out[run_id][signal] = Points.of(steps, values, smoothing)
     return out

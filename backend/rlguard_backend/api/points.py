@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
+from rlguard.protocol import MAX_STEP
 from rlguard_backend import ingest, packed
 from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_body
 from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
@@ -219,7 +220,7 @@ async def export_run(
             raise NotFound(f"run {run_id!r} has no key(s) {unknown}")
         table: dict[int, dict[str, str]] = {}
         for name in names:
-            for step, value, _ in storage.STORE.read_points(session, found[name].id, 0, 2**62):
+            for step, value, _ in storage.STORE.read_points(session, found[name].id, 0, MAX_STEP):
                 table.setdefault(step, {})[name] = _csv_value(value)
         return names, table
 

@@ -8,10 +8,10 @@ from typing import Any
 import orjson
 from sqlalchemy.orm import Session
 
+from rlguard.protocol import to_wire
 from rlguard_backend.core.config import Settings
 from rlguard_backend.detection.suite_cache import Pending
 from rlguard_backend.models import DetectorState, utcnow
-from rlguard_backend.schemas import float_to_wire
 from rlguard_backend.stability import DetectorSuite
 from rlguard_backend.store import sql
 
@@ -67,7 +67,7 @@ def encode_pending(pending: Pending) -> dict[str, Any] | None:
     if pending is None:
         return None
     step, values = pending
-    return {"step": step, "values": {k: float_to_wire(v) for k, v in values.items()}}
+    return {"step": step, "values": {k: to_wire(v) for k, v in values.items()}}
 
 
 def decode_pending(raw: Mapping[str, Any] | None) -> Pending:

@@ -87,12 +87,8 @@ from rlguard_backend.schemas.service import (
 from rlguard_backend.schemas.wire import (
     MAX_JSON_DEPTH,
     MAX_SAMPLE_TEXT_CHARS,
-    MAX_STEP,
     METRIC_NAME_SCHEMA,
-    NONFINITE_FROM_WIRE,
-    NONFINITE_TO_WIRE,
     NUL_FREE,
-    RUN_ID_PATTERN,
     RUN_STATUSES,
     WIRE_NUMBER_SCHEMA,
     AlertStatus,
@@ -113,7 +109,6 @@ from rlguard_backend.schemas.wire import (
     Tag,
     WallTime,
     WireFloat,
-    float_to_wire,
     nonfinite_as_wire,
 )
 
@@ -122,12 +117,8 @@ __all__ = [
     "ERROR_RESPONSES",
     "MAX_JSON_DEPTH",
     "MAX_SAMPLE_TEXT_CHARS",
-    "MAX_STEP",
     "METRIC_NAME_SCHEMA",
-    "NONFINITE_FROM_WIRE",
-    "NONFINITE_TO_WIRE",
     "NUL_FREE",
-    "RUN_ID_PATTERN",
     "RUN_STATUSES",
     "SAMPLE_NUMBER_FIELDS",
     "SAMPLE_TEXT_FIELDS",
@@ -216,6 +207,5 @@ __all__ = [
     "WireFloat",
     "WriteLoad",
     "flatten_config",
-    "float_to_wire",
     "nonfinite_as_wire",
 ]

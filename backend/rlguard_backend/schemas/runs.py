@@ -15,9 +15,9 @@ from pydantic import (
     StringConstraints,
 )
 
+from rlguard.protocol import MAX_STEP
 from rlguard_backend.schemas.points import SeriesData
 from rlguard_backend.schemas.wire import (
-    MAX_STEP,
     BodyStep,
     FreeJson,
     Project,

@@ -2,7 +2,8 @@
 the validators every model shares.
 
 Non-finite numbers travel as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` in both
-directions, because JSON has no literal for them.
+directions, because JSON has no literal for them. Those strings, the step bound, the key length
+and the run id pattern are ``rlguard.protocol``'s, the contract the hook writes to.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pydantic import (
     ValidationInfo,
     WithJsonSchema,
 )
+
+from rlguard.protocol import MAX_KEY_CHARS, MAX_STEP, NON_FINITE, RUN_ID_PATTERN, to_wire
 
 RunStatus = Literal["running", "finished", "stopped", "crashed", "failed"]
 
@@ -43,7 +46,7 @@ def _no_nul(value: str) -> str:
     return value
 
 
-NONFINITE_FROM_WIRE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_NON_FINITE_NAMES = ", ".join(f'"{name}"' for name in NON_FINITE)
 
 
 def _wire_number(value: Any, info: ValidationInfo) -> Any:
@@ -61,12 +64,12 @@ def _wire_number(value: Any, info: ValidationInfo) -> Any:
         )
     if kind is int:
         return value
-    if kind is str and value in NONFINITE_FROM_WIRE:
-        return NONFINITE_FROM_WIRE[value]
-    raise ValueError('expected a number, or one of the strings "NaN", "Infinity", "-Infinity"')
+    if kind is str and value in NON_FINITE:
+        return NON_FINITE[value]
+    raise ValueError(f"expected a number, or one of the strings {_NON_FINITE_NAMES}")
 
 
-WIRE_NUMBER_SCHEMA = {"anyOf": [{"type": "number"}, {"enum": list(NONFINITE_FROM_WIRE)}]}
+WIRE_NUMBER_SCHEMA = {"anyOf": [{"type": "number"}, {"enum": list(NON_FINITE)}]}
 
 
 def _integral(value: Any) -> Any:
@@ -84,9 +87,6 @@ NoNul = Field(json_schema_extra={"pattern": "^[^\\x00]*$"})
 NUL_FREE = AfterValidator(_no_nul)
 
 
-RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
-
-
 RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
 
 
@@ -101,16 +101,13 @@ Project = Annotated[
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=128), NoNul, NUL_FREE]
 
 
-MetricName = Annotated[str, StringConstraints(min_length=1, max_length=256), NUL_FREE]
+MetricName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_KEY_CHARS), NUL_FREE]
 
 
 BatchId = Annotated[str, StringConstraints(min_length=1, max_length=64), NoNul, NUL_FREE]
 
 
 RunName = Annotated[str, StringConstraints(max_length=256), NoNul, NUL_FREE]
-
-
-MAX_STEP = 2**62  # steps are 64-bit integers, with headroom; exact as a float too
 
 
 Step = Annotated[int, Field(ge=0, le=MAX_STEP)]  # in a query string
@@ -130,7 +127,7 @@ WallTime = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 StrictBool = Annotated[bool, Field(strict=True)]
 
 
-METRIC_NAME_SCHEMA = {"minLength": 1, "maxLength": 256, "pattern": "^[^\\x00]*$"}
+METRIC_NAME_SCHEMA = {"minLength": 1, "maxLength": MAX_KEY_CHARS, "pattern": "^[^\\x00]*$"}
 
 
 def _numbers_by_name(number: dict[str, Any], most: int | None = None) -> WithJsonSchema:
@@ -143,19 +140,7 @@ def _numbers_by_name(number: dict[str, Any], most: int | None = None) -> WithJso
 PointValues = Annotated[dict[MetricName, PointValue], _numbers_by_name(WIRE_NUMBER_SCHEMA)]
 
 
-NONFINITE_TO_WIRE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-
-
 WireFloat = float | str
-
-
-def float_to_wire(value: float | None) -> WireFloat:
-    """Encode one stored value (``None`` is NaN) for JSON."""
-    if value is None:
-        return "NaN"
-    if math.isfinite(value):
-        return value
-    return NONFINITE_TO_WIRE[repr(value)]
 
 
 def nonfinite_as_wire(value: Any) -> Any:
@@ -165,7 +150,7 @@ def nonfinite_as_wire(value: Any) -> Any:
     SQLite would turn them into null: keep them as the strings the wire format uses instead.
     """
     if isinstance(value, float) and not math.isfinite(value):
-        return float_to_wire(value)
+        return to_wire(value)
     if isinstance(value, dict):
         return {key: nonfinite_as_wire(item) for key, item in value.items()}
     if isinstance(value, list):

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
+from rlguard.protocol import to_wire
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import is_finite, json_float, rounded
+from rlguard_backend.stability.primitives import is_finite, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Rule
 
 # A non-finite value in any of these means the parameters are probably corrupted.
@@ -85,14 +86,14 @@ class NonFinite(Detector):
         if view.all_finite:
             return {}
         bad: dict[str, float | str] = {
-            view.sources[name]: json_float(view.values[name])
+            view.sources[name]: to_wire(view.values[name])
             for name in WATCHED_SIGNALS
             if name in view.values and not is_finite(view.values[name])
         }
         grad = view.values.get("grad_norm")
         if grad is not None and not is_finite(grad):
             self.bad_grad_steps.append(view.step)
-            bad[view.sources["grad_norm"]] = json_float(grad)
+            bad[view.sources["grad_norm"]] = to_wire(grad)
         return bad
 
     def _pinned(self, view: StepView) -> Facts | None:

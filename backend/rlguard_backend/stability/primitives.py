@@ -16,6 +16,7 @@ from functools import lru_cache
 from operator import mul
 from typing import Any
 
+from rlguard.protocol import NON_FINITE, to_wire
 from rlguard_backend.store.packed_arrays import pack, unpack
 
 
@@ -259,23 +260,14 @@ def _encode(packed: bytes) -> str:
     return base64.b64encode(packed).decode("ascii")
 
 
-def json_float(value: float) -> float | str:
-    """A float as JSON allows it: non-finite values become "NaN", "Infinity", "-Infinity"."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return value
-
-
 def json_safe(value: Any) -> Any:
-    """A copy with non-finite floats as their JSON strings, tuples as lists.
+    """A copy with non-finite floats as their wire strings (``rlguard.protocol``), tuples as lists.
 
     Lists of finite floats (or ints) are copied in one C-level pass: ``sum`` is finite only if
     every item is.
     """
     if isinstance(value, float):
-        return json_float(value)
+        return to_wire(value)
     if isinstance(value, dict):
         return {str(key): json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -293,15 +285,12 @@ _NUMBERS_ONLY = frozenset({float, int})
 def restore_non_finite(value: Any) -> Any:
     """Inverse of json_safe for the strings it writes."""
     if isinstance(value, str):
-        return _NON_FINITE_STRINGS.get(value, value)
+        return NON_FINITE.get(value, value)
     if isinstance(value, Mapping):
         return {key: restore_non_finite(item) for key, item in value.items()}
     if isinstance(value, list):
         return [restore_non_finite(item) for item in value]
     return value
-
-
-_NON_FINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def rounded(value: float | None, digits: int = 4) -> float | None:

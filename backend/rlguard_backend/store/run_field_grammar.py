@@ -25,11 +25,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from rlguard.protocol import MAX_KEY_CHARS
 from rlguard_backend.store.run_fields import (
     DATE_COLUMNS,
     HPARAMS,
     MAX_FIELDS,
-    MAX_KEY_CHARS,
     MAX_SORT_KEYS,
     NUMBER_OPS,
     SEVERITIES,

@@ -41,6 +41,7 @@ from typing import Any
 from sqlalchemy import ARRAY, Float, String, Text, case, cast, exists, func, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
+from rlguard.protocol import MAX_KEY_CHARS, to_wire
 from rlguard_backend.models import Alert, MetricKey, Run
 from rlguard_backend.signals import SIGNALS
 from rlguard_backend.store import storage
@@ -81,7 +82,6 @@ TEXT_OPS = ("contains", "startswith")
 FILTER_OPS = ("eq", "ne", *NUMBER_OPS, *TEXT_OPS, "blank", "notblank")
 MAX_SORT_KEYS = 4
 MAX_FIELDS = 64
-MAX_KEY_CHARS = 256
 SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
 _FILTER = re.compile(rf"^(?P<field>.+?):(?P<op>{'|'.join(FILTER_OPS)})(?::(?P<value>.*))?$", re.S)
 
@@ -252,7 +252,7 @@ def shown(value_number: Any, value_text: Any, expr: FieldExpr) -> Any:
     if isinstance(value_number, int | float) and not isinstance(value_number, bool):
         number = float(value_number)
         if not math.isfinite(number):
-            return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
+            return to_wire(number)
         return value_number
     return value_text
 

@@ -7,8 +7,9 @@ import math
 import numpy as np
 from sqlalchemy.orm import Session
 
+from rlguard.protocol import to_wire
 from rlguard_backend.models import MetricKey
-from rlguard_backend.schemas import SeriesData, float_to_wire
+from rlguard_backend.schemas import SeriesData
 from rlguard_backend.store import storage
 from rlguard_backend.store.rollups import BUCKET_WIDTHS, Summary, bucket_points, group_by_bucket
 
@@ -143,14 +144,14 @@ def _smoothed(
         data = _downsampled(buckets, width, lo, len(rows), last)
         times = {r[0]: r[2] for r in rows}
         data.times = [times[step] for step in data.steps]
-    data.smoothed = [float_to_wire(ema[step]) for step in data.steps]
+    data.smoothed = [to_wire(ema[step]) for step in data.steps]
     return data
 
 
 def _raw(rows: list[tuple[int, float | None, float | None]], last: int | None) -> SeriesData:
     return SeriesData.model_construct(
         steps=[r[0] for r in rows],
-        values=[float_to_wire(r[1]) for r in rows],
+        values=[to_wire(r[1]) for r in rows],
         times=[r[2] for r in rows],
         downsampled=False,
         method="raw",
@@ -179,10 +180,10 @@ def _downsampled(
         summary = buckets[bucket]
         for step, value in _bucket_points(summary):
             steps.append(step)
-            values.append(float_to_wire(value))
+            values.append(to_wire(value))
         starts.append(max(bucket * width, lo))
-        mins.append(float_to_wire(summary.min_value))
-        maxs.append(float_to_wire(summary.max_value))
+        mins.append(to_wire(summary.min_value))
+        maxs.append(to_wire(summary.max_value))
     return SeriesData.model_construct(
         steps=steps,
         values=values,
