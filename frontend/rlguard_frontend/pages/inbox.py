@@ -15,6 +15,7 @@ from dash.exceptions import PreventUpdate
 from rlguard_backend.schemas import AlertPublic
 from rlguard_frontend import ids, run_state
 from rlguard_frontend.api_client import ApiClient, ApiError
+from rlguard_frontend.components import run_commands
 from rlguard_frontend.components.alert_views import ACTIONS, SEVERITY_ORDER
 
 SEVERITIES = ("critical", "warn", "info")
@@ -35,6 +36,7 @@ def layout() -> html.Div:
                     ),
                     html.Button("acknowledge", id=ids.INBOX_ACKNOWLEDGE, className="button-small"),
                     html.Button("resolve", id=ids.INBOX_RESOLVE, className="button-small"),
+                    run_commands.inbox_controls(),
                     html.Span(id=ids.INBOX_COUNT, className="runs-count"),
                 ],
                 className="filters",
@@ -101,7 +103,8 @@ def show_inbox(
 
 
 def register(app: Dash, client: ApiClient) -> None:
-    """Wire the inbox's callback to ``app``."""
+    """Wire the inbox's callbacks to ``app``."""
+    run_commands.register_inbox(app, client)
 
     @app.callback(
         Output(ids.INBOX_LIST, "options"),

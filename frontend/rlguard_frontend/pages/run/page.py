@@ -11,7 +11,7 @@ from dash.exceptions import PreventUpdate
 from rlguard_backend.schemas import RunPublic
 from rlguard_frontend import ids, run_state, traces, url_state
 from rlguard_frontend.api_client import ApiClient, ApiError, carry_token
-from rlguard_frontend.components import alert_views, run_alerts
+from rlguard_frontend.components import alert_views, run_alerts, run_commands
 from rlguard_frontend.controls import control_id, controls_bar
 from rlguard_frontend.pages.run import callbacks as run_callbacks
 from rlguard_frontend.pages.run import data as run_data
@@ -60,6 +60,7 @@ def layout(
             dcc.Store(id=ids.RUN_REDRAW, data=0),
             dcc.Store(id=ids.RUN_LIVE),
             html.Div(first["header"], id=ids.RUN_HEADER, className="run-header"),
+            run_commands.controls(),
             html.Div(first["error"], id=ids.RUN_ERROR, className="error"),
             controls_bar(
                 PREFIX,
@@ -397,3 +398,4 @@ def register(app: Dash, client: ApiClient) -> None:
     url_state.push_to_url(app, ids.RUN_QUERY)
 
     run_alerts.register(app, client, xaxis)
+    run_commands.register(app, client)

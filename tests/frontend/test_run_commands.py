@@ -1,0 +1,89 @@
+"""Stop and checkpoint from the run page in real headless Chromium: the dialog names the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from rlguard_frontend.api_client import ApiError
+from rlguard_frontend.components import run_commands
+from tests.conftest import new_run_id
+from tests.frontend.helpers import WAIT_MS, seed_run
+from tests.frontend.test_inbox_page import nan_run
+
+
+def test_run_page_stop_button_asks_naming_the_run_then_sends_one_stop(
+    dashboard: Any, page: Any, artifacts_dir: Path
+) -> None:
+    run_id = new_run_id("stop")
+    seed_run(dashboard.url, run_id, steps=20, name="grpo-seed3")
+    questions: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        questions.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", answer)
+    page.goto(f"{dashboard.url}/runs/{run_id}")
+    page.click("#run-stop")
+    page.get_by_text("stop asked (command").wait_for(timeout=WAIT_MS)
+    assert questions == [
+        f"Stop run 'grpo-seed3' ({run_id}) in project 'browser'? Its trainer ends training at "
+        "its next check of run.should_stop."
+    ]
+    commands = httpx.get(f"{dashboard.url}/api/v1/runs/{run_id}/commands").json()["data"]
+    assert [(c["kind"], c["state"]) for c in commands] == [("stop", "pending")]
+    page.screenshot(path=str(artifacts_dir / "run-stop.png"))
+    page.click("#run-stop")
+    page.get_by_text("Not sent: run").wait_for(timeout=WAIT_MS)
+    assert "already has a stop waiting" in page.inner_text("#run-command-result")
+    page.click("#run-checkpoint")
+    page.get_by_text("checkpoint asked (command").wait_for(timeout=WAIT_MS)
+    assert questions[-1].startswith("Checkpoint run 'grpo-seed3'")
+    assert httpx.get(f"{dashboard.url}/api/v1/runs/{run_id}/commands").json()["count"] == 2
+    assert page.console_errors == []
+
+
+def test_run_commands_refusals_read_as_sentences() -> None:
+    read_only = ApiError("API answered 403", 403, "token 'viewer' has scope read")
+    assert run_commands.refusal("stop", read_only) == (
+        "You cannot stop runs: this dashboard's token can only read. Sign in with a token of "
+        "write scope (rlguard token create --scope write)."
+    )
+    finished = ApiError("API answered 409", 409, "run 'r' is finished: no trainer is there")
+    assert run_commands.refusal("checkpoint", finished) == (
+        "Not sent: run 'r' is finished: no trainer is there"
+    )
+    assert run_commands.confirmation("stop", "r1", None, "p") == (
+        "Stop run 'r1' in project 'p'? Its trainer ends training at its next check of "
+        "run.should_stop."
+    )
+
+
+def test_inbox_stops_the_runs_of_ticked_alerts_naming_them(dashboard: Any, page: Any) -> None:
+    first, second = nan_run(dashboard.url, "a"), nan_run(dashboard.url, "b")
+    questions: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        questions.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", answer)
+    page.goto(f"{dashboard.url}/alerts")
+    page.get_by_text("2 open alert(s)").wait_for(timeout=WAIT_MS)
+    page.click("#inbox-stop")
+    page.get_by_text("Tick the alerts whose runs should stop.").wait_for(timeout=WAIT_MS)
+    page.locator(".inbox-list label").filter(has_text=first).locator("input").check()
+    page.click("#inbox-stop")
+    page.get_by_text(f"{first}: stop asked (command").wait_for(timeout=WAIT_MS)
+    assert questions == [
+        f"Stop 1 run(s): '{first}'? Its trainer ends training at its next check of run.should_stop."
+    ]
+    [command] = httpx.get(f"{dashboard.url}/api/v1/runs/{first}/commands").json()["data"]
+    alert = httpx.get(f"{dashboard.url}/api/v1/runs/{first}/alerts").json()["data"][0]
+    assert command["alert_id"] == alert["id"]
+    assert command["reason"] == f"from the inbox: critical nonfinite/{alert['key']}"
+    assert httpx.get(f"{dashboard.url}/api/v1/runs/{second}/commands").json()["count"] == 0
+    assert page.console_errors == []
