@@ -147,3 +147,11 @@ def test_tree_env_makes_a_child_import_the_other_trees_hook_and_service(tmp_path
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.split() == ["baseline", "baseline"], out.stderr
     assert tree_env(None) == {}
+
+
+def test_benchmark_stop_latency_prints_both_paces_beside_the_round_trip() -> None:
+    result = _run("benchmarks.stop_latency", "--trials", "1", "--fast-s", "0.2", "--slow-s", "1")
+    assert set(result) == {"round_trip_floor", "fast", "slow"}
+    for pace, goal in (("fast", 2.0), ("slow", 10.0)):
+        assert result[pace]["goal_s"] == goal and result[pace]["n"] == 1
+        assert result[pace]["median_s"] > 0
