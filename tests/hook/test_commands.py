@@ -5,13 +5,18 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import threading
+import urllib.error
 from pathlib import Path
 
 import pytest
 
 import rlguard
 from tests.hook.hookutil import ServiceProcess, api, child_env, wait_for
-from tests.hook.test_integrations import FAST
+from tests.hook.test_integrations import FAST, offline, tiny_model_dir
+
+__all__ = ["offline"]  # the fixture, used by name below
+MAX_STEPS = 60
 
 
 def test_commands_stop_reaches_a_logging_loop_and_ends_the_run_stopped(
@@ -137,3 +142,67 @@ def test_commands_cli_asks_once_and_says_why_a_repeat_is_refused(
     assert checkpoint.returncode == 0 and "checkpoint asked" in checkpoint.stdout
     missing = _cli(service.url, "stop", "no-such-run")
     assert missing.returncode == 1 and "'no-such-run' not found" in missing.stdout
+
+
+def test_commands_stop_and_checkpoint_a_real_trl_grpo_trainer(
+    service: ServiceProcess, run_id: str, spool_dir: Path, tmp_path: Path, offline: None
+) -> None:
+    """Someone asks from outside while a TRL GRPOTrainer trains: it saves, then stops."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlguard.integrations.transformers import RLGuardCallback
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "grpo"),
+        max_steps=MAX_STEPS,
+        logging_steps=1,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+    )
+    trainer = GRPOTrainer(
+        model=str(tiny_model_dir(tmp_path)),
+        reward_funcs=lambda completions, **kwargs: [float(len(c)) for c in completions],
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["a b", "c d", "e f", "g h"] * 20}),
+    )
+    RLGuardCallback.attach(
+        trainer,
+        project="commands",
+        run_id=run_id,
+        url=service.url,
+        spool_dir=str(spool_dir),
+        command_poll_s=0.2,
+        **FAST,
+    )
+
+    def logged_three_steps() -> bool:
+        try:  # the hook creates the run with its first batch
+            return (api(service.url, "GET", f"/runs/{run_id}")["last_step"] or 0) >= 2
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 404
+            return False
+
+    def ask_when_training() -> None:
+        wait_for(logged_three_steps, 120, "three logged steps")
+        api(service.url, "POST", f"/runs/{run_id}/checkpoint", {"reason": "keep it"})
+        api(service.url, "POST", f"/runs/{run_id}/stop", {"reason": "seen enough"})
+
+    asker = threading.Thread(target=ask_when_training)
+    asker.start()
+    trainer.train()
+    asker.join()
+    assert 3 <= trainer.state.global_step < MAX_STEPS
+    assert list((tmp_path / "grpo").glob("checkpoint-*")), "the checkpoint command saved one"
+    run = api(service.url, "GET", f"/runs/{run_id}")
+    assert run["status"] == "stopped"
+    commands = api(service.url, "GET", f"/runs/{run_id}/commands")["data"]
+    assert [(c["kind"], c["state"]) for c in commands] == [
+        ("checkpoint", "acted"),
+        ("stop", "acted"),
+    ]
+    assert run["summary"]["stopped_by"]["command"] == commands[1]["id"]
