@@ -1,8 +1,9 @@
 """Vertical markers across every chart of a run, and y axes that stay readable.
 
-Markers: restarts, rewinds and learning-rate changes (``GET /runs/{id}/markers``, kept in
-the page's plan) as dashed lines labelled at the top; the run's alerts as thin lines in
-their severity's colour, merged where closer than about a pixel.
+Markers: restarts, rewinds, learning-rate changes, stop and checkpoint commands
+(``GET /runs/{id}/markers``, kept in the page's plan) as dashed lines labelled at the top;
+the run's alerts as thin lines in their severity's colour, merged where closer than about a
+pixel.
 """
 
 from __future__ import annotations
@@ -15,8 +16,20 @@ from typing import Any
 from rlguard_backend.schemas import AlertPublic, SeriesData
 from rlguard_frontend import traces
 
-MARKER_COLOURS = {"restart": "#7f8790", "rewind": "#7f8790", "lr_change": "#CC79A7"}
-MARKER_TEXT = {"restart": "restart", "rewind": "rewind", "lr_change": "lr"}
+MARKER_COLOURS = {
+    "restart": "#7f8790",
+    "rewind": "#7f8790",
+    "lr_change": "#CC79A7",
+    "stop": "#D55E00",
+    "checkpoint": "#0072B2",
+}
+MARKER_TEXT = {
+    "restart": "restart",
+    "rewind": "rewind",
+    "lr_change": "lr",
+    "stop": "stop",
+    "checkpoint": "ckpt",
+}
 SEVERITY_COLOURS = {"critical": "#D55E00", "warn": "#E69F00", "info": "#56B4E9"}
 MERGE_BUCKETS = 500  # alert lines (and ranges) closer than 1/500 of the drawn steps: one
 FLAT_SPAN = 1e-9  # lines varying less than this (relative) are drawn as flat

@@ -23,6 +23,7 @@ TABLES = {
     "alembic_version",
     "alerts",
     "run_events",
+    "run_commands",
     "api_tokens",
     "detector_state",
     "ingested_batches",
