@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -101,6 +102,25 @@ class RunCommand(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     acted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     acted_step: Mapped[int | None] = mapped_column(BigInteger)
+    policy_id: Mapped[int | None] = mapped_column(Integer)  # None: a person asked
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class CommandPolicy(Base):
+    """A project's rule: stop (or checkpoint) a run when an alert reaches a severity and
+    persists ``persist_steps``; a dry-run policy only records what it would have done."""
+
+    __tablename__ = "command_policies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project: Mapped[str] = mapped_column(String(128), index=True)
+    alert: Mapped[str] = mapped_column(String(128))  # "detector" or "detector/key"
+    severity: Mapped[str] = mapped_column(String(16))
+    persist_steps: Mapped[int] = mapped_column(Integer)
+    action: Mapped[str] = mapped_column(String(16))  # "stop" | "checkpoint"
+    dry_run: Mapped[bool] = mapped_column(Boolean)
+    created_by: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class MetricKey(Base):

@@ -96,6 +96,14 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         assert asked.status_code == 202
         return f"{API}/runs/{run_id}/commands/{asked.json()['id']}", {"delivered": True}
 
+    def new_policy_path() -> tuple[str, None]:
+        admin = {"Authorization": f"Bearer {svc.tokens['admin']}"}
+        made = httpx.post(
+            f"{svc.url}{API}/projects/auth/policies", json={"alert": "kl_spike"}, headers=admin
+        )
+        assert made.status_code == 201
+        return f"{API}/projects/auth/policies/{made.json()['id']}", None
+
     def new_project_path() -> tuple[str, None]:
         project = new_run_id("project")
         new_run(project)
@@ -152,6 +160,19 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
             {"reason": "before the lr drop"},
         ),
         ("GET", "/api/v1/runs/{run_id}/commands"): lambda: (f"{run}/commands", None),
+        ("GET", "/api/v1/projects/{project}/policies"): lambda: (
+            f"{API}/projects/auth/policies",
+            None,
+        ),
+        ("POST", "/api/v1/projects/{project}/policies"): lambda: (
+            f"{API}/projects/auth/policies",
+            {"alert": "nonfinite", "dry_run": True},
+        ),
+        ("DELETE", "/api/v1/projects/{project}/policies/{policy_id}"): new_policy_path,
+        ("POST", "/api/v1/projects/{project}/policies/backtest"): lambda: (
+            f"{API}/projects/auth/policies/backtest",
+            {"alert": "nonfinite"},
+        ),
         ("PATCH", "/api/v1/runs/{run_id}/commands/{command_id}"): new_command_path,
         ("POST", "/api/v1/runs/{run_id}/samples"): lambda: (
             f"{run}/samples",

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import rlguard
+from tests.conftest import new_run_id
 from tests.hook.hookutil import ServiceProcess, api, child_env, wait_for
 from tests.hook.test_integrations import FAST, offline, tiny_model_dir
 
@@ -206,3 +207,21 @@ def test_commands_stop_and_checkpoint_a_real_trl_grpo_trainer(
         ("stop", "acted"),
     ]
     assert run["summary"]["stopped_by"]["command"] == commands[1]["id"]
+
+
+def test_commands_cli_backtests_a_policy_over_a_projects_runs(service: ServiceProcess) -> None:
+    project = new_run_id("proj")
+    sick = new_run_id("sick")
+    api(service.url, "POST", "/runs", {"id": sick, "project": project})
+    steps = [{"step": s, "values": {"actor/entropy": "NaN"}} for s in range(10)]
+    api(service.url, "POST", f"/runs/{sick}/batches", {"batch_id": "nan", "steps": steps})
+    [alert] = api(service.url, "GET", f"/runs/{sick}/alerts")["data"]
+    found = _cli(service.url, "detect", "--policy", "nonfinite@warn:4", "--project", project)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.splitlines() == [
+        f"{sick}: stop at step 4 of 9 (alert {alert['id']}), 5 step(s) saved",
+        f"1 of 1 run(s) in {project!r} would stop; 5 step(s) saved in all",
+    ]
+    for bad in (["--policy", "Entropy!", "--project", project], ["--policy", "nonfinite"], []):
+        refused = _cli(service.url, "detect", *bad)
+        assert refused.returncode == 2 and "--policy ALERT[@SEVERITY]" in refused.stdout, bad

@@ -1,10 +1,13 @@
-"""``rlguard stop RUN`` and ``rlguard checkpoint RUN``: ask a running trainer, from anywhere."""
+"""``rlguard stop RUN`` and ``rlguard checkpoint RUN``: ask a running trainer, from anywhere;
+``rlguard detect --policy``: where a stop policy would have acted on a project's stored runs."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import urllib.parse
+from typing import Any
 
 from rlguard._cli_hook import _say, _token, _url
 from rlguard._config import DEFAULT_URL
@@ -35,4 +38,57 @@ def run(args: argparse.Namespace) -> int:
     finally:
         transport.close()
     _say(f"{args.command} asked for run {args.run_id} (command {command['id']}): {WHEN}")
+    return 0
+
+
+POLICY = re.compile(
+    r"^(?P<alert>[a-z0-9_]+(?:/[a-z0-9_]+)?)(?:@(?P<severity>info|warn|critical))?"
+    r"(?::(?P<steps>\d+))?(?:=(?P<action>stop|checkpoint))?$"
+)
+
+
+def parse_policy(spec: str) -> dict[str, Any] | None:
+    """``entropy_collapse@warn:20=stop`` as the REST body of a policy; None if unreadable."""
+    match = POLICY.match(spec.strip())
+    if match is None:
+        return None
+    body: dict[str, Any] = {"alert": match["alert"]}
+    if match["severity"]:
+        body["severity"] = match["severity"]
+    if match["steps"]:
+        body["persist_steps"] = int(match["steps"])
+    if match["action"]:
+        body["action"] = match["action"]
+    return body
+
+
+def backtest_policy(args: argparse.Namespace) -> int:
+    """``rlguard detect --policy SPEC --project P``: one line per run it would have acted on."""
+    policy = parse_policy(args.policy or "")
+    if policy is None or not args.project:
+        _say(
+            "rlguard detect: give a run id, or --policy ALERT[@SEVERITY][:STEPS][=ACTION] with "
+            "--project P, e.g. --policy entropy_collapse@warn:20 --project grpo-math"
+        )
+        return 2
+    project = urllib.parse.quote(args.project, safe="")
+    transport = Transport(_url(args), _token(args))
+    try:
+        body = json.dumps(policy).encode()
+        result = transport.request("POST", f"/projects/{project}/policies/backtest", body)
+    except (RetryableError, RejectedError) as exc:
+        _say(f"rlguard detect --policy: {exc}")
+        return 1
+    finally:
+        transport.close()
+    action = policy.get("action", "stop")
+    for hit in result["data"]:
+        _say(
+            f"{hit['run_id']}: {action} at step {hit['step']} of {hit['last_step']} "
+            f"(alert {hit['alert_id']}), {hit['steps_saved']} step(s) saved"
+        )
+    _say(
+        f"{result['count']} of {result['runs']} run(s) in {args.project!r} would {action}; "
+        f"{result['steps_saved']} step(s) saved in all"
+    )
     return 0

@@ -53,9 +53,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
         parser.add_argument("--format", choices=["auto", *READERS], default="auto")
         parser.add_argument("--logging-steps", type=int, default=1, help="TRL console logs only")
-    elif command in ("export", "detect"):
+    elif command == "export":
         parser.add_argument("run_id")
     if command == "detect":
+        parser.add_argument("run_id", nargs="?", help="the run (not with --policy)")
+        parser.add_argument(
+            "--policy",
+            default=None,
+            metavar="ALERT[@SEVERITY][:STEPS][=ACTION]",
+            help="backtest a stop policy over a project's stored runs, e.g. "
+            "entropy_collapse@warn:20 (needs --project)",
+        )
+        parser.add_argument("--project", default=None, help="the project --policy looks at")
         parser.add_argument(
             "--threshold",
             action="append",
@@ -302,7 +311,11 @@ def _export_parquet(args: argparse.Namespace) -> int:
 
 
 def detect(args: argparse.Namespace) -> int:
-    """Re-run the detectors over a stored run and list the alerts."""
+    """Re-run the detectors over a stored run and list the alerts, or backtest a policy."""
+    if args.policy is not None or args.run_id is None:
+        from rlguard._cli_commands import backtest_policy
+
+        return backtest_policy(args)
     thresholds = {}
     for item in args.threshold:
         name, sep, value = item.partition("=")

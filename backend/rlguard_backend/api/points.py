@@ -28,7 +28,7 @@ from rlguard_backend.schemas import (
     SeriesResponse,
     Step,
 )
-from rlguard_backend.store import commands, repository, series, storage
+from rlguard_backend.store import commands, policies, repository, series, storage
 
 router = APIRouter(prefix="/v1/runs/{run_id}", tags=["points"], responses=ERROR_RESPONSES)
 
@@ -117,6 +117,7 @@ def store_and_detect(
         with metrics.detector_seconds.time():
             found = feed.detect_steps(session, live, batch.steps, settings)
         ack.alerts = [alerts.to_public(alert) for alert in found]
+    policies.apply(session, run_id)
     ack.commands = [commands.to_public(c) for c in commands.pending(session, run_id)]
     return ack
 

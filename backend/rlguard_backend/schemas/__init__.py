@@ -18,6 +18,11 @@ from rlguard_backend.schemas.commands import (
     CommandPublic,
     CommandState,
     CommandUpdate,
+    PolicyBacktest,
+    PolicyHit,
+    PolicyIn,
+    PolicyList,
+    PolicyPublic,
 )
 from rlguard_backend.schemas.points import (
     BatchAck,
@@ -160,6 +165,11 @@ __all__ = [
     "NoNul",
     "PointValue",
     "PointValues",
+    "PolicyBacktest",
+    "PolicyHit",
+    "PolicyIn",
+    "PolicyList",
+    "PolicyPublic",
     "Project",
     "ProjectList",
     "ProjectPublic",

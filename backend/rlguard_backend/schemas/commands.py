@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from rlguard_backend.schemas.wire import NUL_FREE, BodyStep, NoNul, StrictBool
+from rlguard_backend.schemas.wire import NUL_FREE, BodyStep, NoNul, Severity, StrictBool
 
 CommandKind = Literal["stop", "checkpoint"]
 COMMAND_KINDS: tuple[str, ...] = ("stop", "checkpoint")
@@ -49,8 +49,63 @@ class CommandPublic(BaseModel):
     delivered_at: datetime | None
     acted_at: datetime | None
     acted_step: int | None
+    policy_id: int | None = Field(description="the project's policy that asked, if one did")
+    dry_run: bool = Field(description="a dry-run policy's: recorded, never sent")
 
 
 class CommandList(BaseModel):
     data: list[CommandPublic]
     count: int
+
+
+AlertName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=128, pattern=r"^[a-z0-9_]+(/[a-z0-9_]+)?$"),
+]
+
+
+class PolicyIn(BaseModel):
+    """Stop (or checkpoint) a run when ``alert`` reaches ``severity`` and persists
+    ``persist_steps`` steps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    alert: AlertName = Field(
+        description="a detector (entropy_collapse) or one of its alert keys (kl_runaway/level)"
+    )
+    severity: Severity = "critical"
+    persist_steps: int = Field(default=0, ge=0, le=1_000_000, description="0: at once")
+    action: CommandKind = "stop"
+    dry_run: StrictBool = Field(default=False, description="record what it would do, send nothing")
+
+
+class PolicyPublic(PolicyIn):
+    id: int
+    project: str
+    created_by: str
+    created_at: datetime
+
+
+class PolicyList(BaseModel):
+    data: list[PolicyPublic]
+    count: int
+
+
+class PolicyHit(BaseModel):
+    """Where a policy would have acted on a stored run, and the steps that would have saved."""
+
+    run_id: str
+    run_name: str | None
+    alert_id: int
+    step: int = Field(description="the step it would have acted at")
+    last_step: int | None = Field(description="the run's last stored step")
+    steps_saved: int = Field(description="last_step - step: steps trained after it would act")
+
+
+class PolicyBacktest(BaseModel):
+    policy: PolicyIn
+    project: str
+    runs: int = Field(description="runs of the project looked at")
+    data: list[PolicyHit]
+    count: int
+    steps_saved: int

@@ -30,19 +30,35 @@ def request(session: Session, run: Run, kind: str, data: CommandIn, by: str) -> 
             f"run {run.id!r} is {run.status}: no trainer is there to {kind}; "
             "commands go to running runs only"
         )
-    waiting = _unacted(session, run.id, kind)
+    waiting = unacted(session, run.id, kind)
     if waiting is not None:
         raise Conflict(f"run {run.id!r} already has a {kind} waiting: {describe(waiting)}")
     if data.alert_id is not None:
         _check_alert(session, run.id, data.alert_id)
+    return record(session, run, kind, data.reason, by, data.alert_id)
+
+
+def record(
+    session: Session,
+    run: Run,
+    kind: str,
+    reason: str | None,
+    by: str,
+    alert_id: int | None = None,
+    policy_id: int | None = None,
+    dry_run: bool = False,
+) -> RunCommand:
+    """Store a command at the run's current step (checked by the caller)."""
     command = RunCommand(
         run_id=run.id,
         kind=kind,
-        reason=data.reason,
+        reason=reason,
         requested_by=by,
-        alert_id=data.alert_id,
+        alert_id=alert_id,
         requested_at=utcnow(),
         requested_step=run.last_step,
+        policy_id=policy_id,
+        dry_run=dry_run,
     )
     session.add(command)
     session.flush()
@@ -65,10 +81,16 @@ def _time(moment: datetime) -> str:
     return as_utc(moment).isoformat(timespec="seconds")
 
 
-def _unacted(session: Session, run_id: str, kind: str) -> RunCommand | None:
+def unacted(session: Session, run_id: str, kind: str) -> RunCommand | None:
+    """The run's oldest command of ``kind`` sent and not acted on yet, if any."""
     return session.scalars(
         select(RunCommand)
-        .where(RunCommand.run_id == run_id, RunCommand.kind == kind, RunCommand.acted_at.is_(None))
+        .where(
+            RunCommand.run_id == run_id,
+            RunCommand.kind == kind,
+            RunCommand.acted_at.is_(None),
+            RunCommand.dry_run.is_(False),
+        )
         .order_by(RunCommand.id)
         .limit(1)
     ).first()
@@ -89,7 +111,11 @@ def pending(session: Session, run_id: str) -> list[RunCommand]:
     return list(
         session.scalars(
             select(RunCommand)
-            .where(RunCommand.run_id == run_id, RunCommand.delivered_at.is_(None))
+            .where(
+                RunCommand.run_id == run_id,
+                RunCommand.delivered_at.is_(None),
+                RunCommand.dry_run.is_(False),
+            )
             .order_by(RunCommand.id)
         )
     )
@@ -141,6 +167,8 @@ def to_public(command: RunCommand) -> CommandPublic:
         delivered_at=as_utc(command.delivered_at) if command.delivered_at else None,
         acted_at=as_utc(command.acted_at) if command.acted_at else None,
         acted_step=command.acted_step,
+        policy_id=command.policy_id,
+        dry_run=command.dry_run,
     )
 
 
@@ -152,6 +180,7 @@ def markers(session: Session, run_id: str) -> list[Marker]:
         if step is None:
             continue
         why = f": {command.reason}" if command.reason else ""
-        label = f"{command.kind} by {command.requested_by}{why}"
+        would = "would " if command.dry_run else ""
+        label = f"{would}{command.kind} by {command.requested_by}{why}"
         found.append(Marker(step=step, kind=command.kind, label=label))  # type: ignore[arg-type]
     return found
