@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -15,6 +16,8 @@ from rlguard_backend.schemas import (
     GroupList,
     MarkerList,
     MetricKeyList,
+    PolicyList,
+    PolicyPublic,
     ProjectList,
     RunFieldList,
     RunList,
@@ -252,11 +255,30 @@ class ApiClient:
             self._send("POST", f"/v1/runs/{run_id}/{kind}", json=body)
         )
 
+    def list_policies(self, project: str) -> PolicyList:
+        """The project's command policies."""
+        return PolicyList.model_validate(self._get(f"/v1/projects/{_segment(project)}/policies"))
+
+    def create_policy(self, project: str, rule: dict[str, Any]) -> PolicyPublic:
+        """Add a command policy to the project."""
+        path = f"/v1/projects/{_segment(project)}/policies"
+        return PolicyPublic.model_validate(self._send("POST", path, json=rule))
+
+    def delete_policy(self, project: str, policy_id: int) -> PolicyPublic:
+        """Remove one of the project's policies."""
+        path = f"/v1/projects/{_segment(project)}/policies/{policy_id}"
+        return PolicyPublic.model_validate(self._send("DELETE", path))
+
     def update_alert(self, alert_id: int, change: dict[str, Any]) -> AlertPublic:
         """``{"acknowledged": true}`` or ``{"status": "resolved"}``."""
         return AlertPublic.model_validate(
             self._send("PATCH", f"/v1/alerts/{alert_id}", json=change)
         )
+
+
+def _segment(text: str) -> str:
+    """One path segment, whatever the text holds."""
+    return quote(text, safe="")
 
 
 def _detail(response: httpx.Response) -> str:

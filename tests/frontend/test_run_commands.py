@@ -87,3 +87,32 @@ def test_inbox_stops_the_runs_of_ticked_alerts_naming_them(dashboard: Any, page:
     assert command["reason"] == f"from the inbox: critical nonfinite/{alert['key']}"
     assert httpx.get(f"{dashboard.url}/api/v1/runs/{second}/commands").json()["count"] == 0
     assert page.console_errors == []
+
+
+def test_policies_page_adds_and_removes_a_projects_policy(dashboard: Any, page: Any) -> None:
+    project = new_run_id("proj")
+    page.goto(f"{dashboard.url}/policies?project={project}")
+    page.get_by_text("No policy: this project's runs stop only").wait_for(timeout=WAIT_MS)
+    page.fill("#policies-alert", "Not A Detector")
+    page.click("#policies-add")
+    page.get_by_text("Not done: String should match pattern").wait_for(timeout=WAIT_MS)
+    page.fill("#policies-alert", "entropy_collapse")
+    page.fill("#policies-steps", "20")
+    page.get_by_label("dry run").check()
+    page.click("#policies-add")
+    page.get_by_text("Added #").wait_for(timeout=WAIT_MS)
+    [policy] = httpx.get(f"{dashboard.url}/api/v1/projects/{project}/policies").json()["data"]
+    assert (policy["alert"], policy["persist_steps"], policy["dry_run"]) == (
+        "entropy_collapse",
+        20,
+        True,
+    )
+    row = page.locator(".policy-row")
+    assert row.inner_text().startswith(
+        f"#{policy['id']}: stop when entropy_collapse is critical or worse for 20 step(s) "
+        "(dry run: recorded, not sent)"
+    )
+    row.get_by_text("remove").click()
+    page.get_by_text(f"Removed policy #{policy['id']}.").wait_for(timeout=WAIT_MS)
+    assert httpx.get(f"{dashboard.url}/api/v1/projects/{project}/policies").json()["count"] == 0
+    assert page.console_errors == []
