@@ -204,6 +204,8 @@ class Alert(Base):
     status: Mapped[str] = mapped_column(String(16), default="open", index=True)
     secondary: Mapped[bool] = mapped_column(Boolean, default=False)
     acknowledged: Mapped[bool] = mapped_column(Boolean, default=False)
+    # resolved because its run ended (finished, stopped, failed), not because it cleared
+    closed_with_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     first_step: Mapped[int] = mapped_column(BigInteger)
     last_step: Mapped[int] = mapped_column(BigInteger)
     message: Mapped[str] = mapped_column(Text)

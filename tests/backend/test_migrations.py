@@ -24,6 +24,7 @@ TABLES = {
     "alerts",
     "run_events",
     "run_commands",
+    "command_policies",
     "api_tokens",
     "detector_state",
     "ingested_batches",

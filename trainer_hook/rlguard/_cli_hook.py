@@ -149,11 +149,14 @@ def _sync_run(spool: Spool, args: argparse.Namespace) -> tuple[int, int]:
         transport.close()
 
 
-def _start_run(args: argparse.Namespace, default_name: str) -> rlguard.Run:
+def _start_run(
+    args: argparse.Namespace, default_name: str, config: dict[str, Any] | None = None
+) -> rlguard.Run:
     return rlguard.init(
         project=args.project,
         run_id=args.run_id,
         name=args.name or default_name,
+        config=config,
         url=_url(args),
         token=_token(args),
         gpu=False,
@@ -189,12 +192,13 @@ def follow(args: argparse.Namespace) -> int:
 
 def import_run(args: argparse.Namespace) -> int:
     """Import a finished run's logs through the same batch path as live logging."""
-    from rlguard.integrations.importers import READERS, detect_format
+    from rlguard.integrations.importers import READERS, detect_format, read_verl_config
 
     fmt = detect_format(args.path) if args.format == "auto" else args.format
     reader = READERS[fmt]
     records = reader(args.path, args.logging_steps) if fmt == "trl-console" else reader(args.path)
-    run = _start_run(args, args.path.stem)
+    config = read_verl_config(args.path) if fmt == "verl-console" else None
+    run = _start_run(args, args.path.stem, config)
     progress = _Progress(args.path)
     steps = 0
     for step, values in records:

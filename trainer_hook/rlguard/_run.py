@@ -344,8 +344,11 @@ class Run:
         logger.warning("rlguard: %s requested by %s", kind, _describe_command(command))
 
     def _receive_alert(self, alert: dict[str, Any]) -> None:
-        """Called by the sender thread for each alert a batch acknowledgement carries."""
+        """Called by the sender thread for each alert a batch acknowledgement carries (opened
+        or escalated): one log line each, WARNING for warn and critical, so a terminal shows it."""
         self.alerts.append(alert)
+        level = logging.INFO if alert.get("severity") == "info" else logging.WARNING
+        logger.log(level, "rlguard: run %s: %s", self.id, _describe(alert))
         self._apply_policies(alert)
         callback = self._cfg.on_alert
         if callback is None:

@@ -34,6 +34,7 @@ def to_public(alert: Alert) -> AlertPublic:
         status=alert.status,  # type: ignore[arg-type]
         secondary=alert.secondary,
         acknowledged=alert.acknowledged,
+        closed_with_run=alert.closed_with_run,
         first_step=alert.first_step,
         last_step=alert.last_step,
         message=alert.message,

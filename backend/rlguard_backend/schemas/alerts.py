@@ -23,6 +23,10 @@ class AlertPublic(BaseModel):
     status: AlertStatus
     secondary: bool
     acknowledged: bool
+    closed_with_run: bool = Field(
+        default=False,
+        description="resolved because its run finished, stopped or failed, not because it cleared",
+    )
     first_step: int
     last_step: int
     message: str

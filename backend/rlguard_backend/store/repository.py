@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, literal, select
+from sqlalchemy import delete, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from rlguard_backend.core.errors import Conflict, run_not_found
@@ -101,6 +101,9 @@ def to_row(run: Run, tags: list[str], values: dict[str, Any]) -> RunRow:
     return RunRow(**dict(to_public(run, tags)), values=values)
 
 
+ENDED = ("finished", "stopped", "failed")  # a crashed run may beat again: its alerts stay open
+
+
 def create_or_resume_run(session: Session, data: RunCreate) -> tuple[Run, bool]:
     """Create the run, or resume it when the id exists in the same project. True if created."""
     run = session.get(Run, data.id)
@@ -111,6 +114,8 @@ def create_or_resume_run(session: Session, data: RunCreate) -> tuple[Run, bool]:
                 f"run {data.id!r} already exists in project {run.project!r}, not {data.project!r};"
                 " resume it with its own project or choose another run id"
             )
+        if run.status in ENDED:
+            reopen_alerts(session, run.id)
         run.status, run.updated_at, run.last_heartbeat_at = "running", now, now
         session.add(RunEvent(run_id=run.id, kind="restart", step=run.last_step, created_at=now))
         run.archived_at = None  # a run trained again is in use again
@@ -252,8 +257,11 @@ def set_archived(session: Session, run_ids: Sequence[str], archived: bool) -> No
 
 
 def update_run(session: Session, run: Run, data: RunUpdate) -> Run:
-    """Apply a run update (status, name, merged summary); the caller commits."""
+    """Apply a run update (status, name, merged summary); the caller commits. A run that ends
+    closes its open alerts: resolved, ``closed_with_run``, kept in its history."""
     if data.status is not None:
+        if data.status in ENDED and run.status not in ENDED:
+            close_alerts(session, run.id)
         run.status = data.status
     if data.name is not None:
         run.name = data.name
@@ -261,6 +269,26 @@ def update_run(session: Session, run: Run, data: RunUpdate) -> Run:
         run.summary = {**(run.summary or {}), **data.summary}
     run.updated_at = utcnow()
     return run
+
+
+def close_alerts(session: Session, run_id: str) -> int:
+    """Resolve the run's open alerts as closed with the run; how many there were."""
+    result = session.execute(
+        update(Alert)
+        .where(Alert.run_id == run_id, Alert.status == "open")
+        .values(status="resolved", closed_with_run=True, updated_at=utcnow())
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def reopen_alerts(session: Session, run_id: str) -> None:
+    """A resumed run's alerts closed with it are open again: the detectors, which resume from
+    their checkpoint, still hold them open and resolve them when their condition clears."""
+    session.execute(
+        update(Alert)
+        .where(Alert.run_id == run_id, Alert.closed_with_run.is_(True))
+        .values(status="open", closed_with_run=False, updated_at=utcnow())
+    )
 
 
 def heartbeat(session: Session, run: Run, drops: ClientDrops | None = None) -> Run:

@@ -12,6 +12,12 @@ from rlguard_backend.schemas import AlertPublic
 from rlguard_frontend import ids
 from rlguard_frontend.figures import step_span
 
+
+def status_text(alert: AlertPublic) -> str:
+    """``open``, ``resolved``, or ``closed with the run`` when the run's end resolved it."""
+    return "closed with the run" if alert.closed_with_run else alert.status
+
+
 SEVERITY_ORDER = {"critical": 0, "warn": 1, "info": 2}
 TIMELINE_MAX = 100  # a long run may hold thousands of (mostly resolved) alerts
 ACTIONS: dict[str, dict[str, Any]] = {
@@ -36,7 +42,8 @@ def timeline(alerts: list[AlertPublic]) -> list[Any]:
                 html.Span(alert.detector, className="detector"),
                 html.Span(step_span(alert), className="steps"),
                 html.Span(
-                    alert.status + (" · ack" if alert.acknowledged else ""), className="astatus"
+                    status_text(alert) + (" · ack" if alert.acknowledged else ""),
+                    className="astatus",
                 ),
             ],
             id={"type": ids.ALERT_ITEM, "alert": alert.id},
@@ -56,7 +63,7 @@ def alert_detail(alert: AlertPublic) -> list[Any]:
         html.H4(
             [html.Span(alert.severity, className=f"sev sev-{alert.severity}"), " ", alert.detector]
         ),
-        html.P(f"{step_span(alert)} · {alert.status}", className="hint"),
+        html.P(f"{step_span(alert)} · {status_text(alert)}", className="hint"),
         html.P(alert.message, className="alert-message"),
         html.H5("Evidence"),
         html.Table(evidence, className="evidence") if evidence else html.P("—"),
@@ -100,5 +107,8 @@ def _buttons(alert: AlertPublic) -> list[Any]:
 
 def digest(alerts: list[AlertPublic]) -> str:
     """A short fingerprint of what the page shows of the alerts: the store the tick uploads."""
-    shown = sorted((a.id, a.status, a.severity, a.acknowledged, a.first_step) for a in alerts)
+    shown = sorted(
+        (a.id, a.status, a.severity, a.acknowledged, a.first_step, a.closed_with_run)
+        for a in alerts
+    )
     return hashlib.sha1(json.dumps(shown).encode(), usedforsecurity=False).hexdigest()[:16]

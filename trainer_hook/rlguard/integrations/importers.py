@@ -58,6 +58,29 @@ def read_verl_console(path: Path) -> Iterator[Record]:
         yield int(match[1]), values
 
 
+RAY_PREFIX = re.compile(r"^\s*\([\w.-]+ pid=\d+(?:, ip=[\d.]+)?\)\s?")
+CONFIG_MAX_LINES = 5000  # verl prints its config in the first few hundred lines
+
+
+def read_verl_config(path: Path) -> dict[str, Any] | None:
+    """The config a verl console log prints at start (``pprint`` of the resolved OmegaConf
+    config, one Ray-prefixed line at a time), as a nested dict; None when the log has none."""
+    held: list[str] = []
+    for number, line in enumerate(_lines(path)):
+        text = RAY_PREFIX.sub("", ANSI.sub("", line)).rstrip()
+        if not held and not text.startswith("{'"):
+            if number >= CONFIG_MAX_LINES or VERL_STEP.search(text):
+                return None
+            continue
+        held.append(text)
+        config = _literal_dict("\n".join(held))
+        if config is not None:
+            return config
+        if len(held) >= CONFIG_MAX_LINES:
+            return None
+    return None
+
+
 def read_verl_jsonl(path: Path) -> Iterator[Record]:
     """The verl ``file`` logger: ``{"step": N, "data": {...}}`` per line; null is NaN."""
     for line in _lines(path):

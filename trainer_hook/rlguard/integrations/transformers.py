@@ -12,6 +12,7 @@ each log step, whether or not ``log_completions`` is on.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +20,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 import rlguard
+
+logger = logging.getLogger("rlguard")
 
 SUMMARY_KEYS = frozenset({"train_runtime", "train_samples_per_second", "total_flos"})
 
@@ -58,10 +61,25 @@ class RLGuardCallback(TrainerCallback):
 
     @classmethod
     def attach(cls, trainer: Any, **init_kwargs: Any) -> RLGuardCallback:
-        """Add a callback that also logs the trainer's completions; returns it."""
-        callback = cls(trainer=trainer, **init_kwargs)
-        trainer.add_callback(callback)
-        return callback
+        """Add a callback that also logs the trainer's completions; returns it. A trainer that
+        already has one (``callbacks=[RLGuardCallback()]``) keeps it, now logging completions
+        too, with a warning: two callbacks would make two runs of the same training."""
+        handler = getattr(trainer, "callback_handler", None)
+        existing = next((c for c in getattr(handler, "callbacks", ()) if isinstance(c, cls)), None)
+        if existing is None:
+            callback = cls(trainer=trainer, **init_kwargs)
+            trainer.add_callback(callback)
+            return callback
+        existing.trainer = trainer
+        ignored = (
+            f"; its settings stand and {sorted(init_kwargs)} are ignored" if init_kwargs else ""
+        )
+        logger.warning(
+            "rlguard: this trainer already has an RLGuardCallback (callbacks=[...]); attach() "
+            "makes it log the completions too instead of adding a second run%s",
+            ignored,
+        )
+        return existing
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Start a run on the main process, unless ``rlguard.init()`` already made one current."""
