@@ -155,3 +155,11 @@ def test_benchmark_stop_latency_prints_both_paces_beside_the_round_trip() -> Non
     for pace, goal in (("fast", 2.0), ("slow", 10.0)):
         assert result[pace]["goal_s"] == goal and result[pace]["n"] == 1
         assert result[pace]["median_s"] > 0
+
+
+def test_benchmark_hook_memory_prints_each_budget_beside_the_unlogged_loop() -> None:
+    result = _run("benchmarks.hook_memory", "--seconds", "1", "--budgets", "16")
+    assert set(result) == {"unlogged", "logged_16mb"}
+    logged = result["logged_16mb"]
+    assert logged["max_queue_mb"] == 16 and logged["steps"] > 0
+    assert logged["dropped_steps"] > 0 and logged["spool_batches"] > 0  # the service is down

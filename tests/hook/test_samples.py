@@ -161,6 +161,8 @@ def test_queue_evicts_samples_before_refusing_a_metric_step() -> None:
     queue.append(object())  # a flush marker always gets in
     entries, sample_entries = queue.take()
     assert len(entries) == fitting + 1 and sample_entries == []
+    assert queue.bytes == fitting * entry_bytes(metrics)  # the sender holds them still
+    queue.release()
     assert queue.bytes == 0
 
 
@@ -175,9 +177,25 @@ def test_queue_counts_entries_from_log_and_from_other_threads_in_one_budget() ->
     queue.append((3, 0.0, metrics))  # over the budget: refused under the lock
     assert (len(queue), queue.dropped_steps, queue.bytes) == (3, 1, 3 * entry_bytes(metrics))
     entries, _ = queue.take()
-    assert [entry[0] for entry in entries] == [0, 1, 2] and queue.bytes == 0
-    queue.append((4, 0.0, metrics))
+    assert [entry[0] for entry in entries] == [0, 1, 2]
+    queue.append((4, 0.0, metrics))  # taken but not released: still in the budget
+    assert (len(queue), queue.dropped_steps) == (0, 2)
+    queue.release()
+    assert queue.bytes == 0
+    queue.append((5, 0.0, metrics))
     assert queue.bytes == entry_bytes(metrics)
+
+
+def test_queue_charges_taken_samples_until_the_sender_releases_them() -> None:
+    queue = LogQueue(max_bytes=10_000)
+    queue.append_samples(("s", 0.0, []), 4, 7_000)
+    _, taken = queue.take()
+    assert taken == [("s", 0.0, [])] and queue.bytes == 7_000
+    queue.append_samples(("s", 1.0, []), 4, 5_000)  # the held 7,000 leave no room for it
+    assert queue.dropped_samples == 4
+    queue.release()
+    queue.append_samples(("s", 2.0, []), 4, 5_000)
+    assert (queue.bytes, queue.dropped_samples) == (5_000, 4)
 
 
 def test_snapshot_copies_the_records_and_sizes_text_and_arrays() -> None:

@@ -5,6 +5,11 @@ first) so that a flood of samples never costs a metric point; only when no sampl
 new ``log()`` entry refused. Flush markers and the stop sentinel always get in. Every drop is
 counted; the sender warns about them, so the training thread never writes a log line.
 
+What the sender took stays charged until it calls ``release()``, having shipped or spooled it:
+entries the sender still holds are memory too, and a service that is down makes each drain
+slow (every batch written to the spool), long enough for the training loop to fill the budget
+again beside them.
+
 A ``log()`` entry takes no lock while the budget has room: it is sized from its key count and
 counted in ``added`` (written by ``log()`` only), the sender counts what it takes in ``taken``
 (written by the sender only), and the deque's own ``append`` and ``popleft`` are atomic.
@@ -56,8 +61,10 @@ class LogQueue:
         self.max_bytes = max_bytes
         self.added = 0  # bytes of the metric entries log() queued without the lock
         self.added_locked = 0  # bytes of the metric entries queued under the lock
-        self.taken = 0  # bytes of the metric entries the sender took (the sender's)
+        self.taken = 0  # bytes of the metric entries the sender released (the sender's)
         self.sample_bytes = 0  # bytes of the sample entries queued now (under the lock)
+        self.held = 0  # bytes of the sample entries the sender took and has not released
+        self._taking = 0  # bytes of the metric entries the sender took and has not released
         self.dropped_steps = 0  # log() entries refused while the budget was spent
         self.dropped_samples = 0  # samples evicted or refused to make room
         self._metrics: collections.deque[Any] = collections.deque()
@@ -72,14 +79,14 @@ class LogQueue:
 
     @property
     def bytes(self) -> int:
-        """Bytes queued now, metrics and samples together."""
-        return self.added + self.added_locked - self.taken + self.sample_bytes
+        """Bytes queued or held by the sender now, metrics and samples together."""
+        return self.added + self.added_locked - self.taken + self.sample_bytes + self.held
 
     def append(self, item: Any) -> None:
         """Queue a ``log()`` entry ``(step, time, metrics)``, a flush marker or the stop."""
         if type(item) is tuple:
             size = ENTRY_BYTES + KEY_BYTES * len(item[2])
-            queued = self.added + self.added_locked - self.taken + self.sample_bytes
+            queued = self.added + self.added_locked - self.taken + self.sample_bytes + self.held
             if queued + size > self.max_bytes:
                 self.append_locked(item)
                 return
@@ -107,17 +114,26 @@ class LogQueue:
             self.sample_bytes += size
 
     def take(self) -> tuple[list[Any], list[Any]]:
-        """Everything queued so far: (metric entries and markers, sample entries), oldest first."""
+        """Everything queued so far: (metric entries and markers, sample entries), oldest first;
+        they stay charged until ``release()``."""
         metrics = self._metrics
         # each popleft is atomic: what log() appends meanwhile waits for the next take
         entries = list(map(collections.deque.popleft, itertools.repeat(metrics, len(metrics))))
         logged = entries if not has_markers(entries) else [e for e in entries if type(e) is tuple]
         # what log() charged them, summed in C: a call per entry cost ~0.3 µs a step
-        self.taken += ENTRY_BYTES * len(logged) + KEY_BYTES * sum(map(len, map(_METRICS, logged)))
+        self._taking += ENTRY_BYTES * len(logged) + KEY_BYTES * sum(map(len, map(_METRICS, logged)))
         with self._lock:
             samples, self._samples = self._samples, collections.deque()
+            self.held += self.sample_bytes
             self.sample_bytes = 0
         return entries, [item for item, _, _ in samples]
+
+    def release(self) -> None:
+        """The sender is done with what it took (shipped or spooled): its bytes leave the budget."""
+        self.taken += self._taking
+        self._taking = 0
+        with self._lock:
+            self.held = 0
 
     def _make_room(self, size: int) -> bool:
         """Evict the oldest sample entries until ``size`` more bytes fit; False if they cannot."""

@@ -175,6 +175,7 @@ class Sender:
         self._point_batcher.add_all(entries, signals)
         self._point_batcher.ship()
         self._sample_batcher.ship(sample_entries)
+        self.queue.release()
         return stopped
 
     def _deliver(self, kind: str, batch_id: str, count: int, body: bytes) -> None:
