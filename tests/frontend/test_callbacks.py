@@ -111,8 +111,8 @@ def test_compare_view_groups_bands_and_diffs_configs(client: ApiClient, sweep: l
 @pytest.mark.parametrize(
     ("value", "change", "cell"),
     [
-        (0.5, 25.0, "**0.5 (+25.0 %)**"),  # up 1 % or more: bold
-        (-1.5e-05, -40.0, "*-1.5e-05 (-40.0 %)*"),  # down: italic
+        (0.5, 25.0, "0.5 (+25.0 %)"),  # entropy has no better way: plain
+        (-1.5e-05, -40.0, "-1.5e-05 (-40.0 %)"),
         (2.0, 0.4, "2 (+0.4 %)"),
         (1.0, None, "1"),  # the baseline's own row
         (None, None, "—"),
@@ -125,6 +125,28 @@ def test_compare_delta_table_cells_are_numbers_and_names_literal_text(
     table = delta_table(["entropy"], rows, {"r1": "**bold** | <b>"})
     markdown = table.children[1].children
     assert markdown.splitlines()[2] == f"| {markdown_text('**bold** | <b>')} | {cell} |"
+
+
+@pytest.mark.parametrize(
+    ("signal", "change", "marked"),
+    [
+        ("ppo_kl", 67.0, "*"),  # KL up: worse (orange)
+        ("ppo_kl", -30.0, "**"),  # KL down: better (green)
+        ("reward_mean", 12.0, "**"),
+        ("reward_mean", -12.0, "*"),
+        ("clipfrac", 5.0, "*"),
+        ("entropy", -50.0, ""),  # either way can be the failure: plain
+        ("response_length", 80.0, ""),
+    ],
+)
+def test_compare_delta_colours_say_better_or_worse_for_the_signal(
+    signal: str, change: float, marked: str
+) -> None:
+    rows = [{"run": "r1", "baseline": False, signal: (1.0, change)}]
+    row = delta_table([signal], rows, {"r1": "r1"}).children[1].children.splitlines()[2]
+    cell = row.split(" | ")[1].removesuffix(" |")
+    expected = f"1 ({change:+.1f} %)"
+    assert cell == f"{marked}{expected}{marked[::-1]}"
 
 
 def test_compare_url_for_pushes_only_real_changes() -> None:

@@ -32,17 +32,39 @@ def run_labels(names: dict[str, str | None]) -> dict[str, str]:
     }
 
 
+# Which way a signal is better, for colouring its change: +1 higher is better, -1 lower is
+# better. Entropy and length are left out: either way can be the failure (collapse or blow-up,
+# hacking or truncation), so their changes stay neutral.
+BETTER = {
+    "reward_mean": +1,
+    "ppo_kl": -1,
+    "kl_loss": -1,
+    "reward_kl_penalty": -1,
+    "kl_ref_seq": -1,
+    "clipfrac": -1,
+    "grad_norm": -1,
+    "rollout_kl": -1,
+    "rollout_logprob_diff": -1,
+    "sample_degenerate": -1,
+    "sample_repetition": -1,
+}
+
+
 def delta_table(signals: list[str], rows: list[dict[str, Any]], labels: dict[str, str]) -> Any:
-    """Last values and their % difference from the baseline run (up in green, down in orange)."""
+    """Last values and their % difference from the baseline run, coloured by whether the change
+    is good for that signal (green), bad (orange), or neither (plain)."""
     if not signals:
         return []
     body = []
     for row in rows:
         name = labels.get(row["run"], row["run"])
         cells = [markdown_text(name + (" (baseline)" if row["baseline"] else ""))]
-        cells += [_delta_cell(*row[signal]) for signal in signals]
+        cells += [_delta_cell(*row[signal], BETTER.get(signal, 0)) for signal in signals]
         body.append(cells)
-    caption = "last values (smoothed when smoothing is on), % vs the baseline"
+    caption = (
+        "last values (smoothed when smoothing is on), % vs the baseline: green better, orange "
+        "worse for that signal; entropy and length uncoloured (either way can be the failure)"
+    )
     return html.Div(
         [
             html.P(caption, className="table-caption"),
@@ -51,22 +73,23 @@ def delta_table(signals: list[str], rows: list[dict[str, Any]], labels: dict[str
     )
 
 
-def _delta_cell(value: float | None, change: float | None) -> str:
-    """``"0.5 (+25.0 %)"``; a change of 1 % or more marked up (bold: up, italic: down; the style
-    sheet colours them).
+def _delta_cell(value: float | None, change: float | None, better: int = 0) -> str:
+    """``"0.5 (+25.0 %)"``; a change of 1 % or more marked up by what it means for the signal:
+    bold when it goes the ``better`` way (+1 up, -1 down), italic the other way, plain for a
+    signal with no better way (the style sheet colours bold green, italic orange).
 
     Left unescaped: digits, ``.``, ``e``, signs, brackets, ``%`` and ``—`` start no Markdown
     inline form, and escaped (six character references a cell) they nearly doubled the
     browser's time parsing a 50-run table.
 
-    >>> _delta_cell(0.5, 25.0), _delta_cell(None, None), _delta_cell(-1.5e-05, -40.0)
-    ('**0.5 (+25.0 %)**', '—', '*-1.5e-05 (-40.0 %)*')
+    >>> _delta_cell(0.5, 25.0, +1), _delta_cell(0.5, 25.0, -1), _delta_cell(0.5, 25.0)
+    ('**0.5 (+25.0 %)**', '*0.5 (+25.0 %)*', '0.5 (+25.0 %)')
     """
     shown = "—" if value is None else f"{value:.4g}"
     cell = shown if change is None else f"{shown} ({change:+.1f} %)"
-    if change is None or abs(change) < 1:
+    if change is None or abs(change) < 1 or not better:
         return cell
-    return f"**{cell}**" if change > 0 else f"*{cell}*"
+    return f"**{cell}**" if change * better > 0 else f"*{cell}*"
 
 
 def config_table(runs: list[Any]) -> Any:
