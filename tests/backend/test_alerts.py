@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import math
 import threading
 import time
 from collections.abc import Iterator
@@ -16,68 +15,29 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
-from benchmarks._support import service
 from rlguard_backend.core.app import create_app
 from rlguard_backend.core.config import Settings
 from rlguard_backend.detection import feed, suite_cache
 from rlguard_backend.models import DetectorState, WebhookDelivery
 from rlguard_backend.stability import DetectorSuite
 from tests.conftest import new_run_id
-from tests.detectors.scenarios import SCENARIOS
+from tests.hook.hookutil import ServiceProcess
+from tests.support.alerts import (
+    COLLAPSE,
+    HEALTHY,
+    alert_view,
+    create_run,
+    send_batches,
+    wire_steps,
+)
 
-SCENARIO = {s.name: s for s in SCENARIOS}
-COLLAPSE = SCENARIO["S2_early_collapse"]
-HEALTHY = SCENARIO["S1_healthy"]
 CONDITION_TIMEOUT_S = 30
-
-
-def _wire(value: float) -> float | str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return value
-
-
-def _steps(run: list[tuple[int, dict[str, float]]]) -> list[dict[str, Any]]:
-    return [{"step": t, "values": {k: _wire(v) for k, v in values.items()}} for t, values in run]
-
-
-def _create(http: Any, run_id: str, config: dict[str, Any], project: str = "alerts") -> None:
-    response = http.post("/api/v1/runs", json={"id": run_id, "project": project, "config": config})
-    assert response.status_code == 201, response.text
-
-
-def _send(http: Any, run_id: str, steps: list[dict[str, Any]], size: int) -> list[dict]:
-    opened = []
-    for i in range(0, len(steps), size):
-        body = {"batch_id": f"b{i}", "steps": steps[i : i + size]}
-        response = http.post(f"/api/v1/runs/{run_id}/batches", json=body)
-        assert response.status_code == 200, response.text
-        opened.extend(response.json()["alerts"])
-    return opened
-
-
-def _alert_view(http: Any, run_id: str) -> list[tuple]:
-    data = http.get(f"/api/v1/runs/{run_id}/alerts").json()["data"]
-    return sorted(
-        (
-            a["detector"],
-            a["key"],
-            a["severity"],
-            a["status"],
-            a["first_step"],
-            a["last_step"],
-            a["secondary"],
-        )
-        for a in data
-    )
 
 
 def test_alerts_entropy_collapse_opens_during_ingest(client: TestClient) -> None:
     run_id = new_run_id()
-    _create(client, run_id, COLLAPSE.config)
-    opened = _send(client, run_id, _steps(COLLAPSE.run(seed=1)[:120]), size=20)
+    create_run(client, run_id, COLLAPSE.config)
+    opened = send_batches(client, run_id, wire_steps(COLLAPSE.run(seed=1)[:120]), size=20)
     collapse = [a for a in opened if a["key"] == "entropy_collapse"]
     assert collapse, opened
     listed = client.get(f"/api/v1/runs/{run_id}/alerts", params={"severity": "critical"}).json()
@@ -92,36 +52,39 @@ def test_alerts_entropy_collapse_opens_during_ingest(client: TestClient) -> None
 
 def test_alerts_healthy_run_stays_silent(client: TestClient) -> None:
     run_id = new_run_id()
-    _create(client, run_id, HEALTHY.config)
-    assert _send(client, run_id, _steps(HEALTHY.run(seed=3)), size=50) == []
+    create_run(client, run_id, HEALTHY.config)
+    assert send_batches(client, run_id, wire_steps(HEALTHY.run(seed=3)), size=50) == []
     assert client.get(f"/api/v1/runs/{run_id}/alerts").json()["count"] == 0
 
 
 @pytest.fixture
 def second_process(db_url: str) -> Iterator[str]:
     """Another service process on the same database, as a load balancer would run it."""
-    with service(db_url) as url:
-        yield url
+    process = ServiceProcess(db_url).start()
+    try:
+        yield process.url
+    finally:
+        process.stop()
 
 
 def test_alerts_same_for_any_batching_and_two_processes(
     client: TestClient, second_process: str
 ) -> None:
-    steps = _steps(COLLAPSE.run(seed=5))
+    steps = wire_steps(COLLAPSE.run(seed=5))
     views = []
     for size in (len(steps), 1):
         run_id = new_run_id()
-        _create(client, run_id, COLLAPSE.config)
-        _send(client, run_id, steps, size)
-        views.append(_alert_view(client, run_id))
+        create_run(client, run_id, COLLAPSE.config)
+        send_batches(client, run_id, steps, size)
+        views.append(alert_view(client, run_id))
     run_id = new_run_id()
-    _create(client, run_id, COLLAPSE.config)
+    create_run(client, run_id, COLLAPSE.config)
     with httpx.Client(base_url=second_process, timeout=30) as other:
         for i in range(0, len(steps), 7):
             http = client if (i // 7) % 2 == 0 else other
             body = {"batch_id": f"alt{i}", "steps": steps[i : i + 7]}
             assert http.post(f"/api/v1/runs/{run_id}/batches", json=body).status_code == 200
-    views.append(_alert_view(client, run_id))
+    views.append(alert_view(client, run_id))
     assert views[0], "the collapse scenario must raise alerts"
     assert views[0] == views[1] == views[2]
 
@@ -135,11 +98,11 @@ def _alert_contents(alerts: list[dict[str, Any]]) -> list[str]:
 def test_alerts_store_latest_message_and_evidence_for_any_batching(client: TestClient) -> None:
     # Open alerts re-emit an update every 50 steps; a batch of many steps stores each alert's
     # last state, as a backtest of the whole run (one pass, no batches) reports it.
-    steps = _steps(COLLAPSE.run(seed=7))
+    steps = wire_steps(COLLAPSE.run(seed=7))
     for size in (len(steps), 120, 1):
         run_id = new_run_id()
-        _create(client, run_id, COLLAPSE.config)
-        _send(client, run_id, steps, size)
+        create_run(client, run_id, COLLAPSE.config)
+        send_batches(client, run_id, steps, size)
         client.patch(f"/api/v1/runs/{run_id}", json={"status": "finished"})  # feeds the last
         stored = client.get(f"/api/v1/runs/{run_id}/alerts").json()["data"]
         replayed = client.post(f"/api/v1/runs/{run_id}/detect", json={}).json()["alerts"]
@@ -149,8 +112,8 @@ def test_alerts_store_latest_message_and_evidence_for_any_batching(client: TestC
 
 def test_alert_acknowledge_and_resolve(client: TestClient) -> None:
     run_id = new_run_id()
-    _create(client, run_id, COLLAPSE.config)
-    _send(client, run_id, _steps(COLLAPSE.run(seed=2)[:80]), size=80)
+    create_run(client, run_id, COLLAPSE.config)
+    send_batches(client, run_id, wire_steps(COLLAPSE.run(seed=2)[:80]), size=80)
     alert = client.get(f"/api/v1/runs/{run_id}/alerts").json()["data"][0]
     acked = client.patch(f"/api/v1/alerts/{alert['id']}", json={"acknowledged": True}).json()
     assert (acked["acknowledged"], acked["status"]) == (True, "open")
@@ -163,10 +126,10 @@ def test_alert_acknowledge_and_resolve(client: TestClient) -> None:
 
 def test_run_end_checks_the_last_step(client: TestClient) -> None:
     run_id = new_run_id()
-    _create(client, run_id, HEALTHY.config)
-    steps = _steps(HEALTHY.run(seed=4)[:30])
+    create_run(client, run_id, HEALTHY.config)
+    steps = wire_steps(HEALTHY.run(seed=4)[:30])
     steps[-1]["values"]["actor/ppo_kl"] = "NaN"
-    _send(client, run_id, steps, size=30)
+    send_batches(client, run_id, steps, size=30)
     assert client.get(f"/api/v1/runs/{run_id}/alerts").json()["count"] == 0
     client.patch(f"/api/v1/runs/{run_id}", json={"status": "failed"})
     alerts = client.get(f"/api/v1/runs/{run_id}/alerts").json()["data"]
@@ -189,8 +152,8 @@ def test_detect_backtest_leaves_live_alerts_unless_applied(db_url: str) -> None:
     app = create_app(Settings(database_url=db_url, detectors_enabled=False))
     with TestClient(app) as client:
         run_id = new_run_id()
-        _create(client, run_id, COLLAPSE.config)
-        _send(client, run_id, _steps(COLLAPSE.run(seed=7)), size=100)
+        create_run(client, run_id, COLLAPSE.config)
+        send_batches(client, run_id, wire_steps(COLLAPSE.run(seed=7)), size=100)
         assert client.get(f"/api/v1/runs/{run_id}/alerts").json()["count"] == 0
         dry = client.post(f"/api/v1/runs/{run_id}/detect", json={}).json()
         assert dry["steps"] == COLLAPSE.steps and dry["applied"] is False
@@ -265,10 +228,10 @@ def test_webhook_delivered_once_after_failed_attempts(
     app = create_app(settings)
     with TestClient(app) as client:
         run_id = new_run_id()
-        _create(client, run_id, HEALTHY.config)
-        steps = _steps(HEALTHY.run(seed=9)[:20])
+        create_run(client, run_id, HEALTHY.config)
+        steps = wire_steps(HEALTHY.run(seed=9)[:20])
         steps[10]["values"]["actor/pg_loss"] = "NaN"
-        _send(client, run_id, steps, size=20)
+        send_batches(client, run_id, steps, size=20)
         factory = app.state.session_factory
 
         def delivered() -> bool:
@@ -290,10 +253,10 @@ def test_detector_state_from_another_release_is_rebuilt(client: TestClient) -> N
     from rlguard_backend.core.db import write_session
 
     run_id = new_run_id()
-    _create(client, run_id, COLLAPSE.config)
-    steps = _steps(COLLAPSE.run(seed=11))
-    _send(client, run_id, steps[:60], size=60)
-    before = _alert_view(client, run_id)
+    create_run(client, run_id, COLLAPSE.config)
+    steps = wire_steps(COLLAPSE.run(seed=11))
+    send_batches(client, run_id, steps[:60], size=60)
+    before = alert_view(client, run_id)
     factory = client.app.state.session_factory  # type: ignore[attr-defined]
     with write_session(factory) as session:
         row = session.get(DetectorState, (run_id, "suite"))
@@ -304,7 +267,7 @@ def test_detector_state_from_another_release_is_rebuilt(client: TestClient) -> N
         session.commit()
     body = {"batch_id": "after-upgrade", "steps": steps[60:61]}
     assert client.post(f"/api/v1/runs/{run_id}/batches", json=body).status_code == 200
-    after = _alert_view(client, run_id)
+    after = alert_view(client, run_id)
     assert before and {a[:2] for a in before} <= {a[:2] for a in after}
     with factory() as session:
         state = session.get(DetectorState, (run_id, "suite"))
@@ -320,9 +283,9 @@ def test_quiet_batch_reads_the_run_once_and_no_state(sqlite_url: str) -> None:
     app = create_app(Settings(database_url=sqlite_url))
     with TestClient(app) as client:
         run_id = new_run_id()
-        _create(client, run_id, HEALTHY.config)
-        steps = _steps(HEALTHY.run(seed=3))
-        assert _send(client, run_id, steps[:100], size=100) == []
+        create_run(client, run_id, HEALTHY.config)
+        steps = wire_steps(HEALTHY.run(seed=3))
+        assert send_batches(client, run_id, steps[:100], size=100) == []
         engine = app.state.engine
         statements: list[str] = []
         event.listen(
@@ -346,8 +309,8 @@ def test_suite_cache_listens_to_the_apps_session_factory_not_every_session(
     app = create_app(Settings(database_url=sqlite_url))
     with TestClient(app) as client:
         run_id = new_run_id()
-        _create(client, run_id, HEALTHY.config)
-        _send(client, run_id, _steps(HEALTHY.run(seed=1))[:20], size=20)
+        create_run(client, run_id, HEALTHY.config)
+        send_batches(client, run_id, wire_steps(HEALTHY.run(seed=1))[:20], size=20)
     factory = app.state.session_factory  # its sessions are of its own Session subclass
     assert event.contains(factory.class_, "after_commit", suite_cache._after_commit)
     assert not event.contains(Session, "after_commit", suite_cache._after_commit)
@@ -378,11 +341,11 @@ def test_bulk_batches_in_the_service_end_where_step_by_step_feeding_ends(
     app = create_app(Settings(database_url=sqlite_url))
     with TestClient(app) as client:
         run_id = new_run_id()
-        _create(client, run_id, HEALTHY.config)
-        steps = _steps(HEALTHY.run(seed=3))
+        create_run(client, run_id, HEALTHY.config)
+        steps = wire_steps(HEALTHY.run(seed=3))
         for entry in steps:  # keys the detectors do not read: the held-back step drops them
             entry["values"]["system/gpu0/util"] = 90.0
-        assert len(steps) >= 300 and _send(client, run_id, steps, size=100) == []
+        assert len(steps) >= 300 and send_batches(client, run_id, steps, size=100) == []
         suite, pending = _service_suite(app, run_id)
     assert pending is not None and pending[0] == steps[-1]["step"]
     assert "system/gpu0/util" not in pending[1]
@@ -395,12 +358,12 @@ def test_bulk_batches_whose_keys_change_between_batches(sqlite_url: str) -> None
     app = create_app(Settings(database_url=sqlite_url))
     with TestClient(app) as client:
         run_id = new_run_id()
-        _create(client, run_id, HEALTHY.config)
-        steps = _steps(HEALTHY.run(seed=4))
+        create_run(client, run_id, HEALTHY.config)
+        steps = wire_steps(HEALTHY.run(seed=4))
         for entry in steps:
             if entry["step"] // 100 % 2:  # every other batch lacks the grad norm
                 entry["values"].pop("actor/grad_norm", None)
-        assert _send(client, run_id, steps, size=100) == []
+        assert send_batches(client, run_id, steps, size=100) == []
         suite, _ = _service_suite(app, run_id)
     assert suite.dump_state() == _stepwise_state(HEALTHY.config, steps)
 
@@ -409,9 +372,9 @@ def test_an_alert_resolved_by_hand_while_it_keeps_firing_opens_again(client: Tes
     """A batch whose events only refresh open alerts updates their rows in place; one whose
     alert was resolved over REST meanwhile opens a new alert instead of touching the old one."""
     run_id = new_run_id()
-    _create(client, run_id, COLLAPSE.config)
-    steps = _steps(COLLAPSE.run(seed=2))
-    _send(client, run_id, steps[:200], size=100)
+    create_run(client, run_id, COLLAPSE.config)
+    steps = wire_steps(COLLAPSE.run(seed=2))
+    send_batches(client, run_id, steps[:200], size=100)
     before = {a["key"]: a for a in client.get(f"/api/v1/runs/{run_id}/alerts").json()["data"]}
     collapse = before["entropy_collapse"]
     resolved = client.patch(f"/api/v1/alerts/{collapse['id']}", json={"status": "resolved"})
@@ -470,14 +433,14 @@ def test_a_process_taking_over_a_run_feeds_the_steps_since_the_checkpoint(
     resumes from the checkpoint and feeds the steps stored since, before its own batch's
     points are stored (one of them rewrites a step a fed since): alerts and state end as in one
     process, and as feeding every step once."""
-    steps = _steps(COLLAPSE.run(seed=5))
+    steps = wire_steps(COLLAPSE.run(seed=5))
     batches = _takeover_batches(steps)
     factory = client.app.state.session_factory  # type: ignore[attr-defined]
     ends = []
     with httpx.Client(base_url=second_process, timeout=30) as other:
         for two_processes in (False, True):
             run_id = new_run_id()
-            _create(client, run_id, COLLAPSE.config)
+            create_run(client, run_id, COLLAPSE.config)
             for index, (process, chunk) in enumerate(batches):
                 http = other if two_processes and process == "b" else client
                 body = {"batch_id": f"t{index}", "steps": chunk}
@@ -485,7 +448,7 @@ def test_a_process_taking_over_a_run_feeds_the_steps_since_the_checkpoint(
                 if two_processes and index == 4:  # a's checkpoint is its first batch's
                     assert _stored_state(factory, run_id)["suite"]["last_step"] == 18
             client.patch(f"/api/v1/runs/{run_id}", json={"status": "finished"})
-            ends.append((_alert_view(client, run_id), _stored_state(factory, run_id)))
+            ends.append((alert_view(client, run_id), _stored_state(factory, run_id)))
     assert ends[0][0], "the collapse scenario must raise alerts"
     assert ends[0] == ends[1]
     assert ends[1][1]["pending"] is None
@@ -517,8 +480,8 @@ def _collapse_run(client: TestClient, seed: int, size: int) -> tuple[str, list[d
     from rlguard_backend.schemas import BatchIn
 
     run_id = new_run_id()
-    _create(client, run_id, COLLAPSE.config)
-    steps = _steps(COLLAPSE.run(seed=seed))
+    create_run(client, run_id, COLLAPSE.config)
+    steps = wire_steps(COLLAPSE.run(seed=seed))
     batches = [
         BatchIn.model_validate({"batch_id": f"s{i}", "steps": steps[i : i + size]})
         for i in range(0, len(steps), size)
@@ -589,8 +552,8 @@ def test_checkpoints_come_every_checkpoint_steps_or_batches(sqlite_url: str) -> 
     app = create_app(settings)
     with TestClient(app) as client:
         run_id = new_run_id()
-        _create(client, run_id, HEALTHY.config)
-        steps = _steps(HEALTHY.run(seed=8))
+        create_run(client, run_id, HEALTHY.config)
+        steps = wire_steps(HEALTHY.run(seed=8))
         factory = app.state.session_factory
         generations, fed = [], []
         sizes = [20] * 7 + [1] * 9  # 140 steps in batches of 20, then 9 of one step

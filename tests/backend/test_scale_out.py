@@ -19,10 +19,10 @@ import psycopg
 import pytest
 
 import rlguard
-from benchmarks._support import Nginx
-from tests.backend.test_alerts import COLLAPSE, _alert_view
 from tests.conftest import new_run_id
 from tests.hook.hookutil import ServiceProcess, child_env
+from tests.support.alerts import COLLAPSE, alert_view
+from tests.support.nginx import Nginx
 
 TIMEOUT_S = 60.0
 
@@ -97,5 +97,5 @@ def test_scale_out_backend_killed_behind_the_proxy_loses_and_duplicates_nothing(
     with httpx.Client(base_url=proxy.url, timeout=30) as http:
         keys = http.get(f"/api/v1/runs/{through_proxy}/keys").json()["data"]
         assert keys and {k["count"] for k in keys} == {steps}
-        assert _alert_view(http, through_proxy) == _alert_view(http, single)
-        assert any(a[2] == "critical" for a in _alert_view(http, single))
+        assert alert_view(http, through_proxy) == alert_view(http, single)
+        assert any(a[2] == "critical" for a in alert_view(http, single))

@@ -1,8 +1,10 @@
-"""Batches of steps: every rule fires and clears where it should, with feed_many giving the
-events, in order, and the state of feeding each step one by one with feed().
+"""A suite rebuilt from its dumped state between batches, as the service rebuilds one from its
+checkpoint: it gives the events, in order, and the state of one suite fed straight through.
 
-Every case feeds one suite step by step and another batch by batch (optionally rebuilt from
-its dumped state between batches) and compares events and dump_state() after every batch.
+Every case feeds one suite step by step and another batch by batch through feed_many, rebuilt
+from its JSON-encoded dump_state() after every batch, and compares events, dump_state() and
+missing() after every batch; the runs make rules fire and clear mid-batch, under faults and
+various run configs. scripts/alert_fingerprint.py replays these runs.
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ from typing import Any
 
 import pytest
 
-from benchmarks import detectors as detector_bench
-from benchmarks import ingest as ingest_bench
 from rlguard_backend.stability import DETECTOR_TYPES, AlertEvent, DetectorSuite
 
 from .scenarios import SCENARIOS, Scenario, base_config, clip01, healthy, s8
@@ -47,18 +47,17 @@ def random_sizes(seed: int, total: int, high: int = 150, empty_share: float = 0.
     return sizes
 
 
-def check_batches(
+def check_rebuilt(
     label: str,
     config: dict[str, Any],
     run: Run,
     sizes: Sequence[int],
     thresholds: dict[str, Any] | None = None,
-    rebuild: bool = False,
 ) -> tuple[list[AlertEvent], DetectorSuite]:
     """Feed `run` step by step to one suite and in batches of `sizes` through feed_many to
-    another; after every batch both must have given the same events and dumped the same state.
+    another, restored from its JSON-encoded state after every batch; after every batch both
+    must have given the same events and dumped the same state.
 
-    rebuild=True restores the batch-fed suite from its JSON-encoded state after every batch.
     Returns all events and the batch-fed suite (the last one built).
     """
     stepwise = DetectorSuite(config, thresholds)
@@ -75,8 +74,7 @@ def check_batches(
         want_text = json.dumps(stepwise.dump_state(), sort_keys=True)
         assert have_text == want_text, f"{where}: dump_state differs"
         assert batched.missing() == stepwise.missing(), f"{where}: missing() differs"
-        if rebuild:
-            batched = DetectorSuite(config, thresholds, state=json.loads(have_text))
+        batched = DetectorSuite(config, thresholds, state=json.loads(have_text))
         events += want
     return events, batched
 
@@ -91,54 +89,17 @@ def fired(events: list[AlertEvent]) -> set[tuple[str, str]]:
 
 # The §4 scenarios of scenarios.py.
 
-BY_SIZE = [(s, seed, rebuild) for s in SCENARIOS for seed in SEEDS for rebuild in (False, True)]
+BY_SEED = [(s, seed) for s in SCENARIOS for seed in SEEDS]
 
 
 @pytest.mark.parametrize(
-    ("scenario", "seed", "rebuild"),
-    BY_SIZE,
-    ids=[f"{s.name}-seed{seed}{'-rebuilt' * r}" for s, seed, r in BY_SIZE],
+    ("scenario", "seed"), BY_SEED, ids=[f"{s.name}-seed{seed}" for s, seed in BY_SEED]
 )
-def test_scenarios_in_batches_of_100(scenario: Scenario, seed: int, rebuild: bool) -> None:
-    events, _ = check_batches(
-        f"{scenario.name} seed {seed}", scenario.config, scenario.run(seed), [100], rebuild=rebuild
+def test_scenarios_rebuilt_every_100_steps(scenario: Scenario, seed: int) -> None:
+    events, _ = check_rebuilt(
+        f"{scenario.name} seed {seed}", scenario.config, scenario.run(seed), [100]
     )
     assert events or not scenario.must_fire
-
-
-SIZINGS: dict[str, list[int] | None] = {"1": [1], "7": [7], "37": [37], "random": None}
-BY_SIZING = [(s, name) for s in SCENARIOS for name in SIZINGS]
-
-
-@pytest.mark.parametrize(
-    ("scenario", "sizing"), BY_SIZING, ids=[f"{s.name}-by{name}" for s, name in BY_SIZING]
-)
-def test_scenarios_in_batches_of_other_sizes(scenario: Scenario, sizing: str) -> None:
-    seed = 5
-    sizes = SIZINGS[sizing] or random_sizes(seed, scenario.steps)
-    label = f"{scenario.name} seed {seed} sizes {sizes}"
-    events, _ = check_batches(label, scenario.config, scenario.run(seed), sizes)
-    assert events or not scenario.must_fire
-
-
-# The benchmarks' runs.
-
-
-@pytest.mark.parametrize("rebuild", [False, True], ids=["cached", "rebuilt"])
-@pytest.mark.parametrize("collapsing", [False, True], ids=["healthy", "collapsing"])
-def test_detector_benchmark_runs(collapsing: bool, rebuild: bool) -> None:
-    run = detector_bench.make_run(collapsing)
-    label = f"benchmarks.detectors make_run({collapsing}) seed {detector_bench.SEED}"
-    events, _ = check_batches(label, detector_bench.CONFIG, run, [100], rebuild=rebuild)
-    assert events
-    if collapsing:
-        assert ("entropy_collapse", "entropy_collapse", "update") in kinds(events)
-
-
-@pytest.mark.parametrize("config", [{}, detector_bench.CONFIG], ids=["no-config", "config"])
-def test_ingest_benchmark_run(config: dict[str, Any]) -> None:
-    run: Run = [(step, ingest_bench.step_values(step)) for step in range(3000)]
-    check_batches(f"benchmarks.ingest steps, config {config}", config, run, [100])
 
 
 # Faults injected at random steps, inside batches.
@@ -252,18 +213,17 @@ BY_FAULT = [
 ]
 
 
-@pytest.mark.parametrize("rebuild", [False, True], ids=["cached", "rebuilt"])
 @pytest.mark.parametrize(
     ("kind", "seed", "base"),
     BY_FAULT,
     ids=[f"{kind}-seed{seed}-{base}" for kind, seed, base in BY_FAULT],
 )
-def test_faults_injected_inside_batches(kind: str, seed: int, base: str, rebuild: bool) -> None:
+def test_faults_injected_inside_batches(kind: str, seed: int, base: str) -> None:
     run = fuzzed_run(kind, seed, base=base)
     empty_share = 0.3 if kind == "empty_batch" else 0.0
     sizes = random_sizes(seed, len(run), high=80, empty_share=empty_share)
     label = f"fault {kind} on {base} run seed {seed} sizes {sizes}"
-    events, _ = check_batches(label, base_config(500), run, sizes, rebuild=rebuild)
+    events, _ = check_rebuilt(label, base_config(500), run, sizes)
     if kind in (*NON_FINITE, "clamp"):
         assert any(event.detector == "nonfinite" for event in events)
     if kind == "outlier":
@@ -272,28 +232,14 @@ def test_faults_injected_inside_batches(kind: str, seed: int, base: str, rebuild
         assert any(event.detector == "entropy_collapse" for event in events)
 
 
-@pytest.mark.parametrize("rebuild", [False, True], ids=["cached", "rebuilt"])
 @pytest.mark.parametrize("seed", range(20, 26))
-def test_mixed_faults_inside_batches(seed: int, rebuild: bool) -> None:
+def test_mixed_faults_inside_batches(seed: int) -> None:
     run = fuzzed_run("mixed", seed, steps=1500)
     sizes = random_sizes(seed, len(run), empty_share=0.05)
-    events, _ = check_batches(
-        f"mixed faults seed {seed} sizes {sizes}", base_config(1500), run, sizes, rebuild=rebuild
+    events, _ = check_rebuilt(
+        f"mixed faults seed {seed} sizes {sizes}", base_config(1500), run, sizes
     )
     assert events
-
-
-def test_stale_steps_at_batch_starts_and_whole_stale_batches() -> None:
-    run = [(t, healthy(t, random.Random(t))) for t in range(200)]
-    stale = {key: math.nan for key in run[0][1]}
-    batches: list[Run] = []
-    for start in range(0, 200, 20):
-        batch = run[start : start + 20]
-        if start:  # the last step of the previous batch again, then an older one
-            batch = [(start - 1, stale), (start - 7, stale), *batch]
-        batches += [batch, [(start + 19, stale), (start, stale)], []]
-    flat = [entry for batch in batches for entry in batch]
-    check_batches("stale steps at batch starts", base_config(200), flat, [len(b) for b in batches])
 
 
 # Runs built to make rules fire mid-batch and clear again, under various run configs.
@@ -311,17 +257,15 @@ def collapse_and_recover(seed: int, steps: int = 700, scale: tuple[float, float]
     return run
 
 
-@pytest.mark.parametrize("rebuild", [False, True], ids=["cached", "rebuilt"])
 @pytest.mark.parametrize("sizing", ["100", "37", "random"])
-def test_entropy_collapse_opens_updates_and_clears_mid_batch(sizing: str, rebuild: bool) -> None:
+def test_entropy_collapse_opens_updates_and_clears_mid_batch(sizing: str) -> None:
     seed = 30
     sizes = random_sizes(seed, 700) if sizing == "random" else [int(sizing)]
-    events, _ = check_batches(
+    events, _ = check_rebuilt(
         f"collapse and recover seed {seed} sizes {sizes}",
         base_config(700),
         collapse_and_recover(seed),
         sizes,
-        rebuild=rebuild,
     )
     found = kinds(events)
     for action in ("open", "update", "resolve"):
@@ -339,14 +283,13 @@ def spikes_on_policy(seed: int, steps: int = 400) -> Run:
     return run
 
 
-@pytest.mark.parametrize("sizing", ["100", "random"])
-def test_one_update_per_batch(sizing: str) -> None:
+def test_one_update_per_batch() -> None:
     """clip_inactive opens at the first step and stays open; logprob_mismatch opens, updates,
     clears."""
     seed = 31
-    sizes = random_sizes(seed, 400) if sizing == "random" else [100]
+    sizes = random_sizes(seed, 400)
     config = base_config(400, updates_per_batch=1)
-    events, suite = check_batches(
+    events, suite = check_rebuilt(
         f"U=1 seed {seed} sizes {sizes}", config, spikes_on_policy(seed), sizes
     )
     found = kinds(events)
@@ -386,7 +329,7 @@ def test_reward_kl_placement(controller: str) -> None:
         sequences_per_step=1024,
     )
     sizes = random_sizes(seed, 500)
-    events, _ = check_batches(
+    events, _ = check_rebuilt(
         f"in-reward KL ({controller}) seed {seed} sizes {sizes}", config, reward_kl_run(seed), sizes
     )
     assert {("kl_runaway", "kl_penalty_ineffective"), ("kl_penalty", "kl_penalty_strong")} <= fired(
@@ -406,7 +349,7 @@ def test_rewards_outside_unit_interval(name: str) -> None:
     seed = 33
     run = collapse_and_recover(seed, scale=(-5.0, 20.0))
     sizes = random_sizes(seed, len(run))
-    events, _ = check_batches(
+    events, _ = check_rebuilt(
         f"rewards in [-5, 20], {name} seed {seed}", REWARD_CONFIGS[name], run, sizes
     )
     assert events
@@ -416,7 +359,7 @@ def test_long_warmup_only_non_finite_rules_fire() -> None:
     seed = 34
     run = s8(random.Random(seed), 400)
     config = base_config(400, planned_steps=1_000_000)
-    events, _ = check_batches(f"S8 with planned_steps 1e6 seed {seed}", config, run, [100, 37])
+    events, _ = check_rebuilt(f"S8 with planned_steps 1e6 seed {seed}", config, run, [100, 37])
     assert events and {event.detector for event in events} == {"nonfinite"}
 
 
@@ -436,7 +379,7 @@ def test_threshold_overrides(name: str) -> None:
     config = base_config(700, rlguard_thresholds=per_run)
     seed = 35
     sizes = random_sizes(seed, 700)
-    events, _ = check_batches(
+    events, _ = check_rebuilt(
         f"thresholds {name} seed {seed} sizes {sizes}",
         config,
         collapse_and_recover(seed),
@@ -470,15 +413,12 @@ def probes_run(seed: int, steps: int = 500) -> Run:
     return run
 
 
-@pytest.mark.parametrize("rebuild", [False, True], ids=["cached", "rebuilt"])
 @pytest.mark.parametrize("sizing", ["100", "random"])
-def test_covariance_probe_and_clip_sides(sizing: str, rebuild: bool) -> None:
+def test_covariance_probe_and_clip_sides(sizing: str) -> None:
     seed = 36
     sizes = random_sizes(seed, 500) if sizing == "random" else [100]
     config = base_config(500, clip_ratio=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0)
-    events, _ = check_batches(
-        f"probes seed {seed} sizes {sizes}", config, probes_run(seed), sizes, rebuild=rebuild
-    )
+    events, _ = check_rebuilt(f"probes seed {seed} sizes {sizes}", config, probes_run(seed), sizes)
     found = kinds(events)
     for key in ("entropy_cov_leading", "clip_asymmetry", "dual_clip"):
         detector = "entropy_cov_leading" if key == "entropy_cov_leading" else "clipfrac"
@@ -665,43 +605,37 @@ def changed_run(rule: str) -> Run:
 
 
 def test_the_quiet_run_says_nothing() -> None:
-    events, _ = check_batches("quiet", QUIET_CONFIG, changed_run("kl_binding")[:250], [100])
+    events, _ = check_rebuilt("quiet", QUIET_CONFIG, changed_run("kl_binding")[:250], [100])
     assert events == []
 
 
-@pytest.mark.parametrize("sizes", [[100], [37], [250]], ids=["by100", "by37", "by250"])
 @pytest.mark.parametrize("rule", sorted(CHANGES))
-def test_a_rule_firing_and_clearing_inside_batches(rule: str, sizes: list[int]) -> None:
+def test_a_rule_firing_and_clearing_inside_batches(rule: str) -> None:
     key = CHANGES[rule][0]
     # A clamped KL loss is also past kl_runaway's levels, which would speak first.
     thresholds = {"kl_runaway.level_warn": 50, "kl_runaway.level_critical": 100}
-    label, run = f"{rule} sizes {sizes}", changed_run(rule)
-    events, _ = check_batches(
-        label, QUIET_CONFIG, run, sizes, thresholds if rule == "pinned" else None
+    events, _ = check_rebuilt(
+        rule, QUIET_CONFIG, changed_run(rule), [37], thresholds if rule == "pinned" else None
     )
     actions = {event.action for event in events if event.key == key}
     assert "open" in actions, (key, kinds(events))
 
 
-@pytest.mark.parametrize("sizes", [[100], [250]], ids=["by100", "by250"])
-def test_a_high_but_steady_kl_is_no_runaway(sizes: list[int]) -> None:
+def test_a_high_but_steady_kl_is_no_runaway() -> None:
     """KL above the growth rule's floor, accelerating, reward flat, but growing far less than
     x1.5 in 50 steps: only the growth test keeps the rule silent."""
     run = [
         (t, {**values, "actor/kl_loss": 0.1 + 1e-8 * t * t, "critic/score/mean": _flat_reward(t)})
         for t, values in changed_run("kl_binding")
     ]
-    events, _ = check_batches(f"steady KL sizes {sizes}", QUIET_CONFIG, run, sizes)
+    events, _ = check_rebuilt("steady KL", QUIET_CONFIG, run, [100])
     assert not [event for event in events if event.detector == "kl_runaway"]
 
 
-@pytest.mark.parametrize("sizes", [[100], [37]], ids=["by100", "by37"])
 @pytest.mark.parametrize("reward", ["improving", "plateau"])
-def test_low_entropy_runs_raise_entropy_exhausted_only_on_a_plateau(
-    reward: str, sizes: list[int]
-) -> None:
+def test_low_entropy_runs_raise_entropy_exhausted_only_on_a_plateau(reward: str) -> None:
     """Entropy below E3's 0.2 nats from the start, as in many good runs: the reward trend
-    decides E3 on every step, column-wise; a plateau opens it, and its updates go by feed()."""
+    decides E3 on every step; a plateau opens it and updates it."""
     run = [
         (
             t,
@@ -713,7 +647,7 @@ def test_low_entropy_runs_raise_entropy_exhausted_only_on_a_plateau(
         )
         for t, values in changed_run("kl_binding")[:CHANGE_AT]
     ]
-    events, _ = check_batches(f"low entropy, {reward}, sizes {sizes}", QUIET_CONFIG, run, sizes)
+    events, _ = check_rebuilt(f"low entropy, {reward}", QUIET_CONFIG, run, [37])
     exhausted = {event.action for event in events if event.key == "entropy_exhausted"}
     assert exhausted == ({"open", "update"} if reward == "plateau" else set()), kinds(events)
 
@@ -727,6 +661,6 @@ def test_a_reward_step_after_a_gap_in_the_steps_is_fitted_at_its_step() -> None:
     for t, values in changed_run("kl_binding")[:300]:
         step = t if t < 199 else t + 500
         run.append((step, {**values, "critic/score/mean": 0.3 if t < 199 else 0.36}))
-    events, _ = check_batches("a reward jump after a 500-step gap", QUIET_CONFIG, run, [100])
+    events, _ = check_rebuilt("a reward jump after a 500-step gap", QUIET_CONFIG, run, [100])
     resolved = [e.last_step for e in events if e.action == "resolve"]
     assert resolved == [699 + 9]  # ten improving points from the jump at step 699

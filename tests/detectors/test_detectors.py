@@ -9,8 +9,12 @@ from typing import Any
 import pytest
 
 import rlguard_backend.stability as stability
+from rlguard_backend.signals import SIGNALS
 from rlguard_backend.stability import DetectorSuite
 from rlguard_backend.stability.context import RunContext
+from rlguard_backend.stability.kl_reference import READS
+from rlguard_backend.stability.observations import Observations
+from rlguard_backend.stability.thresholds import resolve_thresholds
 
 from . import scenarios as sc
 
@@ -53,6 +57,38 @@ def test_rules_each_alert_key_declared_once_and_found_by_it() -> None:
     for kind in stability.DETECTOR_TYPES:  # every named persistence is a threshold it has
         names = [r.persistence for r in kind.rules] + [r.clear_steps for r in kind.rules]
         assert {n for n in names if isinstance(n, str)} <= stability.DEFAULTS[kind.id].keys()
+
+
+def test_rules_one_primary_rule_d1_nonfinite() -> None:
+    primary = [
+        (kind.id, r.key) for kind in stability.DETECTOR_TYPES for r in kind.rules if r.primary
+    ]
+    assert primary == [("nonfinite", "nonfinite")]
+
+
+def test_rules_signals_are_canonical_and_cover_what_their_detector_reads() -> None:
+    """Rule.signals names what each rule reads; a detector's `reads` and `needs` may name only
+    signals its rules read, so the three declarations cannot drift apart."""
+    derived = {"kl_ref": READS.signals}  # the observations derive kl_ref from these
+    known = {signal.name for signal in SIGNALS} | derived.keys()
+    for kind in stability.DETECTOR_TYPES:
+        read_by_rules = {signal for rule in kind.rules for signal in rule.signals}
+        assert read_by_rules <= known, kind.id
+        read_by_rules |= {raw for name in read_by_rules for raw in derived.get(name, ())}
+        for need in [*([kind.reads] if kind.reads else []), *kind.needs]:
+            assert need.signals <= read_by_rules, (kind.id, need.why)
+
+
+def test_suite_missing_says_why_from_a_detectors_reads_then_its_needs() -> None:
+    suite = DetectorSuite(sc.base_config(10))
+    suite.feed(0, {"critic/score/mean": 0.2})
+    missing = suite.missing()
+    assert missing["length"] == "no response length logged: disabled"
+    assert missing["kl_spike"].endswith(": disabled")
+    suite.feed(1, {"response_length/mean": 300.0, "actor/grad_norm": 0.5})
+    missing = suite.missing()
+    assert missing["length"] == "no truncation ratio logged: blow-up rule disabled"
+    assert "only the grad-norm rule runs" in missing["kl_spike"]
 
 
 def test_nonfinite_single_grad_nan_warns_then_resolves_after_ten_finite_steps() -> None:
@@ -233,6 +269,31 @@ def test_kl_controller_replay_flags_wrong_batch_size_in_config() -> None:
     config = dict(scenario.config, sequences_per_step=512)
     events = of(run_events(config, scenario.run(SEED)), "kl_controller_replay")
     assert events[0][:2] == ("open", "info")
+
+
+JUMP_CASES = {
+    # (run config, ppo_kl per step) -> whether each step is a jump D6 escalates on
+    "abrupt": ({}, [1e-3] * 5 + [0.05], [False] * 5 + [True]),
+    "negative": ({}, [1e-3] * 5 + [-0.05], [False] * 5 + [True]),
+    "ramp": ({}, [0.004, 0.008, 0.012, 0.016, 0.02], [False] * 5),
+    "first_point": ({}, [0.05], [False]),
+    "below_budget": ({}, [1e-4] * 5 + [0.012], [False] * 6),
+    "nan_skipped": ({}, [1e-3] * 5 + [math.nan, 0.05], [False] * 6 + [True]),
+    "on_policy": ({"updates_per_batch": 1}, [1e-3] * 5 + [0.05], [False] * 6),
+    "own_budget": ({"ppo_kl_target": 0.1}, [1e-3] * 5 + [0.05], [False] * 6),
+}
+
+
+@pytest.mark.parametrize("case", list(JUMP_CASES))
+def test_observations_update_kl_jump_only_abrupt_and_past_the_critical_budget(case: str) -> None:
+    config, ppo_kls, jumps = JUMP_CASES[case]
+    context = RunContext.from_config({"ppo_kl_target": 0.01, "updates_per_batch": 4, **config})
+    observations = Observations(context, resolve_thresholds(None, None), lambda slot, sev: None)
+    seen = [
+        observations.observe(step, {"ppo_kl": value}, {"ppo_kl": "actor/ppo_kl"}).update_kl_jump
+        for step, value in enumerate(ppo_kls)
+    ]
+    assert seen == jumps
 
 
 def test_kl_spike_without_updates_per_batch_is_one_level_weaker() -> None:

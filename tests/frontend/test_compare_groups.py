@@ -9,9 +9,9 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from benchmarks._support import POLL_MS
 from tests.conftest import new_run_id
 from tests.frontend.helpers import WAIT_MS
+from tests.support.browser import POLL_MS
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 LRS = (1e-3, 3e-3)

@@ -9,10 +9,10 @@ from typing import Any
 import dash
 import httpx
 
-from benchmarks._support import POLL_MS
 from rlguard_frontend import plotly_bundle
 from tests.conftest import new_run_id
 from tests.frontend.helpers import WAIT_MS, graph_selector, seed_run
+from tests.support.browser import POLL_MS
 
 PLOTLY_BUNDLE = Path(str(plotly_bundle.bundle()))
 DARK_PAPER = "#161b22"

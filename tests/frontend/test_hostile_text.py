@@ -14,7 +14,6 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from benchmarks._support import POLL_MS
 from rlguard_backend.core import auth
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.db import write_session
@@ -22,6 +21,7 @@ from rlguard_backend.models import Alert
 from rlguard_compose import start_background
 from rlguard_frontend import routing
 from tests.conftest import new_run_id
+from tests.support.browser import POLL_MS
 
 WAIT_MS = 30_000
 SCRIPT = "<script id=pwn-script>window.__pwned = 1</script>"

@@ -7,11 +7,11 @@ from typing import Any
 
 import httpx
 
-from benchmarks._support import POLL_MS
 from rlguard_backend.core.db import write_session
 from rlguard_backend.models import Alert
 from tests.conftest import new_run_id
 from tests.frontend.helpers import WAIT_MS, graph_selector, seed_run
+from tests.support.browser import POLL_MS
 
 SHAPES_JS = """el => (el.layout.shapes || []).filter(s => s.yref === 'paper' && s.x0 === s.x1)
     .map(s => [s.x0, s.line.dash])"""

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import rlguard
-from benchmarks._support import POLL_MS
 from rlguard_backend.models import Alert
 from tests.conftest import new_run_id
 from tests.frontend.helpers import WAIT_MS, graph_selector, plot_state, seed_run
+from tests.support.browser import POLL_MS
 
 
 def test_run_page_draws_registry_panels_without_console_errors(

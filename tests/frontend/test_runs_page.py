@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 
 from benchmarks._dashboard_views import seed_table
-from benchmarks._support import POLL_MS
 from tests.conftest import new_run_id
+from tests.support.browser import POLL_MS
 
 WAIT_MS = 20_000
 

@@ -8,9 +8,9 @@ from typing import Any
 from playwright.sync_api import expect
 
 from benchmarks._dashboard_views import seed_table
-from benchmarks._support import POLL_MS
 from tests.conftest import new_run_id
 from tests.frontend.helpers import WAIT_MS, graph_selector, plot_state, seed_run
+from tests.support.browser import POLL_MS
 
 NAMES_JS = (
     "[...document.querySelectorAll(\".ag-center-cols-container .ag-row [col-id='name']\")]"

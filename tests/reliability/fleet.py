@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 import rlguard
-from tests.backend.test_alerts import _wire
+from rlguard.protocol import to_wire
 from tests.hook.hookutil import PYTHONPATH, ROOT, child_env
 from tests.reliability.trainer import SCENARIO, samples_at, steps
 
@@ -130,7 +130,7 @@ def expected_series(
     out: dict[str, dict[int, Any]] = {}
     for step, values in steps(seed, first, last, scenario):
         for key, value in values.items():
-            out.setdefault(key, {})[step] = _wire(value)
+            out.setdefault(key, {})[step] = to_wire(value)
         # what the hook reads from the step's samples: none of them is empty or malformed
         out.setdefault("samples/degenerate_fraction", {})[step] = 0.0
     return out

@@ -21,7 +21,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.backend.test_alerts import COLLAPSE, _alert_view, _create, _send, _steps
 from tests.backend.test_capacity import at_once
 from tests.conftest import RunningServer, new_run_id
 from tests.hook.hookutil import ServiceProcess, api, child_env, stored_series, wait_for
@@ -33,6 +32,7 @@ from tests.reliability.fleet import (
     stream_in_process,
     undelivered,
 )
+from tests.support.alerts import COLLAPSE, alert_view, create_run, send_batches, wire_steps
 
 TIMEOUT_S = 60.0
 HOUR_S = 3600.0
@@ -84,13 +84,13 @@ def test_clock_skew_of_an_hour_either_way_shifts_only_the_wall_times(
     ended = time.time()
     stream_in_process(service.url, "skew-none", 61, tmp_path / "spool-ref")
     with httpx.Client(base_url=service.url, timeout=30) as http:
-        reference = _alert_view(http, "skew-none")
+        reference = alert_view(http, "skew-none")
         for name, skew in skews.items():
             assert not any(undelivered(finals[name]).values())
             assert stored_series(service.url, f"skew-{name}") == expected_series(61)
             times = _stored_times(service.url, f"skew-{name}", "actor/entropy")
             assert started + skew <= min(times) <= max(times) <= ended + skew
-            assert _alert_view(http, f"skew-{name}") == reference
+            assert alert_view(http, f"skew-{name}") == reference
     assert any(alert[2] == "critical" for alert in reference)
     doctor = subprocess.run(
         [
@@ -136,11 +136,11 @@ def test_steps_logged_again_without_a_rewind_overwrite_and_the_backtest_catches_
     stream_in_process(service.url, "as-stored", 41, tmp_path / "spool-ref", 0, 100)
     stream_in_process(service.url, "as-stored", 42, tmp_path / "spool-ref", 100, None, HEALTHY)
     with httpx.Client(base_url=f"{service.url}", timeout=30) as http:
-        assert _alert_view(http, "again") == _alert_view(http, "as-fed")
+        assert alert_view(http, "again") == alert_view(http, "as-fed")
         replay = http.post("/api/v1/runs/again/detect", json={"apply": True})
         assert replay.status_code == 200, replay.text
-        assert _alert_view(http, "again") == _alert_view(http, "as-stored")
-        assert _alert_view(http, "as-fed") != _alert_view(http, "as-stored")
+        assert alert_view(http, "again") == alert_view(http, "as-stored")
+        assert alert_view(http, "as-fed") != alert_view(http, "as-stored")
 
 
 def test_two_processes_logging_one_run_at_once_store_each_point_once(
@@ -161,20 +161,20 @@ def test_two_processes_logging_one_run_at_once_store_each_point_once(
     assert stored_samples(service.url, "twins") == expected_samples(71)
     stream_in_process(service.url, "single", 71, tmp_path / "spool-ref")
     with httpx.Client(base_url=service.url, timeout=30) as http:
-        assert _alert_view(http, "twins") == _alert_view(http, "single")
+        assert alert_view(http, "twins") == alert_view(http, "single")
 
 
 def test_duplicate_batches_racing_in_shuffled_order_store_each_point_once(
     db_server: RunningServer,
 ) -> None:
-    steps = _steps(COLLAPSE.run(seed=51))
+    steps = wire_steps(COLLAPSE.run(seed=51))
     batches = [(f"b{i}", steps[i : i + 10]) for i in range(0, len(steps), 10)]
     random.Random(51).shuffle(batches)
     shuffled, in_order = new_run_id("shuffled"), new_run_id("in-order")
     with httpx.Client(base_url=db_server.url, timeout=TIMEOUT_S) as http:
         for run_id in (shuffled, in_order):
-            _create(http, run_id, COLLAPSE.config)
-        _send(http, in_order, steps, 10)
+            create_run(http, run_id, COLLAPSE.config)
+        send_batches(http, in_order, steps, 10)
         for batch_id, part in batches:  # each batch twice at once, from two clients
             body = {"batch_id": batch_id, "steps": part}
 
@@ -192,5 +192,5 @@ def test_duplicate_batches_racing_in_shuffled_order_store_each_point_once(
         assert {k["count"] for k in keys} == {len(steps)}
         replay = http.post(f"/api/v1/runs/{shuffled}/detect", json={"apply": True})
         assert replay.status_code == 200, replay.text
-        assert _alert_view(http, shuffled) == _alert_view(http, in_order)
-        assert any(alert[2] == "critical" for alert in _alert_view(http, in_order))
+        assert alert_view(http, shuffled) == alert_view(http, in_order)
+        assert any(alert[2] == "critical" for alert in alert_view(http, in_order))

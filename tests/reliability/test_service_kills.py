@@ -9,7 +9,6 @@ from pathlib import Path
 
 import httpx
 
-from tests.backend.test_alerts import _alert_view
 from tests.hook.hookutil import ServiceProcess, stored_series, wait_for
 from tests.hook.test_faults import stored_samples
 from tests.reliability.fleet import (
@@ -20,6 +19,7 @@ from tests.reliability.fleet import (
     undelivered,
 )
 from tests.reliability.trainer import steps
+from tests.support.alerts import alert_view
 
 KILLS = 10
 SEEDS = (11, 12, 13)  # one trainer each
@@ -61,9 +61,9 @@ def test_service_sigkilled_ten_times_under_three_trainers_stores_each_point_once
             )
         with httpx.Client(base_url=service.url, timeout=30) as http:
             for seed in SEEDS:
-                reference = _alert_view(http, f"undisturbed-{seed}")
+                reference = alert_view(http, f"undisturbed-{seed}")
                 assert any(alert[2] == "critical" for alert in reference)
-                assert _alert_view(http, f"killed-{seed}") == reference
+                assert alert_view(http, f"killed-{seed}") == reference
     finally:
         for trainer in trainers:
             trainer.kill()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import median, rounded
-from rlguard_backend.stability.rules import NEVER, Detector, Facts, Rule
+from rlguard_backend.stability.rules import NEVER, Detector, Facts, Need, Rule
 
 CLIP_ADVICE = [
     "Lower the learning rate.",
@@ -32,7 +34,12 @@ class ClipFraction(Detector):
         self._announce = False  # this step: clip_inactive says so, once
         self._warn_at = self._warn_level_of(None)  # the warn level (it moves with _baseline)
 
-    needs = (({"clipfrac"}, "no clip fraction logged (actor/pg_clipfrac, clip_ratio/region_mean)"),)
+    needs = (
+        Need(
+            frozenset({"clipfrac"}),
+            "no clip fraction logged (actor/pg_clipfrac, clip_ratio/region_mean)",
+        ),
+    )
     needs_context = (
         (
             "updates_per_batch",
@@ -109,7 +116,7 @@ class ClipFraction(Detector):
         thresholds = self.thresholds
         saturated = self.warn_streak >= thresholds["warn_persistence"]
         critical = self.critical_streak >= thresholds["critical_persistence"]
-        if critical or (saturated and view.kl_spike_jump):
+        if critical or (saturated and view.update_kl_jump):
             return "critical"
         return "warn" if saturated else None
 
@@ -119,7 +126,7 @@ class ClipFraction(Detector):
             "clipfrac": rounded(smoothed),
             "clipfrac_baseline": rounded(baseline),
             "warn_threshold": rounded(self._warn_at),
-            "with_kl_spike": view.kl_spike_jump,
+            "with_kl_spike": view.update_kl_jump,
         }
         message = (
             f"{smoothed:.1%} of tokens are clipped (baseline {baseline or 0:.2%}): updates "
@@ -127,7 +134,7 @@ class ClipFraction(Detector):
         )
         return message, facts
 
-    rules = (
+    rules: ClassVar[tuple[Rule[ClipFraction], ...]] = (
         Rule(
             "clip_inactive",
             signals=(),

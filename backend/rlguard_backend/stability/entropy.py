@@ -6,10 +6,13 @@ rho = smoothed entropy / its start (H0). E5 is a detector of its own (learning_s
 
 from __future__ import annotations
 
+import math
+from typing import ClassVar
+
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, Window, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule
+from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
 COLLAPSE_ADVICE = [
     "Lower LR or epochs (slows learning).",
@@ -31,7 +34,9 @@ class EntropyCollapse(Detector):
     """D2 E1-E4: entropy spent without reward, exhausted, or blowing up."""
 
     id = "entropy_collapse"
-    reads = frozenset({"entropy"})
+    reads = Need(
+        frozenset({"entropy"}), "no entropy logged (actor/entropy, entropy, ...): E1-E4 disabled"
+    )
 
     def start(self) -> None:
         """The fit sums of R = b - a*exp(H) and the smoothed entropy's history."""
@@ -40,10 +45,9 @@ class EntropyCollapse(Detector):
         self.entropy_history = Lookback(int(self.thresholds["rise_window_steps"]))
 
     needs = (
-        ({"entropy"}, "no entropy logged (actor/entropy, entropy, ...): E1-E4 disabled"),
-        ({"reward_mean"}, "no reward logged: E1/E2 one level weaker, E3 disabled"),
-        (
-            {"frac_zero_std"},
+        Need(frozenset({"reward_mean"}), "no reward logged: E1/E2 one level weaker, E3 disabled"),
+        Need(
+            frozenset({"frac_zero_std"}),
             "no zero-std group fraction logged: E3 stays INFO, E2 uses length and rho only",
         ),
     )
@@ -59,7 +63,7 @@ class EntropyCollapse(Detector):
         if view.warm and view.reward.known:
             reward = view.finite("reward_mean")
             if reward is not None and entropy <= 50:  # exp(H) overflows long before H matters
-                x = 2.718281828459045**entropy
+                x = math.exp(entropy)
                 n, sx, sy, sxx, sxy = self.fit_sums
                 self.fit_sums = [n + 1, sx + x, sy + reward, sxx + x * x, sxy + x * reward]
         return True
@@ -220,7 +224,7 @@ class EntropyCollapse(Detector):
         )
         return message, facts
 
-    rules = (
+    rules: ClassVar[tuple[Rule[EntropyCollapse], ...]] = (
         Rule(
             "entropy_collapse",
             signals=("entropy", "reward_mean", "frac_zero_std", "response_length"),
@@ -266,16 +270,15 @@ class EntropyCovLeading(Detector):
     §1), so updates keep spending entropy before D2 can fire."""
 
     id = "entropy_cov_leading"
-    reads = frozenset({"cov_logp_adv"})
+    reads = Need(
+        frozenset({"cov_logp_adv"}),
+        "optional probe probe/cov_logp_adv not logged: no leading indicator",
+    )
 
     def start(self) -> None:
         """The window of the last covariances."""
         self.covariances = Window(int(self.thresholds["window_points"]))
         self._share = 0.0  # of positive covariances in the window, this step
-
-    needs = (
-        ({"cov_logp_adv"}, "optional probe probe/cov_logp_adv not logged: no leading indicator"),
-    )
 
     def observe(self, view: StepView) -> bool:
         """Add the covariance and its window's positive share; False when none is logged."""
@@ -308,7 +311,7 @@ class EntropyCovLeading(Detector):
             "rho": rounded(view.rho),
         }
 
-    rules = (
+    rules: ClassVar[tuple[Rule[EntropyCovLeading], ...]] = (
         Rule(
             "entropy_cov_leading",
             signals=("cov_logp_adv", "entropy"),

@@ -8,11 +8,12 @@ run config says ``kl_controller: adaptive``, or says nothing and beta moves.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, median, rounded
-from rlguard_backend.stability.rules import NEVER, Detector, Facts, Rule
+from rlguard_backend.stability.rules import NEVER, Detector, Facts, Need, Rule
 
 UP_ADVICE = [
     "Raise the target or horizon only deliberately.",
@@ -27,7 +28,10 @@ class KlController(Detector):
     """D7: adaptive beta pinned at its maximum rate of change."""
 
     id = "kl_controller"
-    reads = frozenset({"reward_kl_coef"})
+    reads = Need(
+        frozenset({"reward_kl_coef"}),
+        "no in-reward beta logged (actor/reward_kl_penalty_coeff): disabled",
+    )
 
     def start(self) -> None:
         """The controller's start beta, previous point, saturation streaks and units check."""
@@ -51,9 +55,7 @@ class KlController(Detector):
         """Disabled for a fixed controller or without beta; notes the assumed target or rate."""
         if self.context.kl_controller == "fixed":
             return "fixed KL controller in run config: disabled"
-        if "reward_kl_coef" not in seen:
-            return "no in-reward beta logged (actor/reward_kl_penalty_coeff): disabled"
-        return "; ".join(self._assumptions().values()) or None
+        return super().missing(seen) or "; ".join(self._assumptions().values()) or None
 
     def _assumptions(self) -> Facts:
         """What the run config left unset, and what is used instead."""
@@ -136,6 +138,10 @@ class KlController(Detector):
             severity = "warn"
         return capped(severity, self.context.kl_target is None)
 
+    def _settled(self, view: StepView) -> bool:
+        """Unsaturated for as many steps in a row as saturation takes to count."""
+        return self._needed is not None and self.unsaturated_streak >= self._needed
+
     def _describe_runaway(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         assert self.beta_start is not None
         beta, kl, saturated = self._beta, self._kl, self.saturated_streak
@@ -192,12 +198,12 @@ class KlController(Detector):
         )
         return message, {"beta": beta, "predicted_beta": predicted, "target": self._target}
 
-    rules = (
+    rules: ClassVar[tuple[Rule[KlController], ...]] = (
         Rule(
             "kl_controller",
             signals=("reward_kl_coef", "reward_kl_penalty", "kl_ref_seq"),
             fires=_runaway,
-            clears=(lambda d, v: d.unsaturated_streak >= d._needed,),
+            clears=(_settled,),
             clear_steps=1,  # the clear rule counts N_sat steps itself
             describe=_describe_runaway,
             advice=lambda d, severity: UP_ADVICE if d.saturated_sign > 0 else DOWN_ADVICE,

@@ -6,13 +6,19 @@ penalty so strong, or binding, that it holds the policy still while reward stagn
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule
+from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
-READS = frozenset({"kl_loss", "reward_kl_penalty", "kl_ref_seq"})  # kl_ref comes from these
+# The KLs to the reference a trainer logs: the observations derive kl_ref from them.
+READS = Need(
+    frozenset({"kl_loss", "reward_kl_penalty", "kl_ref_seq"}),
+    "no KL to the reference logged (actor/kl_loss, actor/reward_kl_penalty, kl)",
+)
 RUNAWAY_ADVICE = [
     "Sweep beta on a log grid while logging KL.",
     "Use an adaptive controller toward a target KL (verl kl_ctrl.type=adaptive).",
@@ -60,10 +66,7 @@ class KlRunaway(Detector):
         self._before: float | None = None
         self._share: float | None = None
 
-    needs = (
-        (READS, "no KL to the reference logged (actor/kl_loss, actor/reward_kl_penalty, kl)"),
-        ({"reward_mean"}, "no reward logged: growth rule one level weaker"),
-    )
+    needs = (Need(frozenset({"reward_mean"}), "no reward logged: growth rule one level weaker"),)
 
     def observe(self, view: StepView) -> bool:
         """This step's KL, its growth over the lookback and the penalty share."""
@@ -141,7 +144,7 @@ class KlRunaway(Detector):
         facts = {"penalty_share": rounded(self._share), "kl": rounded(view.smoothed["kl_ref"])}
         return message, facts
 
-    rules = (
+    rules: ClassVar[tuple[Rule[KlRunaway], ...]] = (
         Rule(
             "kl_runaway",
             signals=("kl_ref", "reward_mean"),
@@ -262,7 +265,7 @@ class KlPenalty(Detector):
             **view.reward.evidence(),
         }
 
-    rules = (
+    rules: ClassVar[tuple[Rule[KlPenalty], ...]] = (
         Rule(
             "kl_penalty_strong",
             signals=("kl_ref", "kl_coef", "reward_kl_coef", "reward_mean", "entropy"),

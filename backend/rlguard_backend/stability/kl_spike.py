@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import SortedWindow, Window, median, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule
+from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
 SPIKE_ADVICE = [
     "Lower the learning rate.",
@@ -14,7 +16,6 @@ SPIKE_ADVICE = [
     "Check log-prob agreement between rollout and trainer (importance-sampling correction).",
     "If spikes repeat, roll back.",
 ]
-RECENT_POINTS = 5
 MISMATCH_ADVICE = [
     "With one update per batch the ratio must be exactly 1: check that rollout and trainer "
     "compute the same log-probs (dtype, kernels, vLLM vs trainer), or add an IS correction.",
@@ -25,7 +26,10 @@ class KlSpike(Detector):
     """D4: per-update KL and grad-norm spikes; on-policy log-prob mismatch."""
 
     id = "kl_spike"
-    reads = frozenset({"grad_norm", "ppo_kl", "clipfrac"})
+    reads = Need(
+        frozenset({"grad_norm", "ppo_kl", "clipfrac"}),
+        "no grad norm or per-update KL logged (actor/grad_norm, actor/ppo_kl): disabled",
+    )
 
     def start(self) -> None:
         """The windows of |ppo_kl|, grad norms and clip fractions, and the KL budget."""
@@ -48,7 +52,12 @@ class KlSpike(Detector):
         self._typical: float | None = None
         self._clip_falling = False
 
-    needs = (({"ppo_kl"}, "no per-update KL logged (actor/ppo_kl): only the grad-norm rule runs"),)
+    needs = (
+        Need(
+            frozenset({"ppo_kl"}),
+            "no per-update KL logged (actor/ppo_kl): only the grad-norm rule runs",
+        ),
+    )
     needs_context = (
         (
             "updates_per_batch",
@@ -96,15 +105,7 @@ class KlSpike(Detector):
         return "warn" if repeated or self._spike is not None else "info"
 
     def _observe_spike(self, view: StepView, size: float) -> None:
-        thresholds = self.thresholds
         severity, typical = self._severity(size)
-        # D6 escalates on an abrupt jump past the budget (×10 the last few points), not on a
-        # ramp crossing it: D6's own c̄ > 0.2 rule covers ramps (§4 S7 wants CRITICAL ≥ 108).
-        jump = False
-        if severity == "critical":  # the median of the last points only when it matters
-            recent = list(self.ppo_kls)[-RECENT_POINTS:]
-            jump = bool(recent) and size > thresholds["median_factor"] * median(recent)
-        view.kl_spike_jump = jump  # D6 reads it later this step
         self._clip_falling = severity is not None and self._clip_falls(view)
         if self._clip_falling:
             severity = "critical"
@@ -164,6 +165,11 @@ class KlSpike(Detector):
         falling = " while the clip fraction fell" if self._clip_falling else ""
         return f"One update moved the policy by KL={size:.3g}{times}{falling}.", facts
 
+    def _mismatch(self, view: StepView) -> Severity | None:
+        """On-policy, any |ppo_kl| past the tolerance is a log-prob mismatch."""
+        size, tolerance = self._size, self.thresholds["on_policy_tolerance"]
+        return "warn" if size is not None and size > tolerance else None
+
     def _describe_mismatch(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         message = (
             "Log-prob mismatch on-policy: with one update per batch the ratio is 1 by "
@@ -171,7 +177,7 @@ class KlSpike(Detector):
         )
         return message, {"ppo_kl": rounded(self._size), "updates_per_batch": 1}
 
-    rules = (
+    rules: ClassVar[tuple[Rule[KlSpike], ...]] = (
         Rule(
             "grad_spike",
             signals=("grad_norm",),
@@ -192,7 +198,7 @@ class KlSpike(Detector):
         Rule(
             "logprob_mismatch",
             signals=("ppo_kl",),
-            fires=lambda d, v: "warn" if d._size > d.thresholds["on_policy_tolerance"] else None,
+            fires=_mismatch,
             describe=_describe_mismatch,
             advice=MISMATCH_ADVICE,
             applies=lambda d, v: d._size is not None,

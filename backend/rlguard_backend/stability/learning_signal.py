@@ -6,10 +6,12 @@ INFO; starvation (reward lower: groups all-wrong or identical) is WARN (DAPO §3
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Window, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule
+from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
 SATURATED_ADVICE = [
     "The data is too easy now: dynamic sampling (drop all-correct groups, DAPO §3.2) or harder "
@@ -32,8 +34,8 @@ class LearningSignal(Detector):
         self.zero_grads = Window(int(self.thresholds["zero_grad_points"]))
 
     needs = (
-        (
-            {"frac_zero_std", "grad_norm"},
+        Need(
+            frozenset({"frac_zero_std", "grad_norm"}),
             "no zero-std group fraction or grad norm logged: disabled",
         ),
     )
@@ -90,7 +92,7 @@ class LearningSignal(Detector):
             )
         return message, facts
 
-    rules = (
+    rules: ClassVar[tuple[Rule[LearningSignal], ...]] = (
         Rule(
             "no_learning_signal",
             signals=("frac_zero_std", "grad_norm", "reward_mean"),

@@ -6,10 +6,12 @@ canonical signal carries yet.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import Lookback, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule
+from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
 LENGTH_ADVICE = [
     "Inspect samples for repetition, gibberish or reward hacking.",
@@ -21,7 +23,7 @@ class LengthHacking(Detector):
     """D8: responses blowing up into truncation, or collapsing to nothing."""
 
     id = "length"
-    reads = frozenset({"response_length"})
+    reads = Need(frozenset({"response_length"}), "no response length logged: disabled")
 
     def start(self) -> None:
         """The smoothed truncation share's history."""
@@ -29,8 +31,9 @@ class LengthHacking(Detector):
         self._ratio = 1.0  # this step's length over its start
 
     needs = (
-        ({"response_length"}, "no response length logged: disabled"),
-        ({"response_clip_ratio"}, "no truncation ratio logged: blow-up rule disabled"),
+        Need(
+            frozenset({"response_clip_ratio"}), "no truncation ratio logged: blow-up rule disabled"
+        ),
     )
 
     def observe(self, view: StepView) -> bool:
@@ -102,7 +105,7 @@ class LengthHacking(Detector):
         )
         return message, {"entropy_ratio": rounded(view.rho), "length_ratio": rounded(self._ratio)}
 
-    rules = (
+    rules: ClassVar[tuple[Rule[LengthHacking], ...]] = (
         Rule(
             "length_blowup",
             signals=("response_length", "response_clip_ratio", "reward_mean"),

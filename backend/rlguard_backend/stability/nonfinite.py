@@ -9,7 +9,7 @@ from rlguard.protocol import to_wire
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import is_finite, rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule
+from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
 # A non-finite value in any of these means the parameters are probably corrupted.
 WATCHED_SIGNALS = (
@@ -38,7 +38,7 @@ def _warning(
     found: Callable[[NonFinite, StepView], Facts | None],
     message: str,
     advice: list[str],
-) -> Rule:
+) -> Rule[NonFinite]:
     """A WARN rule that fires on the step's facts `found` finds; `message` is formatted with
     the step and them."""
 
@@ -59,7 +59,6 @@ class NonFinite(Detector):
     """D1: non-finite statistics (CRITICAL), a skipped update or a pinned clamp (WARN)."""
 
     id = "nonfinite"
-    PRIMARY: ClassVar[tuple[str, str]] = ("nonfinite", "nonfinite")
 
     def start(self) -> None:
         """The recent steps with a non-finite grad norm."""
@@ -73,8 +72,8 @@ class NonFinite(Detector):
         return True
 
     needs = (
-        (
-            {*WATCHED_SIGNALS, "grad_norm"},
+        Need(
+            frozenset({*WATCHED_SIGNALS, "grad_norm"}),
             "none of the watched statistics (losses, KL, entropy, reward, grad norm) logged",
         ),
     )
@@ -134,13 +133,14 @@ class NonFinite(Detector):
         evidence = {"fields": bad, "non_finite_grad_steps": list(self.bad_grad_steps)}
         return _nonfinite_message(view.step, bad, severity), evidence
 
-    rules = (
+    rules: ClassVar[tuple[Rule[NonFinite], ...]] = (
         Rule(
             "nonfinite",
             signals=(*WATCHED_SIGNALS, "grad_norm"),
             fires=_nonfinite_severity,
             describe=_describe_nonfinite,
             advice=ADVICE_NONFINITE,
+            primary=True,
         ),
         _warning(
             "pinned_at_clamp",

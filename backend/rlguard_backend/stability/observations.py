@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,9 +14,11 @@ from rlguard_backend.stability.primitives import (
     Lookback,
     Series,
     Trend,
+    Window,
     fit_trend,
     is_finite,
     json_safe,
+    median,
     rounded,
 )
 from rlguard_backend.stability.thresholds import Thresholds
@@ -38,6 +41,7 @@ SMOOTHED_SIGNALS = (
 _SMOOTHED = frozenset(SMOOTHED_SIGNALS)
 _HALF_LIFE_THRESHOLD = {"entropy": "half_life_entropy", "clipfrac": "half_life_clipfrac"}
 REWARD_WINDOW_POINTS = 50
+RECENT_UPDATE_POINTS = 5  # the last |ppo_kl| points an update's KL jumps against
 
 
 class RewardState:
@@ -155,7 +159,10 @@ class StepView:
     kl_source: str = ""
     rho: float | None = None  # smoothed entropy over its start
     length_ratio: float | None = None  # smoothed response length over its start
-    kl_spike_jump: bool = False  # D4 saw a critical per-update KL jump this step (D6 reads it)
+    # This step's |ppo_kl| is past D4's CRITICAL budget and ×median_factor the median of the
+    # last few points: an abrupt jump, on which D6 escalates (a ramp past the budget is left to
+    # D6's own c̄ > 0.2 rule: §4 S7 wants CRITICAL from step 108).
+    update_kl_jump: bool = False
 
 
 class Observations:
@@ -167,14 +174,20 @@ class Observations:
     def __init__(
         self,
         context: RunContext,
-        common: Thresholds,
+        thresholds: Mapping[str, Thresholds],
         change: Callable[[str, Severity], Action | None],
-        kl_lookback_steps: int,
     ) -> None:
+        common, spike = thresholds["common"], thresholds["kl_spike"]
+        kl_lookback = max(
+            thresholds["kl_runaway"]["lookback_steps"],
+            thresholds["kl_penalty"]["binding_lookback_steps"],
+        )
         self.first_step: int | None = None
         self.baselines = {name: Baseline() for name in SMOOTHED_SIGNALS}
         self.rewards = Series(REWARD_WINDOW_POINTS)
-        self.kl_history = Lookback(kl_lookback_steps)  # the smoothed KL at its logged steps
+        self.kl_history = Lookback(int(kl_lookback))  # the smoothed KL at its logged steps
+        # The last finite |ppo_kl| points (no more than D4's own window holds).
+        self.update_kls = Window(min(RECENT_UPDATE_POINTS, int(spike["history_points"])))
         self.reward_low: float | None = None
         self.reward_high: float | None = None
         self._context = context
@@ -191,6 +204,11 @@ class Observations:
         self._bounds = (
             (low, high, None) if low is not None and high is not None and high > low else None
         )
+        kappa = context.ppo_kl_target or spike["default_ppo_kl_target"]
+        self._jump_above = spike["budget_critical"] * kappa
+        self._jump_factor = spike["median_factor"]
+        # No update can jump with one update per batch: the ratio is 1 by construction.
+        self._jumps = context.updates_per_batch != 1
         planned = context.planned_steps or 0.0
         warmup = max(common["warmup_steps"], common["warmup_fraction"] * planned)
         self.view = StepView(warmup, RewardState(common, self.rewards), change, self.kl_history.ago)
@@ -206,6 +224,7 @@ class Observations:
             "baselines": {name: base.dump() for name, base in self.baselines.items()},
             "rewards": self.rewards.dump(),
             "kl_history": self.kl_history.dump(),
+            "update_kls": self.update_kls.dump(),
             "reward_low": json_safe(self.reward_low),
             "reward_high": json_safe(self.reward_high),
         }
@@ -221,6 +240,7 @@ class Observations:
         view.baselines.update((name, base.value) for name, base in self.baselines.items())
         self.rewards.load(state["rewards"])
         self.kl_history.load(state["kl_history"])
+        self.update_kls.load(state["update_kls"])
         self.reward_low, self.reward_high = state["reward_low"], state["reward_high"]
         if self.rewards.values:
             self._refresh_reward()
@@ -233,10 +253,9 @@ class Observations:
         kl_ref, kl_source = self._reference_kl(values)
         if kl_ref is not None:
             values["kl_ref"] = kl_ref
-        finite = values
-        total = sum(values.values())  # finite only if every value is (or in a rare overflow)
-        if total - total != 0.0:
-            finite = {name: value for name, value in values.items() if value - value == 0.0}
+        finite = values  # usually every value is finite: the step's own dict serves
+        if not all(map(math.isfinite, values.values())):
+            finite = {name: value for name, value in values.items() if math.isfinite(value)}
         view = self.view
         self._smooth(step, finite)
         if "kl_ref" in finite:
@@ -257,8 +276,22 @@ class Observations:
         smoothed, baselines = view.smoothed, view.baselines
         view.rho = _ratio(smoothed["entropy"], baselines["entropy"])
         view.length_ratio = _ratio(smoothed["response_length"], baselines["response_length"])
-        view.kl_spike_jump = False
+        view.update_kl_jump = self._update_kl_jump(finite.get("ppo_kl"))
         return view
+
+    def _update_kl_jump(self, ppo_kl: float | None) -> bool:
+        """Whether this step's |ppo_kl| jumps (see StepView); then it joins the last points."""
+        if ppo_kl is None:
+            return False
+        size, recent = abs(ppo_kl), self.update_kls
+        jump = (
+            self._jumps
+            and size > self._jump_above
+            and len(recent) > 0
+            and size > self._jump_factor * median(recent)
+        )
+        recent.append(size)
+        return jump
 
     def _reference_kl(self, values: dict[str, float]) -> tuple[float | None, str]:
         """Per-token KL to the reference and where it came from (placement decides if both)."""

@@ -261,25 +261,14 @@ def _encode(packed: bytes) -> str:
 
 
 def json_safe(value: Any) -> Any:
-    """A copy with non-finite floats as their wire strings (``rlguard.protocol``), tuples as lists.
-
-    Lists of finite floats (or ints) are copied in one C-level pass: ``sum`` is finite only if
-    every item is.
-    """
+    """A copy with non-finite floats as wire strings (``rlguard.protocol``), tuples as lists."""
     if isinstance(value, float):
         return to_wire(value)
     if isinstance(value, dict):
         return {str(key): json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        if _NUMBERS_ONLY.issuperset(map(type, value)):
-            total = sum(value)
-            if total - total == 0:
-                return list(value)
         return [json_safe(item) for item in value]
     return value
-
-
-_NUMBERS_ONLY = frozenset({float, int})
 
 
 def restore_non_finite(value: Any) -> Any:

@@ -10,11 +10,12 @@ importance weights' effective sample size, when logged, say the same from other 
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule
+from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
 ADVICE = [
     "Check that the inference engine and the trainer agree: dtype (BF16 vs FP8), kernels, MoE "
@@ -34,9 +35,9 @@ class RolloutMismatch(Detector):
     """D9: the engine-trainer log-prob gap against its start and absolute levels; IS weights."""
 
     id = "rollout_mismatch"
-    reads = frozenset(SIGNALS)
-
-    needs = ((set(SIGNALS), "no engine-vs-trainer statistics logged (rollout_corr/*): disabled"),)
+    reads = Need(
+        frozenset(SIGNALS), "no engine-vs-trainer statistics logged (rollout_corr/*): disabled"
+    )
 
     def _gap(self, view: StepView) -> Severity | None:
         thresholds, (kl, diff, corr, growth) = self.thresholds, self._measures(view)
@@ -110,7 +111,7 @@ class RolloutMismatch(Detector):
         )
         return message, {"effective_sample_size": rounded(ess)}
 
-    rules = (
+    rules: ClassVar[tuple[Rule[RolloutMismatch], ...]] = (
         Rule(
             "rollout_mismatch",
             signals=("rollout_kl", "rollout_logprob_diff", "rollout_probs_corr"),

@@ -3,18 +3,19 @@
 A Rule is one alert key: the condition that fires it and how loud (``fires``), how many steps
 in a row it must hold (``persistence``), the clear rule that resolves its open alert
 (``clears``, held ``clear_steps`` steps in a row), what it says (``describe``) and what to try
-(``advice``). Detector.evaluate is the one place where a rule's streaks are counted and where
-it opens, refreshes or clears its alert; a detector only folds each step into the state its
-rules read (``observe``).
+(``advice``). Its callables take the detector that declares it: ``Rule[D]`` types them, so
+mypy checks a rule against its detector's attributes. Detector.evaluate is the one place where a
+rule's streaks are counted and where it opens, refreshes or clears its alert; a detector only
+folds each step into the state its rules read (``observe``).
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity, Verdict, slot_of
@@ -23,30 +24,42 @@ from rlguard_backend.stability.primitives import json_safe
 from rlguard_backend.stability.thresholds import Thresholds
 
 Facts = dict[str, Any]
-Condition = Callable[[Any, StepView], bool]  # (detector, view): whether it holds this step
+D = TypeVar("D", bound="Detector")  # the detector a rule belongs to
+Condition = Callable[[D, StepView], bool]  # (detector, view): whether it holds this step
 
 
 @dataclass(frozen=True)
-class Rule:
+class Rule(Generic[D]):
     """One alert key of a detector, declared once (see the module docstring)."""
 
     key: str
     signals: tuple[str, ...]  # the canonical signals it reads (what it watches, for readers)
-    fires: Callable[[Any, StepView], Severity | None]  # (detector, view): severity, or None
-    describe: Callable[[Any, StepView, Severity], tuple[str, Facts]]  # message, evidence
-    advice: Sequence[str] | Callable[[Any, Severity], Sequence[str]]  # (detector, severity)
+    fires: Callable[[D, StepView], Severity | None]  # (detector, view): severity, or None
+    describe: Callable[[D, StepView, Severity], tuple[str, Facts]]  # message, evidence
+    advice: Sequence[str] | Callable[[D, Severity], Sequence[str]]  # (detector, severity)
     persistence: str | int = 1  # steps in a row `fires` must hold: a threshold name or a count
     # The clear rule: any of these conditions held clear_steps steps in a row (each counted on
     # its own); none: `fires` does not hold.
-    clears: tuple[Condition, ...] = ()
+    clears: tuple[Condition[D], ...] = ()
     clear_steps: str | int = "clear_steps"
-    applies: Callable[[Any, StepView], bool] | None = None  # the steps it runs at (None: all)
+    applies: Condition[D] | None = None  # the steps it runs at (None: all)
     # Whether it can fire at all in this run (detector -> bool, asked once, from the run
     # context); a rule that cannot never runs. None: it always can.
-    enabled: Callable[[Any], bool] | None = None
+    enabled: Callable[[D], bool] | None = None
+    # While its alert is open at CRITICAL, every other alert raised is secondary to it (D1's
+    # non-finite statistics: the parameters are probably corrupted, the rest follows).
+    primary: bool = False
 
 
-def never(detector: Any, view: StepView) -> bool:
+@dataclass(frozen=True)
+class Need:
+    """Signals a detector needs, and what missing() says when a run logged none of them."""
+
+    signals: frozenset[str]
+    why: str
+
+
+def never(detector: object, view: StepView) -> bool:
     """The clear condition of an alert that stays open once raised (it fires once)."""
     return False
 
@@ -70,7 +83,7 @@ class RuleProgress:
         "streak",
     )
 
-    def __init__(self, rule: Rule, slot: str, count: Callable[[str | int], float]) -> None:
+    def __init__(self, rule: Rule[Any], slot: str, count: Callable[[str | int], float]) -> None:
         self.streak, self.clear_streak, self.active = 0, 0, False
         self.condition_streaks = [0] * len(rule.clears) if len(rule.clears) > 1 else None
         # Settings: the rule, where its open alert is kept, the steps in a row it must fire and
@@ -78,7 +91,7 @@ class RuleProgress:
         self.rule, self.slot = rule, slot
         self.persistence, self.clear_steps = count(rule.persistence), count(rule.clear_steps)
 
-    def one_condition_held(self, detector: Any, view: StepView) -> bool:
+    def one_condition_held(self, detector: Detector, view: StepView) -> bool:
         """Count each clear condition's streak at this step; whether one is clear_steps long."""
         streaks = self.condition_streaks
         assert streaks is not None
@@ -104,6 +117,18 @@ class RuleProgress:
 _CONFIG_ATTRIBUTES = frozenset({"context", "thresholds", "open_keys", "progress"})
 
 
+# What evaluate() reads for one rule at every step (Detector._plan): applies, fires, the clear
+# condition (None: `fires` does not hold), its RuleProgress and clear_steps. A plain tuple:
+# evaluate() unpacks one per rule per step, and a tuple subclass unpacks ~3x slower.
+_RuleStep = tuple[
+    Condition[Any] | None,
+    Callable[[Any, StepView], Severity | None],
+    Condition[Any] | None,
+    RuleProgress,
+    float,
+]
+
+
 class Detector:
     """One detector of DETECTORS.md §3: its rules, and the streaming state they read.
 
@@ -113,13 +138,13 @@ class Detector:
     """
 
     id: ClassVar[str]
-    rules: ClassVar[tuple[Rule, ...]]
-    # Canonical signals a run must log at least one of for evaluate() to do anything; None:
-    # it runs on every step (some of its rules count steps without their signal).
-    reads: ClassVar[frozenset[str] | None] = None
-    # (signals, why): the first entry none of whose signals the run logged says why the
-    # detector is degraded or disabled (missing()).
-    needs: ClassVar[tuple[tuple[Set[str], str], ...]] = ()
+    rules: ClassVar[tuple[Rule[Any], ...]]
+    # The signals it judges: a step that logs none of them is skipped, and a run that logged
+    # none of them is told why (missing()). None: it runs at every step (some of its rules
+    # count steps without their signal).
+    reads: ClassVar[Need | None] = None
+    # Then the first of these the run logged none of says why it is degraded (missing()).
+    needs: ClassVar[tuple[Need, ...]] = ()
     # (RunContext field, why): then the first of these the run config left unset says why.
     needs_context: ClassVar[tuple[tuple[str, str], ...]] = ()
 
@@ -178,7 +203,8 @@ class Detector:
 
     def missing(self, seen: frozenset[str]) -> str | None:
         """Why this detector is degraded or disabled, or None when it runs fully."""
-        unlogged = (why for signals, why in self.needs if not seen & signals)
+        needs = self.needs if self.reads is None else (self.reads, *self.needs)
+        unlogged = (need.why for need in needs if seen.isdisjoint(need.signals))
         unset = (why for field, why in self.needs_context if getattr(self.context, field) is None)
         return next(unlogged, None) or next(unset, None)
 
@@ -196,7 +222,7 @@ class Detector:
             if name != "progress":
                 setattr(self, name, _load(getattr(self, name, None), value))
 
-    def _plan(self, rule: Rule) -> tuple[Any, ...]:
+    def _plan(self, rule: Rule[Any]) -> _RuleStep:
         """What evaluate() reads for `rule` at every step. With several clear conditions, its
         clear rule is "one condition held clear_steps in a row" (each counted by its
         RuleProgress), held once; a rule that never clears has no clear condition to test."""
@@ -211,7 +237,7 @@ class Detector:
     def _count(self, limit: str | int) -> int | float:
         return self.thresholds[limit] if isinstance(limit, str) else limit
 
-    def _verdict(self, rule: Rule, view: StepView, severity: Severity) -> Verdict:
+    def _verdict(self, rule: Rule[Any], view: StepView, severity: Severity) -> Verdict:
         message, evidence = rule.describe(self, view, severity)
         advice = rule.advice(self, severity) if callable(rule.advice) else rule.advice
         return Verdict(rule.key, severity, message=message, evidence=evidence, advice=list(advice))

@@ -10,10 +10,12 @@ answers repeat by nature is not mistaken for a loop.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import rounded
-from rlguard_backend.stability.rules import Detector, Facts, Rule
+from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
 TEXT_SIGNALS = ("sample_degenerate", "sample_repetition")
 SAMPLES_ADVICE = [
@@ -36,9 +38,7 @@ class SampleQuality(Detector):
     """Degenerate and looping responses, and entropy or length rises they explain."""
 
     id = "sample_quality"
-    reads = frozenset(TEXT_SIGNALS)
-
-    needs = ((set(TEXT_SIGNALS), "no samples logged with responses: disabled"),)
+    reads = Need(frozenset(TEXT_SIGNALS), "no samples logged with responses: disabled")
 
     def observe(self, view: StepView) -> bool:
         """Nothing to judge before warmup (the text signals are smoothed with the others)."""
@@ -134,7 +134,7 @@ class SampleQuality(Detector):
         facts = {"length_ratio": rounded(ratio), "truncated_fraction": rounded(truncated)}
         return message, {**facts, **self._facts(view)}
 
-    rules = (
+    rules: ClassVar[tuple[Rule[SampleQuality], ...]] = (
         Rule(
             "degenerate_responses",
             signals=("sample_degenerate",),

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from operator import itemgetter
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rlguard_backend.signals import keys_by_signal
@@ -40,13 +39,17 @@ DETECTOR_TYPES: tuple[type[Detector], ...] = (
     SampleQuality,
 )
 # Every rule by its alert key: the one place each is defined.
-RULES: dict[str, Rule] = {rule.key: rule for kind in DETECTOR_TYPES for rule in kind.rules}
+RULES: dict[str, Rule[Any]] = {rule.key: rule for kind in DETECTOR_TYPES for rule in kind.rules}
+# The one rule whose open CRITICAL alert makes the others secondary, as (detector id, key).
+PRIMARY: tuple[str, str] = next(
+    (kind.id, rule.key) for kind in DETECTOR_TYPES for rule in kind.rules if rule.primary
+)
 # 4: one RuleProgress per rule; 5: no_learning_signal a detector of its own; 6: D9's signals;
 # 7: sample_quality; 8: D3 and D5 read one KL history (observations); 9: sample_quality's
-# text signals smoothed with the others (observations)
-STATE_VERSION = 9
+# text signals smoothed with the others (observations); 10: the last per-update KLs
+# (observations, for the jump D6 escalates on)
+STATE_VERSION = 10
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
-_FLOATS_ONLY = frozenset({float})
 
 
 class DetectorSuite:
@@ -67,13 +70,7 @@ class DetectorSuite:
         self._context = RunContext.from_config(run_config)
         resolved = resolve_thresholds(thresholds, self._context.thresholds)
         self._alerts = AlertBook(resolved["common"]["update_interval_steps"])
-        kl_lookback = max(
-            resolved["kl_runaway"]["lookback_steps"],
-            resolved["kl_penalty"]["binding_lookback_steps"],
-        )
-        self._observations = Observations(
-            self._context, resolved["common"], self._alerts.change, int(kl_lookback)
-        )
+        self._observations = Observations(self._context, resolved, self._alerts.change)
         self._detectors = [
             kind(self._context, resolved[kind.id], self._alerts.open_keys(kind.id))
             for kind in DETECTOR_TYPES
@@ -94,8 +91,7 @@ class DetectorSuite:
         if self._last_step is not None and step <= self._last_step:
             return []
         self._last_step = step
-        keys = tuple(values)
-        plan = self._plans.get(keys) or self._plan_of(keys)
+        plan = self._plan_of(tuple(values))
         canonical, sources = plan.canonical(values)
         self._seen.update(canonical)
         view = self._observations.observe(step, canonical, sources)
@@ -106,8 +102,8 @@ class DetectorSuite:
         # change(), open_keys). Usually no rule fires or clears: there are none.
         for detector in plan.detectors:
             for verdict in detector.evaluate(view):
-                primary = (detector.id, verdict.key) == NonFinite.PRIMARY
-                event = alerts.apply(detector.id, verdict, not primary and self._after_nan())
+                secondary = (detector.id, verdict.key) != PRIMARY and self._after_primary()
+                event = alerts.apply(detector.id, verdict, secondary)
                 if event is not None:
                     events.append(event)
         return events
@@ -156,9 +152,9 @@ class DetectorSuite:
         for detector in self._detectors:
             detector.load(state["detectors"][detector.id])
 
-    def _after_nan(self) -> bool:
-        """Alerts raised while D1's non-finite CRITICAL is open are secondary to it."""
-        return self._alerts.severity(*NonFinite.PRIMARY) == "critical"
+    def _after_primary(self) -> bool:
+        """Alerts raised while the primary rule's CRITICAL is open are secondary to it."""
+        return self._alerts.severity(*PRIMARY) == "critical"
 
     def _plan_of(self, keys: tuple[str, ...]) -> _Plan:
         """The plan of a step's key set: steps repeat the same keys, so it is made once."""
@@ -182,33 +178,22 @@ class _Plan:
         # Each canonical signal with its raw keys, best first (user aliases, then table order).
         self.signals = tuple(keys_by_signal(keys, aliases).items())
         self.read = tuple(key for _, found in self.signals for key in found)
-        self._names = tuple(name for name, _ in self.signals)
+        names = {name for name, _ in self.signals}
         # A detector none of whose signals these keys carry has nothing to do on their steps.
         self.detectors = [
-            d for d in detectors if d.reads is None or d.reads.intersection(self._names)
+            d for d in detectors if d.reads is None or not d.reads.signals.isdisjoint(names)
         ]
-        # The usual step logs one key per signal, each a float: read in one C-level call.
-        self._sources = {name: found[0] for name, found in self.signals}  # shared, never changed
-        self._take: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
-        if len(self.read) == len(self.signals) > 1:
-            self._take = itemgetter(*self.read)
 
     def canonical(self, values: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
         """The step's canonical values (the first key with a number, of each signal) and the
         raw key each came from."""
-        if self._take is not None:
-            raw = self._take(values)
-            if _FLOATS_ONLY.issuperset(map(type, raw)):
-                return dict(zip(self._names, raw, strict=True)), self._sources
         canonical: dict[str, float] = {}
         sources: dict[str, str] = {}
         for name, keys in self.signals:
             for key in keys:
                 value = values[key]
-                if type(value) is not float:
-                    if isinstance(value, bool) or not isinstance(value, (int, float)):
-                        continue
-                    value = float(value)
-                canonical[name], sources[name] = value, key
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    continue
+                canonical[name], sources[name] = float(value), key
                 break
         return canonical, sources

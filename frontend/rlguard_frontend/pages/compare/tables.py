@@ -59,7 +59,9 @@ def delta_table(signals: list[str], rows: list[dict[str, Any]], labels: dict[str
     for row in rows:
         name = labels.get(row["run"], row["run"])
         cells = [markdown_text(name + (" (baseline)" if row["baseline"] else ""))]
-        cells += [_delta_cell(*row[signal], BETTER.get(signal, 0)) for signal in signals]
+        for signal in signals:
+            value, change = row[signal]
+            cells.append(_delta_cell(value, change, BETTER.get(signal, 0)))
         body.append(cells)
     caption = (
         "last values (smoothed when smoothing is on), % vs the baseline: green better, orange "
