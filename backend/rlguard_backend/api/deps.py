@@ -16,6 +16,7 @@ from rlguard_backend.core.auth import Identity
 from rlguard_backend.core.capacity import Database
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.errors import Forbidden, Unauthorized
+from rlguard_backend.core.stalls import CURRENT_WRITE
 from rlguard_backend.store import repository
 
 
@@ -32,12 +33,19 @@ async def get_database(request: Request) -> Database:
 
 
 async def admit_write(request: Request) -> AsyncIterator[Database]:
-    """The database for a write, or 503 with ``Retry-After`` at once when too many are in flight."""
+    """The database for a write, or 503 with ``Retry-After`` at once when too many are in flight.
+
+    The write is registered with its route and run while in flight (``core.stalls``).
+    """
     database: Database = request.app.state.database
     database.gate.enter()
+    route = getattr(request.scope.get("route"), "path", request.url.path)
+    unit = database.writes.admit(f"{request.method} {route}", request.path_params.get("run_id"))
+    CURRENT_WRITE.set(unit)  # the request's own context: gone with it, no reset needed
     try:
         yield database
     finally:
+        database.writes.leave(unit)
         database.gate.leave()
 
 

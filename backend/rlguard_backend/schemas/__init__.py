@@ -73,6 +73,7 @@ from rlguard_backend.schemas.service import (
     TokenList,
     TokenPublic,
     TokenScope,
+    WriteHold,
     WriteLoad,
 )
 from rlguard_backend.schemas.wire import (
@@ -198,6 +199,7 @@ __all__ = [
     "TokenScope",
     "WallTime",
     "WireFloat",
+    "WriteHold",
     "WriteLoad",
     "flatten_config",
     "float_to_wire",

@@ -360,6 +360,28 @@ def read_points(session: Session, key_id: int, lo: int, hi: int) -> list[Row]:
     return out
 
 
+def next_step(session: Session, key_id: int, lo: int) -> int | None:
+    """The key's first stored step at or after ``lo``, None when there is none.
+
+    Two index seeks whatever the gap: the chunk holding ``lo`` (its steps bisected) and the
+    next one, so a walk over sparse steps (2^40 apart, say) costs a read per stored step.
+    """
+    found = sql.fetchall(
+        session,
+        "SELECT first_step, last_step, step_data FROM point_chunks WHERE key_id = ? AND "
+        "first_step >= coalesce((SELECT max(first_step) FROM point_chunks WHERE key_id = ? "
+        "AND first_step <= ?), ?) ORDER BY first_step LIMIT 2",
+        (key_id, key_id, lo, lo),
+    )
+    for first, last, step_data in found:
+        if first >= lo:
+            return int(first)
+        if last >= lo:
+            steps = unpack("q", step_data)
+            return int(steps[bisect_left(steps, lo)])
+    return None
+
+
 def read_arrays(session: Session, key_id: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """``read_points`` as two arrays, steps (int64) and values (float64, NaN kept), unpacked
     by numpy: for reads of many thousands of points at once (grouped bands)."""

@@ -49,6 +49,10 @@ class PointStore(Protocol):
         """Raw ``(step, value, wall_time)`` with ``lo <= step <= hi``, in step order."""
         ...
 
+    def next_step(self, session: Session, key_id: int, lo: int) -> int | None:
+        """The key's first stored step at or after ``lo``, None when there is none."""
+        ...
+
     def read_arrays(
         self, session: Session, key_id: int, lo: int, hi: int
     ) -> tuple[np.ndarray, np.ndarray]:

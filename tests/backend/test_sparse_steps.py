@@ -1,0 +1,167 @@
+"""Sparse, huge step numbers (tokens seen, millisecond timestamps): every read of a run walks what
+is stored, never the step-number range. Steps 0, 2^40·k and 2^62 (the largest the wire allows)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.detection import feed
+from rlguard_backend.schemas import MAX_STEP
+from rlguard_backend.store import points, storage
+from tests.conftest import new_run_id
+
+GAP = 2**40
+SPARSE = [0, *(GAP * k for k in range(1, 301)), MAX_STEP]
+KEYS = ("actor/ppo_kl", "actor/entropy", "actor/lr")
+
+
+def sparse_batch(batch_id: str = "sparse") -> dict[str, Any]:
+    """Every step of SPARSE with the three keys; the learning rate halves at 2^40·150."""
+    steps = []
+    for step in SPARSE:
+        lr = 1e-4 if step >= GAP * 150 else 2e-4
+        values = {"actor/ppo_kl": 0.01, "actor/entropy": 1.0, "actor/lr": lr}
+        steps.append({"step": step, "values": values})
+    return {"batch_id": batch_id, "steps": steps}
+
+
+class CountingStore:
+    """The chunked store, with each verb it serves counted: the work a request did."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, verb: str) -> Any:
+        def served(*args: Any) -> Any:
+            self.calls[verb] += 1
+            return getattr(points, verb)(*args)
+
+        return served
+
+
+@pytest.fixture
+def sparse_run(client: TestClient) -> str:
+    run_id = new_run_id("sparse")
+    assert client.post("/api/v1/runs", json={"id": run_id, "project": "p"}).status_code == 201
+    stored = client.post(f"/api/v1/runs/{run_id}/batches", json=sparse_batch())
+    assert stored.status_code == 200, stored.text
+    assert stored.json()["points"] == len(SPARSE) * len(KEYS)
+    return run_id
+
+
+def test_sparse_steps_backtest_reads_per_stored_step_not_per_window(
+    client: TestClient, sparse_run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counting = CountingStore()
+    monkeypatch.setattr(storage, "STORE", counting)
+    answer = client.post(f"/api/v1/runs/{sparse_run}/detect", json={"apply": False})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["steps"] == len(SPARSE)
+    # Per stored step and key: the window holding it, the empty window after, one jump.
+    assert counting.calls["read_points"] <= 2 * len(SPARSE) * len(KEYS)
+    assert counting.calls["next_step"] <= len(SPARSE) * len(KEYS)
+
+
+def test_sparse_steps_stored_chunks_are_the_stored_steps_in_order(
+    app: Any, sparse_run: str
+) -> None:
+    with app.state.session_factory() as session:
+        chunks = list(feed.stored_chunks(session, sparse_run))
+        assert [step for chunk in chunks for step, _ in chunk] == SPARSE
+        assert all(len(values) == len(KEYS) for chunk in chunks for _, values in chunk)
+        ranged = list(feed.stored_chunks(session, sparse_run, GAP * 10, GAP * 20))
+        assert [step for chunk in ranged for step, _ in chunk] == [GAP * k for k in range(10, 21)]
+        assert list(feed.stored_chunks(session, sparse_run, GAP * 300 + 1, MAX_STEP - 1)) == []
+
+
+def test_sparse_steps_backtest_of_a_step_range(client: TestClient, sparse_run: str) -> None:
+    body = {"from_step": GAP * 100, "to_step": GAP * 199}
+    answer = client.post(f"/api/v1/runs/{sparse_run}/detect", json=body)
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["steps"], answer.json()["applied"]) == (100, False)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"apply": True, "to_step": GAP}, "drop from_step and to_step"),
+        ({"from_step": GAP, "to_step": 0}, "below from_step"),
+        ({"to_step": MAX_STEP + 1}, "less than or equal to"),
+    ],
+)
+def test_sparse_steps_backtest_range_refused_with_the_fix(
+    client: TestClient, sparse_run: str, body: dict[str, Any], says: str
+) -> None:
+    answer = client.post(f"/api/v1/runs/{sparse_run}/detect", json=body)
+    assert answer.status_code == 422
+    assert says in str(answer.json()["detail"])
+
+
+def test_sparse_steps_backtest_past_its_limit_is_cancelled_naming_a_range(
+    sqlite_url: str,
+) -> None:
+    app = create_app(Settings(database_url=sqlite_url, backtest_timeout_s=1e-9))
+    with TestClient(app) as client:
+        run_id = new_run_id("slow")
+        client.post("/api/v1/runs", json={"id": run_id, "project": "p"})
+        client.post(f"/api/v1/runs/{run_id}/batches", json=sparse_batch())
+        answer = client.post(f"/api/v1/runs/{run_id}/detect", json={"apply": True})
+        assert answer.status_code == 413
+        detail = answer.json()["detail"]
+        assert "RLGUARD_BACKTEST_TIMEOUT_S" in detail
+        assert f"cancelled at step 0 of {MAX_STEP}" in detail
+        assert '{"from_step": 0, "to_step": 0}' in detail
+        health = client.get("/api/v1/health").json()["writes"]
+        assert (health["in_flight"], health["oldest_s"]) == (0, {})
+    app.state.engine.dispose()
+
+
+def test_sparse_steps_applied_backtest_and_rewind(client: TestClient, sparse_run: str) -> None:
+    applied = client.post(f"/api/v1/runs/{sparse_run}/detect", json={"apply": True})
+    assert (applied.json()["steps"], applied.json()["applied"]) == (len(SPARSE), True)
+    rewound = client.post(f"/api/v1/runs/{sparse_run}/rewind", json={"resume_from_step": GAP * 150})
+    assert rewound.status_code == 200, rewound.text
+    keys = client.get(f"/api/v1/runs/{sparse_run}/keys").json()["data"]
+    assert {(k["count"], k["last_step"]) for k in keys} == {(151, GAP * 150)}
+    again = client.post(f"/api/v1/runs/{sparse_run}/detect", json={})
+    assert again.json()["steps"] == 151
+    resumed = client.post(
+        "/api/v1/runs", json={"id": sparse_run, "project": "p", "resume_from_step": GAP * 10}
+    )
+    assert resumed.status_code == 200, resumed.text
+    assert client.post(f"/api/v1/runs/{sparse_run}/detect", json={}).json()["steps"] == 11
+
+
+def test_sparse_steps_series_export_markers_and_groups(client: TestClient, sparse_run: str) -> None:
+    base = f"/api/v1/runs/{sparse_run}"
+    raw = client.get(f"{base}/series", params={"keys": "actor/entropy"}).json()
+    assert raw["series"]["actor/entropy"]["steps"] == SPARSE
+    thin = client.get(f"{base}/series", params={"keys": "actor/entropy", "max_points": 8}).json()
+    series = thin["series"]["actor/entropy"]
+    assert (series["downsampled"], series["total_points"]) == (True, len(SPARSE))
+    assert len(series["steps"]) <= 8 and series["steps"][-1] == MAX_STEP
+    smoothed = client.get(
+        f"{base}/series",
+        params={"keys": "actor/entropy", "max_points": 8, "smoothing": 0.5},
+    ).json()
+    assert smoothed["series"]["actor/entropy"]["total_points"] == len(SPARSE)
+    live = client.get(f"{base}/series", params={"after_step": GAP * 300}).json()
+    assert {name: s["steps"] for name, s in live["series"].items()} == {k: [MAX_STEP] for k in KEYS}
+    rows = list(csv.reader(io.StringIO(client.get(f"{base}/export").text)))
+    assert rows[0] == ["step", *sorted(KEYS)] and [int(r[0]) for r in rows[1:]] == SPARSE
+    found = client.get(f"{base}/markers").json()["data"]
+    assert [(m["step"], m["kind"]) for m in found] == [(GAP * 150, "lr_change")]
+    bands = client.get(
+        "/api/v1/groups", params={"runs": sparse_run, "signals": "entropy", "bins": 5000}
+    ).json()
+    band = bands["data"][0]["signals"]["entropy"]
+    assert bands["bins"] == 5000 and sum(band["n"]) == len(band["steps"]) > 0
+    assert set(band["mean"]) == {1.0}
