@@ -39,14 +39,23 @@ async def admit_write(request: Request) -> AsyncIterator[Database]:
     """
     database: Database = request.app.state.database
     database.gate.enter()
-    route = getattr(request.scope.get("route"), "path", request.url.path)
-    unit = database.writes.admit(f"{request.method} {route}", request.path_params.get("run_id"))
+    unit = database.writes.admit(_route_of(request), request.path_params.get("run_id"))
     CURRENT_WRITE.set(unit)  # the request's own context: gone with it, no reset needed
     try:
         yield database
     finally:
         database.writes.leave(unit)
         database.gate.leave()
+
+
+def _route_of(request: Request) -> str:
+    """The method and route template, as the client sees it: POST /api/v1/runs/{run_id}/detect.
+
+    FastAPI keeps an included route's own path (without the prefix it was included under).
+    """
+    prefix: str = request.app.state.settings.api_prefix
+    path: str = getattr(request.scope.get("route"), "path", request.url.path)
+    return f"{request.method} {path if path.startswith(prefix + '/') else prefix + path}"
 
 
 # Paging of every list endpoint; an offset past 2^62 would overflow the databases' integers.
