@@ -117,8 +117,12 @@ def test_sparse_steps_backtest_past_its_limit_is_cancelled_naming_a_range(
         assert answer.status_code == 413
         detail = answer.json()["detail"]
         assert "RLGUARD_BACKTEST_TIMEOUT_S" in detail
-        assert f"cancelled at step 0 of {MAX_STEP}" in detail
-        assert '{"from_step": 0, "to_step": 0}' in detail
+        # Cancelled before its second window: steps up to the next stored one are done.
+        assert f"cancelled at step {GAP - 1} of 0..{MAX_STEP}" in detail
+        assert f'{{"from_step": 0, "to_step": {GAP - 1}}} then {{"from_step": {GAP}}}' in detail
+        ranged = client.post(f"/api/v1/runs/{run_id}/detect", json={"from_step": GAP * 7})
+        assert ranged.status_code == 413
+        assert f'{{"from_step": {GAP * 7}, "to_step": {GAP * 8 - 1}}}' in ranged.json()["detail"]
         health = client.get("/api/v1/health").json()["writes"]
         assert (health["in_flight"], health["oldest_s"]) == (0, {})
     app.state.engine.dispose()
@@ -165,3 +169,48 @@ def test_sparse_steps_series_export_markers_and_groups(client: TestClient, spars
     band = bands["data"][0]["signals"]["entropy"]
     assert bands["bins"] == 5000 and sum(band["n"]) == len(band["steps"]) > 0
     assert set(band["mean"]) == {1.0}
+
+
+def test_sparse_steps_rewrite_of_stored_steps_rebuilds_their_rollups(
+    client: TestClient, sparse_run: str
+) -> None:
+    base = f"/api/v1/runs/{sparse_run}"
+    rewrite = [{"step": s, "values": {"actor/entropy": 5.0}} for s in (0, GAP * 5, MAX_STEP)]
+    stored = client.post(f"{base}/batches", json={"batch_id": "rewrite", "steps": rewrite})
+    assert stored.status_code == 200, stored.text
+    raw = client.get(f"{base}/series", params={"keys": "actor/entropy"}).json()
+    values = dict(
+        zip(
+            raw["series"]["actor/entropy"]["steps"],
+            raw["series"]["actor/entropy"]["values"],
+            strict=True,
+        )
+    )
+    assert (len(values), values[0], values[GAP * 5], values[GAP * 6], values[MAX_STEP]) == (
+        len(SPARSE),
+        5.0,
+        5.0,
+        1.0,
+        5.0,
+    )
+    thin = client.get(f"{base}/series", params={"keys": "actor/entropy", "max_points": 8}).json()
+    series = thin["series"]["actor/entropy"]
+    assert (series["total_points"], max(series["max"]), min(series["min"])) == (
+        len(SPARSE),
+        5.0,
+        1.0,
+    )
+
+
+def test_sparse_steps_samples_at_huge_steps(client: TestClient, sparse_run: str) -> None:
+    base = f"/api/v1/runs/{sparse_run}"
+    rollouts = [
+        {"step": step, "index": 0, "prompt": "p", "response": "r", "reward": 1.0}
+        for step in (0, GAP * 300, MAX_STEP)
+    ]
+    stored = client.post(f"{base}/samples", json={"batch_id": "s", "samples": rollouts})
+    assert stored.status_code == 200, stored.text
+    steps = client.get(f"{base}/sample-steps").json()["data"]
+    assert [(s["step"], s["samples"]) for s in steps] == [(0, 1), (GAP * 300, 1), (MAX_STEP, 1)]
+    found = client.get(f"{base}/samples", params={"from_step": GAP, "order": "desc"}).json()
+    assert [s["step"] for s in found["data"]] == [MAX_STEP, GAP * 300]

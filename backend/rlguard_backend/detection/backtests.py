@@ -33,12 +33,12 @@ class Replay(NamedTuple):
 class BacktestTooLong(Exception):
     """A backtest ran past its time limit; it names the step it reached and how to narrow it."""
 
-    def __init__(self, limit_s: float, reached: int, last: int) -> None:
+    def __init__(self, limit_s: float, first: int, reached: int, last: int) -> None:
         super().__init__(
             f"the backtest ran past its limit of {limit_s:g} s (RLGUARD_BACKTEST_TIMEOUT_S) and "
-            f"was cancelled at step {reached} of {last}; narrow it to a step range with "
-            f'from_step and to_step, e.g. {{"from_step": 0, "to_step": {reached}}}, or raise '
-            "the limit"
+            f"was cancelled at step {reached} of {first}..{last}; narrow it to a step range "
+            f'with from_step and to_step, e.g. {{"from_step": {first}, "to_step": {reached}}} '
+            f'then {{"from_step": {reached + 1}}}, or raise the limit'
         )
         self.limit_s, self.reached, self.last = limit_s, reached, last
 
@@ -145,11 +145,11 @@ def replay_run(
     count = 0
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     for chunk in stored_chunks(session, run.id, first, last):
+        if deadline is not None and count and time.monotonic() > deadline:  # more to go
+            reached = chunk[0][0] - 1
+            raise BacktestTooLong(timeout_s or 0.0, first, reached, last or run.last_step or 0)
         events += suite.feed_many(chunk)
         count += len(chunk)
-        if deadline is not None and time.monotonic() > deadline:
-            newest = run.last_step if last is None else last
-            raise BacktestTooLong(timeout_s or 0.0, chunk[-1][0], newest or chunk[-1][0])
     return Replay(suite, events, count)
 
 
