@@ -93,7 +93,7 @@ def test_sparse_steps_backtest_of_a_step_range(client: TestClient, sparse_run: s
     ("body", "says"),
     [
         ({"apply": True, "to_step": GAP}, "drop from_step and to_step"),
-        ({"from_step": GAP, "to_step": 0}, "below from_step"),
+        ({"from_step": GAP, "to_step": 0}, "to_step must be at least from_step"),
         ({"to_step": MAX_STEP + 1}, "less than or equal to"),
     ],
 )

@@ -67,7 +67,10 @@ class DetectRequest(BaseModel):
     @model_validator(mode="after")
     def _range_is_whole_when_applied(self) -> DetectRequest:
         if self.to_step is not None and self.to_step < self.from_step:
-            raise ValueError(f"to_step={self.to_step} is below from_step={self.from_step}")
+            raise ValueError(
+                f"to_step must be at least from_step (to_step={self.to_step}, "
+                f"from_step={self.from_step})"
+            )
         if self.apply and (self.from_step > 0 or self.to_step is not None):
             raise ValueError(
                 "apply replaces the run's alerts and detector state, so it replays the whole "
