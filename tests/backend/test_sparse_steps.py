@@ -214,3 +214,13 @@ def test_sparse_steps_samples_at_huge_steps(client: TestClient, sparse_run: str)
     assert [(s["step"], s["samples"]) for s in steps] == [(0, 1), (GAP * 300, 1), (MAX_STEP, 1)]
     found = client.get(f"{base}/samples", params={"from_step": GAP, "order": "desc"}).json()
     assert [s["step"] for s in found["data"]] == [MAX_STEP, GAP * 300]
+
+
+def test_sparse_steps_two_steps_far_apart_backtest(client: TestClient) -> None:
+    """The fuzzed run of the issue: steps 0 and about 1.5 × 10^15."""
+    run_id = new_run_id("fuzzed")
+    client.post("/api/v1/runs", json={"id": run_id, "project": "p"})
+    steps = [{"step": s, "values": {"actor/entropy": 1.0}} for s in (0, 1_500_000_000_000_000)]
+    client.post(f"/api/v1/runs/{run_id}/batches", json={"batch_id": "f", "steps": steps})
+    answer = client.post(f"/api/v1/runs/{run_id}/detect", json={"apply": True})
+    assert (answer.status_code, answer.json()["steps"]) == (200, 2)
