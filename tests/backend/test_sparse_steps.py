@@ -21,6 +21,7 @@ from tests.conftest import new_run_id
 GAP = 2**40
 SPARSE = [0, *(GAP * k for k in range(1, 301)), MAX_STEP]
 KEYS = ("actor/ppo_kl", "actor/entropy", "actor/lr")
+TOKENS = 2**20  # steps that count tokens seen
 
 
 def sparse_batch(batch_id: str = "sparse") -> dict[str, Any]:
@@ -31,6 +32,12 @@ def sparse_batch(batch_id: str = "sparse") -> dict[str, Any]:
         values = {"actor/ppo_kl": 0.01, "actor/entropy": 1.0, "actor/lr": lr}
         steps.append({"step": step, "values": values})
     return {"batch_id": batch_id, "steps": steps}
+
+
+def token_batch(count: int) -> dict[str, Any]:
+    """``count`` steps counting tokens (TOKENS apart), two keys each."""
+    steps = [{"step": k * TOKENS, "values": {"loss": 1.0, "kl": 0.1}} for k in range(count)]
+    return {"batch_id": f"tokens-{count}", "steps": steps}
 
 
 class CountingStore:
@@ -57,7 +64,7 @@ def sparse_run(client: TestClient) -> str:
     return run_id
 
 
-def test_sparse_steps_backtest_reads_per_stored_step_not_per_window(
+def test_sparse_steps_backtest_reads_by_stored_points_not_step_numbers(
     client: TestClient, sparse_run: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counting = CountingStore()
@@ -65,9 +72,23 @@ def test_sparse_steps_backtest_reads_per_stored_step_not_per_window(
     answer = client.post(f"/api/v1/runs/{sparse_run}/detect", json={"apply": False})
     assert answer.status_code == 200, answer.text
     assert answer.json()["steps"] == len(SPARSE)
-    # Per stored step and key: the window holding it, the empty window after, one jump.
-    assert counting.calls["read_points"] <= 2 * len(SPARSE) * len(KEYS)
-    assert counting.calls["next_step"] <= len(SPARSE) * len(KEYS)
+    # 302 points per key fit one window: one read of each key, whatever the gaps.
+    assert counting.calls == Counter({"read_first": len(KEYS)})
+
+
+def test_sparse_steps_token_count_steps_are_read_in_windows_of_points(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps counting tokens: 12,000 of them are read in three windows of 5,000 points."""
+    run_id = new_run_id("tokens")
+    client.post("/api/v1/runs", json={"id": run_id, "project": "p"})
+    stored = client.post(f"/api/v1/runs/{run_id}/batches", json=token_batch(12_000))
+    assert stored.status_code == 200, stored.text
+    counting = CountingStore()
+    monkeypatch.setattr(storage, "STORE", counting)
+    answer = client.post(f"/api/v1/runs/{run_id}/detect", json={"apply": False})
+    assert answer.json()["steps"] == 12_000
+    assert counting.calls == Counter({"read_first": 3 * 2})
 
 
 def test_sparse_steps_stored_chunks_are_the_stored_steps_in_order(
@@ -112,17 +133,20 @@ def test_sparse_steps_backtest_past_its_limit_is_cancelled_naming_a_range(
     with TestClient(app) as client:
         run_id = new_run_id("slow")
         client.post("/api/v1/runs", json={"id": run_id, "project": "p"})
-        client.post(f"/api/v1/runs/{run_id}/batches", json=sparse_batch())
+        client.post(f"/api/v1/runs/{run_id}/batches", json=token_batch(12_000))
         answer = client.post(f"/api/v1/runs/{run_id}/detect", json={"apply": True})
         assert answer.status_code == 413
         detail = answer.json()["detail"]
         assert "RLGUARD_BACKTEST_TIMEOUT_S" in detail
-        # Cancelled before its second window: steps up to the next stored one are done.
-        assert f"cancelled at step {GAP - 1} of 0..{MAX_STEP}" in detail
-        assert f'{{"from_step": 0, "to_step": {GAP - 1}}} then {{"from_step": {GAP}}}' in detail
-        ranged = client.post(f"/api/v1/runs/{run_id}/detect", json={"from_step": GAP * 7})
+        # Cancelled before its second window of 5,000 points: steps before it are done.
+        done, last = 5000 * TOKENS - 1, 11_999 * TOKENS
+        assert f"cancelled at step {done} of 0..{last}" in detail
+        assert f'{{"from_step": 0, "to_step": {done}}} then {{"from_step": {done + 1}}}' in detail
+        body = {"from_step": 1000 * TOKENS}
+        ranged = client.post(f"/api/v1/runs/{run_id}/detect", json=body)
         assert ranged.status_code == 413
-        assert f'{{"from_step": {GAP * 7}, "to_step": {GAP * 8 - 1}}}' in ranged.json()["detail"]
+        expected = f'{{"from_step": {1000 * TOKENS}, "to_step": {6000 * TOKENS - 1}}}'
+        assert expected in ranged.json()["detail"]
         health = client.get("/api/v1/health").json()["writes"]
         assert (health["in_flight"], health["oldest_s"]) == (0, {})
     app.state.engine.dispose()

@@ -98,10 +98,13 @@ async def create_run(
 
 
 def _replay_if_stored(session: Session, data: RunCreate, settings: Settings) -> feed.Replay | None:
-    """A resumed run's replay up to its ``resume_from_step``; None for a run not stored yet."""
-    if data.resume_from_step is None or session.get(Run, data.id) is None:
+    """A resumed run's replay up to its ``resume_from_step``, with the config the resume leaves
+    it (``create_or_resume_run`` merges the new keys in); None for a run not stored yet."""
+    run = session.get(Run, data.id)
+    if data.resume_from_step is None or run is None:
         return None
-    return replay_before(session, data.id, data.resume_from_step, settings)
+    config = {**(run.config or {}), **data.config}
+    return feed.replay_run(session, run, settings, {}, last=data.resume_from_step, config=config)
 
 
 def _check_config(config: dict[str, Any], settings: Settings) -> None:

@@ -18,8 +18,9 @@ from rlguard_backend.models import Alert, MetricKey, Run
 from rlguard_backend.schemas import BacktestAlert, DetectResult
 from rlguard_backend.stability import AlertEvent, DetectorSuite
 from rlguard_backend.store import repository, storage
+from rlguard_backend.store.storage import Row
 
-BACKTEST_CHUNK_STEPS = 5000
+BACKTEST_CHUNK_POINTS = 5000  # of each key, per list of steps fed at once
 
 
 class Replay(NamedTuple):
@@ -89,13 +90,14 @@ def stored_chunks(
     run_id: str,
     first: int = 0,
     last: int | None = None,
-    span: int | None = BACKTEST_CHUNK_STEPS,
+    span: int | None = BACKTEST_CHUNK_POINTS,
 ) -> Iterator[list[tuple[int, Values]]]:
     """The run's stored steps from `first` to `last` (its newest when None) in order, all
-    keys merged: in lists covering `span` step numbers each, or one list when None.
+    keys merged: in lists of about `span` points of each key, or one list when None.
 
-    The walk follows what is stored, not the step numbers: past an empty window it jumps to
-    the next stored step, so steps 2^40 apart cost two reads per step, not 2^40 / span.
+    Windows are cut by stored points, not step numbers: steps 2^40 apart cost what steps one
+    apart do. A window ends at the last step of the first key whose read filled up, so every
+    other key's points up to there were read with it and no step is split.
     """
     keys = [
         key
@@ -106,26 +108,29 @@ def stored_chunks(
     if newest is None:
         return
     last = newest if last is None else min(last, newest)
-    lo: int | None = first
-    while lo is not None and lo <= last:
-        hi = last if span is None else min(lo + span - 1, last)
+    lo = first
+    while lo <= last:
+        reads = {key.name: _read_window(session, key, lo, last, span) for key in keys}
+        full = [rows[-1][0] for rows in reads.values() if span is not None and len(rows) == span]
+        hi = min(full, default=last)
         chunk: dict[int, Values] = {}
-        for key in keys:
-            for step, value, _ in storage.STORE.read_points(session, key.id, lo, hi):
-                chunk.setdefault(step, {})[key.name] = float("nan") if value is None else value
-        if chunk:
-            yield sorted(chunk.items())
-        lo = _next_stored_step(session, keys, hi + 1) if not chunk else hi + 1
+        for name, rows in reads.items():
+            for step, value, _ in rows:
+                if step <= hi:
+                    chunk.setdefault(step, {})[name] = float("nan") if value is None else value
+        if not chunk:
+            return
+        yield sorted(chunk.items())
+        lo = hi + 1
 
 
-def _next_stored_step(session: Session, keys: Iterable[MetricKey], lo: int) -> int | None:
-    """The first step at or after ``lo`` that any of the keys stored."""
-    found = (
-        storage.STORE.next_step(session, key.id, lo)
-        for key in keys
-        if key.last_step is not None and key.last_step >= lo
-    )
-    return min((step for step in found if step is not None), default=None)
+def _read_window(session: Session, key: MetricKey, lo: int, hi: int, span: int | None) -> list[Row]:
+    """The key's points from ``lo`` to ``hi``: all, or its first ``span``."""
+    if key.last_step is None or key.last_step < lo:
+        return []
+    if span is None:
+        return storage.STORE.read_points(session, key.id, lo, hi)
+    return storage.STORE.read_first(session, key.id, lo, hi, span)
 
 
 def replay_run(
@@ -137,10 +142,12 @@ def replay_run(
     first: int = 0,
     last: int | None = None,
     timeout_s: float | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> Replay:
     """A fresh suite fed the run's stored steps ``first..last`` (all by default): it, its
-    events, and how many steps; ``BacktestTooLong`` past ``timeout_s``."""
-    suite = make_suite(run.config, settings, None, thresholds)
+    events, and how many steps; ``BacktestTooLong`` past ``timeout_s``. The suite reads
+    ``config`` (the run's when None)."""
+    suite = make_suite(run.config if config is None else config, settings, None, thresholds)
     events: list[AlertEvent] = []
     count = 0
     deadline = None if timeout_s is None else time.monotonic() + timeout_s

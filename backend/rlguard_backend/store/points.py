@@ -40,6 +40,7 @@ from rlguard_backend.store.rollups import (
 OWN_CHUNK_POINTS = 64
 TAIL_CHUNK_POINTS = 128
 MAX_CHUNK_POINTS = 1024
+READ_FIRST_PAGE_CHUNKS = 64  # chunks read_first fetches per query
 CHUNK_COLUMNS = (
     ("key_id", "int4"),
     ("first_step", "int8"),
@@ -360,26 +361,30 @@ def read_points(session: Session, key_id: int, lo: int, hi: int) -> list[Row]:
     return out
 
 
-def next_step(session: Session, key_id: int, lo: int) -> int | None:
-    """The key's first stored step at or after ``lo``, None when there is none.
+def read_first(session: Session, key_id: int, lo: int, hi: int, limit: int) -> list[Row]:
+    """The key's first ``limit`` points with ``lo <= step <= hi``, in step order.
 
-    Two index seeks whatever the gap: the chunk holding ``lo`` (its steps bisected) and the
-    next one, so a walk over sparse steps (2^40 apart, say) costs a read per stored step.
+    Reads chunks in pages from the one holding ``lo``, so the cost follows the points read,
+    whatever the gaps between their steps (2^40 apart, say).
     """
-    found = sql.fetchall(
-        session,
-        "SELECT first_step, last_step, step_data FROM point_chunks WHERE key_id = ? AND "
-        "first_step >= coalesce((SELECT max(first_step) FROM point_chunks WHERE key_id = ? "
-        "AND first_step <= ?), ?) ORDER BY first_step LIMIT 2",
-        (key_id, key_id, lo, lo),
-    )
-    for first, last, step_data in found:
-        if first >= lo:
-            return int(first)
-        if last >= lo:
-            steps = unpack("q", step_data)
-            return int(steps[bisect_left(steps, lo)])
-    return None
+    out: list[Row] = []
+    start = lo
+    while len(out) < limit and start <= hi:
+        found = sql.fetchall(
+            session,
+            "SELECT first_step, last_step, step_data, value_data, time_data FROM point_chunks "
+            f"{_CHUNKS_IN_RANGE} ORDER BY first_step LIMIT {READ_FIRST_PAGE_CHUNKS}",
+            (key_id, hi, key_id, start, start),
+        )
+        for first, last, step_data, value_data, time_data in found:
+            rows = decode(step_data, value_data, time_data)
+            if first < lo or last > hi:
+                rows = [row for row in rows if lo <= row[0] <= hi]
+            out.extend(rows)
+        if len(found) < READ_FIRST_PAGE_CHUNKS:
+            break
+        start = found[-1][1] + 1
+    return out[:limit]
 
 
 def read_arrays(session: Session, key_id: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:

@@ -49,8 +49,8 @@ class PointStore(Protocol):
         """Raw ``(step, value, wall_time)`` with ``lo <= step <= hi``, in step order."""
         ...
 
-    def next_step(self, session: Session, key_id: int, lo: int) -> int | None:
-        """The key's first stored step at or after ``lo``, None when there is none."""
+    def read_first(self, session: Session, key_id: int, lo: int, hi: int, limit: int) -> list[Row]:
+        """The key's first ``limit`` points with ``lo <= step <= hi``, in step order."""
         ...
 
     def read_arrays(
