@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from rlguard_backend.core import migrate
 from rlguard_backend.core.app import create_app
 from rlguard_backend.core.config import Settings
+from rlguard_backend.core.db import make_engine, make_session_factory
 from rlguard_backend.detection import feed
 from rlguard_backend.schemas import MAX_STEP
 from rlguard_backend.store import points, storage
@@ -248,3 +250,25 @@ def test_sparse_steps_two_steps_far_apart_backtest(client: TestClient) -> None:
     client.post(f"/api/v1/runs/{run_id}/batches", json={"batch_id": "f", "steps": steps})
     answer = client.post(f"/api/v1/runs/{run_id}/detect", json={"apply": True})
     assert (answer.status_code, answer.json()["steps"]) == (200, 2)
+
+
+def test_sparse_steps_read_first_pages_through_many_small_chunks(db_url: str) -> None:
+    """Chunks of one point each (as gap fills leave them): pages of chunks, each point once."""
+    engine = make_engine(db_url)
+    migrate.upgrade(engine)
+    key_id, steps = 7, [k * GAP for k in range(3 * points.READ_FIRST_PAGE_CHUNKS)]
+    try:
+        with make_session_factory(engine)() as session:
+            for step in steps:
+                column = points.Columns([step], [float(step % 5)], [0.0])
+                points.store_points(session, {key_id: column}, {key_id: points.KeyTail(None)})
+            session.commit()
+            read = points.read_first(session, key_id, 0, MAX_STEP, len(steps))
+            assert [row[0] for row in read] == steps
+            middle = points.read_first(session, key_id, GAP * 70 + 1, GAP * 150, 1000)
+            assert [row[0] for row in middle] == steps[71:151]
+            assert [row[0] for row in points.read_first(session, key_id, 0, MAX_STEP, 100)] == (
+                steps[:100]
+            )
+    finally:
+        engine.dispose()

@@ -367,23 +367,27 @@ def read_first(session: Session, key_id: int, lo: int, hi: int, limit: int) -> l
     Reads chunks in pages from the one holding ``lo``, so the cost follows the points read,
     whatever the gaps between their steps (2^40 apart, say).
     """
+    select_chunks = (
+        "SELECT first_step, last_step, step_data, value_data, time_data FROM point_chunks "
+    )
+    page = f"ORDER BY first_step LIMIT {READ_FIRST_PAGE_CHUNKS}"
+    found = sql.fetchall(
+        session, f"{select_chunks}{_CHUNKS_IN_RANGE} {page}", (key_id, hi, key_id, lo, lo)
+    )
     out: list[Row] = []
-    start = lo
-    while len(out) < limit and start <= hi:
-        found = sql.fetchall(
-            session,
-            "SELECT first_step, last_step, step_data, value_data, time_data FROM point_chunks "
-            f"{_CHUNKS_IN_RANGE} ORDER BY first_step LIMIT {READ_FIRST_PAGE_CHUNKS}",
-            (key_id, hi, key_id, start, start),
-        )
+    while found:
         for first, last, step_data, value_data, time_data in found:
             rows = decode(step_data, value_data, time_data)
             if first < lo or last > hi:
                 rows = [row for row in rows if lo <= row[0] <= hi]
             out.extend(rows)
-        if len(found) < READ_FIRST_PAGE_CHUNKS:
+        if len(out) >= limit or len(found) < READ_FIRST_PAGE_CHUNKS:
             break
-        start = found[-1][1] + 1
+        found = sql.fetchall(
+            session,
+            f"{select_chunks}WHERE key_id = ? AND first_step > ? AND first_step <= ? {page}",
+            (key_id, found[-1][0], hi),
+        )
     return out[:limit]
 
 
