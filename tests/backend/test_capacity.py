@@ -152,6 +152,9 @@ def test_capacity_simultaneous_creations_and_batches_beyond_every_pool_all_answe
             "saturated": False,
             "admitted_total": 2 * SIMULTANEOUS,
             "refused_total": 0,
+            "oldest_s": {},
+            "lock_holder": None,
+            "holds_over_limit_total": 0,
         }
 
 

@@ -59,6 +59,7 @@ def test_storage_ingest_reads_rewinds_and_backtests_go_through_the_store(
     run_id = new_run_id("store")
     assert client.post("/api/v1/runs", json={"id": run_id, "project": "p"}).status_code == 201
     steps = [{"step": s, "values": {"loss": s / 10, "actor/entropy": 1.0}} for s in range(300)]
+    steps.append({"step": 2**40, "values": {"loss": 1.0}})  # a backtest jumps the gap
     batch = client.post(f"/api/v1/runs/{run_id}/batches", json={"batch_id": "a", "steps": steps})
     assert batch.status_code == 200, batch.text
     raw = client.get(f"/api/v1/runs/{run_id}/series", params={"keys": "loss"}).json()
@@ -70,6 +71,8 @@ def test_storage_ingest_reads_rewinds_and_backtests_go_through_the_store(
     assert len(thin["series"]["loss"]["steps"]) <= 40
     bands = client.get("/api/v1/groups", params={"runs": run_id, "signals": "entropy"})
     assert bands.status_code == 200, bands.text
+    sparse = client.post(f"/api/v1/runs/{run_id}/detect", json={"apply": False})
+    assert sparse.json()["steps"] == 301
     rewound = client.post(f"/api/v1/runs/{run_id}/rewind", json={"resume_from_step": 99})
     assert rewound.status_code == 200
     detected = client.post(f"/api/v1/runs/{run_id}/detect", json={"apply": False})

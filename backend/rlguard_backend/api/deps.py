@@ -16,6 +16,7 @@ from rlguard_backend.core.auth import Identity
 from rlguard_backend.core.capacity import Database
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.errors import Forbidden, Unauthorized
+from rlguard_backend.core.stalls import CURRENT_WRITE
 from rlguard_backend.store import repository
 
 
@@ -32,13 +33,29 @@ async def get_database(request: Request) -> Database:
 
 
 async def admit_write(request: Request) -> AsyncIterator[Database]:
-    """The database for a write, or 503 with ``Retry-After`` at once when too many are in flight."""
+    """The database for a write, or 503 with ``Retry-After`` at once when too many are in flight.
+
+    The write is registered with its route and run while in flight (``core.stalls``).
+    """
     database: Database = request.app.state.database
     database.gate.enter()
+    unit = database.writes.admit(_route_of(request), request.path_params.get("run_id"))
+    CURRENT_WRITE.set(unit)  # the request's own context: gone with it, no reset needed
     try:
         yield database
     finally:
+        database.writes.leave(unit)
         database.gate.leave()
+
+
+def _route_of(request: Request) -> str:
+    """The method and route template, as the client sees it: POST /api/v1/runs/{run_id}/detect.
+
+    FastAPI keeps an included route's own path (without the prefix it was included under).
+    """
+    prefix: str = request.app.state.settings.api_prefix
+    path: str = getattr(request.scope.get("route"), "path", request.url.path)
+    return f"{request.method} {path if path.startswith(prefix + '/') else prefix + path}"
 
 
 # Paging of every list endpoint; an offset past 2^62 would overflow the databases' integers.

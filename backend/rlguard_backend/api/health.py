@@ -22,6 +22,7 @@ from rlguard_backend.schemas import (
     Health,
     HealthUnavailable,
     SchemaState,
+    WriteHold,
     WriteLoad,
 )
 
@@ -60,13 +61,16 @@ async def read_health(request: Request, db: DatabaseDep) -> Health | JSONRespons
 
 
 def _write_load(db: Database) -> WriteLoad:
-    gate = db.gate
+    gate, hold = db.gate, db.writes.longest_hold()
     return WriteLoad(
         in_flight=gate.in_flight,
         limit=gate.limit,
         saturated=gate.saturated,
         admitted_total=gate.admitted_total,
         refused_total=gate.refused_total,
+        oldest_s=db.writes.oldest_by_route(),
+        lock_holder=None if hold is None else WriteHold(**vars(hold)),
+        holds_over_limit_total=db.writes.holds_over_limit_total,
     )
 
 

@@ -24,13 +24,14 @@ from rlguard_backend.api.deps import (
     project_filter,
 )
 from rlguard_backend.core.config import Settings
-from rlguard_backend.core.errors import InvalidField, NotFound
+from rlguard_backend.core.errors import InvalidField, NotFound, PayloadTooLarge
 from rlguard_backend.detection import feed
 from rlguard_backend.models import Run
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,
     DetectRequest,
     DetectResult,
+    ErrorBody,
     Heartbeat,
     HeartbeatIn,
     MarkerList,
@@ -76,10 +77,17 @@ async def create_run(
     project_filter(identity, data.project)
     _check_config(data.config, settings)
 
+    replayed = None
+    if data.resume_from_step is not None:  # the replay of a rewind reads outside the lock
+        replayed = await db.read(lambda session: _replay_if_stored(session, data, settings))
+
     def create_or_resume(session: Session) -> tuple[RunPublic, bool]:
         run, created = repository.create_or_resume_run(session, data)
         if data.resume_from_step is not None and not created:
-            feed.backtest(session, run, settings, {}, apply=True)
+            if replayed is None:  # created by another request meanwhile: a few steps at most
+                feed.backtest(session, run, settings, {}, apply=True)
+            else:
+                feed.apply_replay(session, run, replayed)
         session.commit()
         return _public(session, run.id), created
 
@@ -87,6 +95,16 @@ async def create_run(
     if not created:
         response.status_code = status.HTTP_200_OK
     return run
+
+
+def _replay_if_stored(session: Session, data: RunCreate, settings: Settings) -> feed.Replay | None:
+    """A resumed run's replay up to its ``resume_from_step``, with the config the resume leaves
+    it (``create_or_resume_run`` merges the new keys in); None for a run not stored yet."""
+    run = session.get(Run, data.id)
+    if data.resume_from_step is None or run is None:
+        return None
+    config = {**(run.config or {}), **data.config}
+    return feed.replay_run(session, run, settings, {}, last=data.resume_from_step, config=config)
 
 
 def _check_config(config: dict[str, Any], settings: Settings) -> None:
@@ -372,22 +390,49 @@ async def heartbeat(run_id: str, request: Request, db: WriterDep) -> Heartbeat:
     return await db.write(beat)
 
 
-@router.post("/{run_id}/detect", response_model=DetectResult, dependencies=[WRITE])
+@router.post(
+    "/{run_id}/detect",
+    response_model=DetectResult,
+    dependencies=[WRITE],
+    responses={413: {"model": ErrorBody, "description": "past RLGUARD_BACKTEST_TIMEOUT_S"}},
+)
 async def detect_run(
     run_id: str, data: DetectRequest, db: WriterDep, settings: SettingsDep
 ) -> DetectResult:
-    """Backtest: re-run the detectors over the stored points, live alerts untouched unless asked."""
+    """Backtest: re-run the detectors over the stored points, live alerts untouched unless asked.
 
-    def backtest(session: Session) -> DetectResult:
-        run = feed.run_for_update(session, run_id)
+    The replay reads on a read thread, outside the write lock; with ``apply`` a short write
+    unit then replaces the run's alerts and detector state. A replay running past
+    ``RLGUARD_BACKTEST_TIMEOUT_S`` is cancelled (413): narrow it with ``from_step``/``to_step``.
+    """
+
+    def replay(session: Session) -> feed.Replay:
+        run = repository.get_run(session, run_id)
         try:
-            result = feed.backtest(session, run, settings, data.thresholds, data.apply)
+            return feed.replay_run(
+                session,
+                run,
+                settings,
+                data.thresholds,
+                first=data.from_step,
+                last=data.to_step,
+                timeout_s=settings.backtest_timeout_s,
+            )
         except ValueError as exc:
             raise InvalidField(["body", "thresholds"], str(exc)) from exc
+        except feed.BacktestTooLong as exc:
+            raise PayloadTooLarge(str(exc)) from exc
+
+    replayed = await db.read(replay)
+    if not data.apply:
+        return feed.replay_result(run_id, replayed, applied=False)
+
+    def apply(session: Session) -> DetectResult:
+        result = feed.apply_replay(session, feed.run_for_update(session, run_id), replayed)
         session.commit()
         return result
 
-    return await db.write(backtest)
+    return await db.write(apply)
 
 
 @router.post("/{run_id}/rewind", response_model=RunPublic, dependencies=[WRITE])
@@ -396,15 +441,21 @@ async def rewind_run(
 ) -> RunPublic:
     """Supersede the points after ``resume_from_step``; the restarted trainer rewrites them.
 
-    The detectors are replayed over what remains, so their state and alerts match the rewind.
+    The detectors are replayed over what remains, so their state and alerts match the rewind:
+    the replay reads outside the write lock, the write unit removes the points and applies it.
     """
+    step = data.resume_from_step
+    replayed = await db.read(lambda session: replay_before(session, run_id, step, settings))
 
     def rewind(session: Session) -> RunPublic:
-        run = repository.rewind_run(
-            session, feed.run_for_update(session, run_id), data.resume_from_step
-        )
-        feed.backtest(session, run, settings, {}, apply=True)
+        run = repository.rewind_run(session, feed.run_for_update(session, run_id), step)
+        feed.apply_replay(session, run, replayed)
         session.commit()
         return _public(session, run_id)
 
     return await db.write(rewind)
+
+
+def replay_before(session: Session, run_id: str, step: int, settings: Settings) -> feed.Replay:
+    """The run's detectors replayed over its stored steps up to ``step`` (a rewind's)."""
+    return feed.replay_run(session, repository.get_run(session, run_id), settings, {}, last=step)

@@ -40,6 +40,7 @@ from rlguard_backend.core.errors import ServiceError
 from rlguard_backend.core.limits import BodyLimits
 from rlguard_backend.core.metrics import ServiceMetrics
 from rlguard_backend.core.requestlog import RequestIds
+from rlguard_backend.core.stalls import StallWatch
 from rlguard_backend.detection.liveness import LivenessWatch
 from rlguard_backend.detection.webhooks import WebhookWorker
 from rlguard_backend.ingest import InvalidBatch
@@ -82,15 +83,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         write_threads=settings.write_threads,
         max_inflight_writes=settings.max_inflight_writes,
         retry_after_s=settings.retry_after_s,
+        write_hold_warn_s=settings.write_hold_warn_s,
     )
     checkpointer = Checkpointer(engine)
     body_budget = BodyBudget(settings.max_inflight_body_bytes, settings.retry_after_s)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        workers: list[WebhookWorker | LivenessWatch | Checkpointer] = [
+        workers: list[WebhookWorker | LivenessWatch | Checkpointer | StallWatch] = [
             LivenessWatch(session_factory, settings),
             checkpointer,
+            StallWatch(database.writes),
         ]
         if settings.webhooks:
             workers.append(WebhookWorker(session_factory, settings))
@@ -114,7 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.auth_required = settings.auth == "on"
     app.state.token_cache = TokenCache()
     app.state.metrics = ServiceMetrics()
-    app.state.metrics.watch_capacity(database.gate, body_budget)
+    app.state.metrics.watch_capacity(database.gate, body_budget, database.writes)
     app.state.body_budget = body_budget
     app.state.schema_head = migrate.head_revision()
     app.state.checkpointer = checkpointer

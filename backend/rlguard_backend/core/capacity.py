@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rlguard_backend.core.db import write_session
 from rlguard_backend.core.errors import Saturated
+from rlguard_backend.core.stalls import WritesInFlight
 
 T = TypeVar("T")
 
@@ -121,9 +122,11 @@ class Database:
         write_threads: int,
         max_inflight_writes: int,
         retry_after_s: int,
+        write_hold_warn_s: float = 30.0,
     ) -> None:
         self.factory = factory
         self.gate = WriteGate(max_inflight_writes, retry_after_s)
+        self.writes = WritesInFlight(write_hold_warn_s)
         self._read_threads = CapacityLimiter(read_threads)
         self._write_threads = CapacityLimiter(write_threads)
 

@@ -97,6 +97,18 @@ class Settings(BaseSettings):
         "single body limit)",
     )
     retry_after_s: int = Field(default=1, ge=1, description="Retry-After of a refused write")
+    write_hold_warn_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a unit of work holding the write lock longer than this is logged (a "
+        "warning naming its route and run, while it still holds it)",
+    )
+    backtest_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="a backtest (POST /runs/{id}/detect) running longer is cancelled with "
+        "413, naming the step it reached; narrow it with from_step and to_step",
+    )
     log_format: Literal["text", "json"] = Field(
         default="text", description="json: one JSON object per log line, with the request id"
     )

@@ -16,6 +16,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from rlguard_backend.core.stalls import holding_write_lock
+
 WRITE_OPTION = "rlguard_write"
 # A writer checkpoints the WAL itself only past this many pages (~40 MB): normally the
 # Checkpointer thread has done it long before, off the request path.
@@ -103,9 +105,12 @@ def _write_lock(factory: sessionmaker[Session]) -> threading.Lock | None:
 
 @contextmanager
 def write_session(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """A session that takes the write lock up front (SQLite) and rolls back on error."""
+    """A session that takes the write lock up front (SQLite) and rolls back on error.
+
+    The request's write (``core.stalls``) is marked as holding the lock meanwhile.
+    """
     lock = _write_lock(factory)
-    with lock or nullcontext(), factory() as session:
+    with lock or nullcontext(), holding_write_lock(), factory() as session:
         session.connection(execution_options={WRITE_OPTION: True})
         try:
             yield session

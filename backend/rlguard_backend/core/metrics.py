@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rlguard_backend.core.capacity import BodyBudget, WriteGate
+from rlguard_backend.core.stalls import WritesInFlight
 from rlguard_backend.models import Alert, WebhookDelivery
 
 SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -59,9 +60,9 @@ class ServiceMetrics:
             "rlguard_webhook_outbox", "Webhook messages not yet delivered", registry=r
         )
 
-    def watch_capacity(self, gate: WriteGate, budget: BodyBudget) -> None:
-        """Show the write gate's and the body budget's own counts at every scrape."""
-        self.registry.register(CapacityCollector(gate, budget))
+    def watch_capacity(self, gate: WriteGate, budget: BodyBudget, writes: WritesInFlight) -> None:
+        """Show the write gate's, the body budget's and the writes' own figures at every scrape."""
+        self.registry.register(CapacityCollector(gate, budget, writes))
 
     def read_database(self, session: Session) -> None:
         """Set the gauges that come from the shared database (called at scrape time)."""
@@ -112,11 +113,35 @@ class CapacityCollector(Collector):
         ),
     )
 
-    def __init__(self, gate: WriteGate, budget: BodyBudget) -> None:
+    def __init__(self, gate: WriteGate, budget: BodyBudget, writes: WritesInFlight) -> None:
         self.gate = gate
         self.budget = budget
+        self.writes = writes
 
     def collect(self) -> Iterator[Metric]:
         """The figures at this instant."""
         for family, name, documentation, read in self.FIGURES:
             yield family(name, documentation, value=read(self.gate, self.budget))  # type: ignore[call-arg]
+        yield from self._stalls()
+
+    def _stalls(self) -> Iterator[Metric]:
+        """How long the oldest write of each route has been in flight, and the lock's hold."""
+        oldest = GaugeMetricFamily(
+            "rlguard_write_oldest_seconds",
+            "Age of the oldest write in flight, per route (absent: none in flight)",
+            labels=["route"],
+        )
+        for route, age_s in self.writes.oldest_by_route().items():
+            oldest.add_metric([route], age_s)
+        yield oldest
+        hold = self.writes.longest_hold()
+        yield GaugeMetricFamily(
+            "rlguard_write_lock_held_seconds",
+            "How long the write holding the lock longest has held it (0: none holds it)",
+            value=0.0 if hold is None else hold.held_s,
+        )
+        yield CounterMetricFamily(
+            "rlguard_write_holds_over_limit",
+            "Writes that held the write lock past RLGUARD_WRITE_HOLD_WARN_S (each logged)",
+            value=self.writes.holds_over_limit_total,
+        )

@@ -26,9 +26,13 @@ from rlguard.sample_signals import SIGNAL_KEYS as SAMPLE_SIGNAL_KEYS
 from rlguard_backend.core.config import Settings
 from rlguard_backend.detection import alerts
 from rlguard_backend.detection.backtests import (
+    BacktestTooLong,
+    Replay,
+    apply_replay,
     backtest,
     fold_events,
     replace_live,
+    replay_result,
     replay_run,
     stored_chunks,
 )
@@ -56,8 +60,11 @@ log = logging.getLogger("rlguard_backend.detection.feed")
 
 __all__ = [
     "SUITES",
+    "BacktestTooLong",
     "Live",
+    "Replay",
     "SuiteCache",
+    "apply_replay",
     "backtest",
     "check_run_config",
     "detect_steps",
@@ -65,6 +72,8 @@ __all__ = [
     "fold_events",
     "live_suite",
     "make_suite",
+    "replay_result",
+    "replay_run",
     "run_for_update",
     "stored_chunks",
 ]

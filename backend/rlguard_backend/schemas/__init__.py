@@ -87,6 +87,7 @@ from rlguard_backend.schemas.service import (
     TokenList,
     TokenPublic,
     TokenScope,
+    WriteHold,
     WriteLoad,
 )
 from rlguard_backend.schemas.wire import (
@@ -215,6 +216,7 @@ __all__ = [
     "TokenScope",
     "WallTime",
     "WireFloat",
+    "WriteHold",
     "WriteLoad",
     "flatten_config",
     "nonfinite_as_wire",

@@ -9,9 +9,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    model_validator,
 )
 
-from rlguard_backend.schemas.wire import AlertStatus, Severity, StrictBool
+from rlguard_backend.schemas.wire import AlertStatus, BodyStep, Severity, StrictBool
 
 
 class AlertPublic(BaseModel):
@@ -62,6 +63,24 @@ class DetectRequest(BaseModel):
         default=False,
         description="replace the run's live alerts and detector state with the result",
     )
+    from_step: BodyStep = Field(default=0, description="the first step replayed")
+    to_step: BodyStep | None = Field(
+        default=None, description="the last step replayed; none: the run's newest"
+    )
+
+    @model_validator(mode="after")
+    def _range_is_whole_when_applied(self) -> DetectRequest:
+        if self.to_step is not None and self.to_step < self.from_step:
+            raise ValueError(
+                f"to_step must be at least from_step (to_step={self.to_step}, "
+                f"from_step={self.from_step})"
+            )
+        if self.apply and (self.from_step > 0 or self.to_step is not None):
+            raise ValueError(
+                "apply replaces the run's alerts and detector state, so it replays the whole "
+                "run: drop from_step and to_step, or backtest the range with apply=false"
+            )
+        return self
 
 
 class BacktestAlert(BaseModel):

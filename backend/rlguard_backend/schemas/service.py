@@ -70,6 +70,14 @@ class TokenList(BaseModel):
     count: int
 
 
+class WriteHold(BaseModel):
+    """The write holding the write lock longest right now."""
+
+    route: str = Field(description="method and route template, e.g. POST /api/v1/runs")
+    run_id: str | None
+    held_s: float
+
+
 class WriteLoad(BaseModel):
     """The write gate of the answering process: saturated means new writes get 503."""
 
@@ -78,6 +86,17 @@ class WriteLoad(BaseModel):
     saturated: bool
     admitted_total: int
     refused_total: int
+    oldest_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="per route (method and template), the age in seconds of its oldest write "
+        "in flight; a stall shows as an age that keeps growing",
+    )
+    lock_holder: WriteHold | None = Field(
+        default=None, description="the write holding the write lock longest now, if any"
+    )
+    holds_over_limit_total: int = Field(
+        default=0, description="writes that held the lock past RLGUARD_WRITE_HOLD_WARN_S"
+    )
 
 
 class SchemaState(BaseModel):

@@ -40,6 +40,7 @@ from rlguard_backend.store.rollups import (
 OWN_CHUNK_POINTS = 64
 TAIL_CHUNK_POINTS = 128
 MAX_CHUNK_POINTS = 1024
+READ_FIRST_PAGE_CHUNKS = 64  # chunks read_first fetches per query
 CHUNK_COLUMNS = (
     ("key_id", "int4"),
     ("first_step", "int8"),
@@ -358,6 +359,36 @@ def read_points(session: Session, key_id: int, lo: int, hi: int) -> list[Row]:
             rows = rows[bisect_left(steps, lo) : bisect_right(steps, hi)]
         out.extend(rows)
     return out
+
+
+def read_first(session: Session, key_id: int, lo: int, hi: int, limit: int) -> list[Row]:
+    """The key's first ``limit`` points with ``lo <= step <= hi``, in step order.
+
+    Reads chunks in pages from the one holding ``lo``, so the cost follows the points read,
+    whatever the gaps between their steps (2^40 apart, say).
+    """
+    select_chunks = (
+        "SELECT first_step, last_step, step_data, value_data, time_data FROM point_chunks "
+    )
+    page = f"ORDER BY first_step LIMIT {READ_FIRST_PAGE_CHUNKS}"
+    found = sql.fetchall(
+        session, f"{select_chunks}{_CHUNKS_IN_RANGE} {page}", (key_id, hi, key_id, lo, lo)
+    )
+    out: list[Row] = []
+    while found:
+        for first, last, step_data, value_data, time_data in found:
+            rows = decode(step_data, value_data, time_data)
+            if first < lo or last > hi:
+                rows = [row for row in rows if lo <= row[0] <= hi]
+            out.extend(rows)
+        if len(out) >= limit or len(found) < READ_FIRST_PAGE_CHUNKS:
+            break
+        found = sql.fetchall(
+            session,
+            f"{select_chunks}WHERE key_id = ? AND first_step > ? AND first_step <= ? {page}",
+            (key_id, found[-1][0], hi),
+        )
+    return out[:limit]
 
 
 def read_arrays(session: Session, key_id: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:

@@ -49,6 +49,10 @@ class PointStore(Protocol):
         """Raw ``(step, value, wall_time)`` with ``lo <= step <= hi``, in step order."""
         ...
 
+    def read_first(self, session: Session, key_id: int, lo: int, hi: int, limit: int) -> list[Row]:
+        """The key's first ``limit`` points with ``lo <= step <= hi``, in step order."""
+        ...
+
     def read_arrays(
         self, session: Session, key_id: int, lo: int, hi: int
     ) -> tuple[np.ndarray, np.ndarray]:
