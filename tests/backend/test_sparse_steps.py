@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from rlguard.protocol import MAX_STEP
 from rlguard_backend.core import migrate
 from rlguard_backend.core.app import create_app
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.db import make_engine, make_session_factory
 from rlguard_backend.detection import feed
-from rlguard_backend.schemas import MAX_STEP
 from rlguard_backend.store import points, storage
 from tests.conftest import new_run_id
 

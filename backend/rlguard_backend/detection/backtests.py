@@ -71,6 +71,8 @@ def apply_replay(session: Session, run: Run, replay: Replay) -> DetectResult:
         events = events + suite.feed_many(chunk)
         count += len(chunk)
     replace_live(session, run.id, suite, events, uuid.uuid4().hex)
+    if run.status in repository.ENDED:  # an ended run's alerts are closed with it
+        repository.close_alerts(session, run.id)
     return replay_result(run.id, Replay(suite, events, count), applied=True)
 
 
