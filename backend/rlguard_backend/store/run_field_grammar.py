@@ -87,3 +87,16 @@ FILTER = (
     f"|{_JSON_FIELDS}:(?:{_TEXTUAL}:{_ANY}|{_either(NUMBER_OPS)}:{_NUMBER}|{_BLANK})"
     ")$"
 )
+
+# A grouping field, as ``GET /groups`` reads ``by``: parts are not stripped, a key is any
+# characters but ``,``, ``"`` and NUL (``run_fields.check_field``'s rules, no narrower).
+_GROUP_KEY = f'[^,"\\x00]{{1,{MAX_KEY_CHARS}}}'
+_GROUPING = (
+    f"(?:{_TEXT_FIELDS}|{_DATE_FIELDS}|{_NUMBER_FIELDS}|health"
+    f"|hparam\\.{_either(HPARAMS)}|(?:config|summary)\\.{_GROUP_KEY})"
+)
+
+
+def group_by(most: int) -> str:
+    """``by``: at most ``most`` grouping fields, comma-separated, empty parts allowed."""
+    return f"^,*(?:{_GROUPING}(?:,+{_GROUPING}){{0,{most - 1}}})?,*$"
