@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import httpx
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rlguard_backend.api import groups
 from rlguard_backend.core.errors import InvalidField
@@ -217,6 +219,20 @@ def test_groups_declared_patterns_take_exactly_what_the_checks_take(
     except InvalidField:
         taken = False
     assert (re.search(pattern, value) is not None) == taken
+
+
+DRAWS = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@DRAWS
+@given(
+    st.from_regex(groups.RUNS_PATTERN, fullmatch=True),
+    st.from_regex(groups.SIGNALS_PATTERN, fullmatch=True),
+    st.from_regex(groups.GROUP_BY_PATTERN, fullmatch=True),
+)
+def test_groups_every_value_the_patterns_take_is_taken(runs: str, signals: str, by: str) -> None:
+    groups.runs_and_signals(runs, signals)
+    groups.check_fields([f for f in by.split(",") if f])
 
 
 def test_groups_endpoint_unknown_run_is_404(http: httpx.Client) -> None:
