@@ -97,6 +97,30 @@ def test_fuzz_openapi_surface_answers_as_documented_in_every_scope(
             case.call_and_validate(base_url=url, headers=headers)
 
 
+def test_fuzz_links_name_operations_and_parameters_the_document_has() -> None:
+    """Each link targets an operation of the document by id and fills one of its parameters."""
+    document = _document()
+    operations = {
+        op["operationId"]: op for ops in document["paths"].values() for op in ops.values()
+    }
+    followed = set()
+    for ops in document["paths"].values():
+        for op in ops.values():
+            for answer in op["responses"].values():
+                for link in answer.get("links", {}).values():
+                    (parameter,) = link["parameters"]
+                    target = operations[link["operationId"]]
+                    assert parameter in {p["name"] for p in target.get("parameters", [])}
+                    followed.add(link["operationId"])
+    path_operations = {
+        op["operationId"]
+        for ops in document["paths"].values()
+        for op in ops.values()
+        if any(p["in"] == "path" for p in op.get("parameters", []))
+    }
+    assert path_operations <= followed  # every id in a path comes from some answer
+
+
 @pytest.fixture
 def fresh_service(tmp_path: Path) -> Iterator[str]:
     """``rlguard up``'s app on a database of its own: the stateful phase's runs are its own."""
