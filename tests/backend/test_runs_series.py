@@ -96,8 +96,8 @@ def test_runs_series_many_series_at_the_most_points_each_are_answered(http: http
         (100, 4800, 100, 8),  # a small limit: never below the schema's minimum
     ],
 )
-def test_runs_series_points_per_series_share_the_request_limit(
+def test_runs_seriespoints_per_series_share_the_request_limit(
     max_points: int, series_count: int, limit: int, expected: int
 ) -> None:
     settings = Settings(database_url="sqlite://", max_series_points=limit)
-    assert series._points_per_series(max_points, series_count, settings) == expected
+    assert series.points_per_series(max_points, series_count, settings) == expected

@@ -40,7 +40,7 @@ GROUP_BY_PATTERN = run_field_grammar.group_by(MAX_GROUP_FIELDS)
 # Lengths in characters such that the three together fit the default request head limit
 # (RLGUARD_MAX_REQUEST_HEAD_BYTES, 64 KiB; beyond it 431) however they are percent-encoded: a
 # character takes at most 12 bytes (4 UTF-8 bytes as %XX each), 12 × 5,200 = 62,400.
-MAX_RUNS_CHARS = 3500  # 200 run ids of 16 characters, 145 of the hook's 24
+MAX_RUNS_CHARS = 3500  # 200 run ids of 16 characters, 140 of the hook's 24 (with commas)
 MAX_SIGNALS_CHARS = 600  # 24 signals of 24 characters
 MAX_GROUP_BY_CHARS = 1100  # 4 summary.<key> fields of the longest key
 

@@ -55,7 +55,7 @@ async def read_runs_series(
     project-limited token's."""
     run_ids, wanted = runs_and_signals(runs, signals)
     check_max_points(max_points, settings)
-    max_points = _points_per_series(max_points, len(run_ids) * len(wanted), settings)
+    max_points = points_per_series(max_points, len(run_ids) * len(wanted), settings)
 
     def read(session: Session) -> bytes:
         found = {run.id: run for run in session.scalars(select(Run).where(Run.id.in_(run_ids)))}
@@ -88,7 +88,7 @@ async def read_runs_series(
     return Response(await db.read(read), media_type="application/json")
 
 
-def _points_per_series(max_points: int, series_count: int, settings: Settings) -> int:
+def points_per_series(max_points: int, series_count: int, settings: Settings) -> int:
     """``max_points``, lowered so that the request returns at most its share of the points a
     request may return (never below 8, the schema's minimum)."""
     most = MAX_SERIES_PER_REQUEST * settings.max_series_points
