@@ -38,7 +38,6 @@ MAX_EXAMPLES = 30  # fuzzed cases an operation, beside every boundary and malfor
 SCOPED_STRIDE = 4  # one case in this many goes to each token scope as well
 STATEFUL_EXAMPLES = 100  # chains: at 100, 25 of the document's links are followed (30: 21)
 CONFIG = f"""
-# every check is on, as with --checks all: schemathesis enables them all unless told otherwise
 seed = 7
 [phases]
 examples.enabled = true

@@ -7,10 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import pytest
 
-from rlguard_backend.schemas import DetectRequest
-from rlguard_backend.stability.thresholds import DEFAULTS, resolve_thresholds
 from tests.conftest import RunningServer, new_run_id
 
 MAX_STEP = 2**62
@@ -50,17 +47,3 @@ def test_schema_per_token_arrays_of_different_lengths_are_described_and_stored(
         f"{server.url}/api/v1/runs/{run_id}/samples", json={"batch_id": "t", "samples": [sample]}
     )
     assert answer.status_code == 200, answer.text
-
-
-def test_schema_detect_thresholds_name_exactly_the_thresholds_the_detectors_take() -> None:
-    documented = DetectRequest.model_json_schema()["properties"]["thresholds"]
-    assert documented["additionalProperties"] is False
-    names = documented["properties"]
-    flat = [name for name in names if "." in name]
-    resolve_thresholds({name: 1.5 for name in flat}, None)  # every flat name is taken
-    for group, schema in names.items():
-        if "." not in group:
-            resolve_thresholds({group: dict.fromkeys(schema["properties"], 2)}, None)
-    assert len(flat) == sum(len(keys) for keys in DEFAULTS.values())
-    with pytest.raises(ValueError, match="unknown threshold"):
-        resolve_thresholds({"kl_spike.no_such": 1.0}, None)

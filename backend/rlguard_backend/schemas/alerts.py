@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    WithJsonSchema,
 )
 
 from rlguard_backend.schemas.wire import AlertStatus, Severity, StrictBool
-from rlguard_backend.stability.thresholds import DEFAULTS
 
 
 class AlertPublic(BaseModel):
@@ -48,31 +46,13 @@ class AlertUpdate(BaseModel):
     status: Literal["resolved"] | None = None
 
 
-def _thresholds_schema() -> dict[str, Any]:
-    """Overrides as ``resolve_thresholds`` takes them: by group (``{"kl_spike": {"z_warn": 5}}``)
-    or flat (``{"kl_spike.z_warn": 5}``), each a number, every name one of DEFAULTS'."""
-    number = {"type": "number"}
-    nested = {
-        group: {
-            "type": "object",
-            "properties": dict.fromkeys(keys, number),
-            "additionalProperties": False,
-        }
-        for group, keys in DEFAULTS.items()
-    }
-    flat = {f"{group}.{key}": number for group, keys in DEFAULTS.items() for key in keys}
-    return {"type": "object", "properties": nested | flat, "additionalProperties": False}
-
-
 class DetectRequest(BaseModel):
     """Re-run the detectors over a stored run (a backtest), optionally with other thresholds."""
 
     model_config = ConfigDict(extra="forbid")
 
-    thresholds: Annotated[dict[str, Any], WithJsonSchema(_thresholds_schema())] = Field(
-        default_factory=dict,
-        description="overrides of the detectors' thresholds (DETECTORS.md), e.g. "
-        '{"entropy_collapse.rho_warn": 0.6}; an unknown name or a value not a number is 422',
+    thresholds: dict[str, Any] = Field(
+        default_factory=dict, description='overrides, e.g. {"entropy_collapse.rho_warn": 0.6}'
     )
     apply: StrictBool = Field(
         default=False,
