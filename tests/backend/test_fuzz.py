@@ -8,9 +8,9 @@ token limited to one project) against the API alone with auth on.
 The document is loaded once and its cases generated once: every parameter's boundary and
 malformed values, then 30 fuzzed cases an operation. Each case goes to the service without auth;
 one case in SCOPED_STRIDE goes on to every token scope too (what a scope changes is who may call,
-which a quarter of the cases shows as well as all of them). A stateful run then chains operations along the document's links (create a
-run, log to it, read it back, archive its project) on a fresh ``rlguard up`` without auth, all
-but the two backtests (STATEFUL_LEFT_OUT)."""
+which a quarter of the cases shows as well as all of them). A stateful run then chains
+operations along the document's links (create a run, log to it, read it back, archive its
+project) on a fresh ``rlguard up`` without auth, all but the two backtests (STATEFUL_LEFT_OUT)."""
 
 from __future__ import annotations
 
