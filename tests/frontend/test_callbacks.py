@@ -10,7 +10,7 @@ import httpx
 import pytest
 from dash.exceptions import PreventUpdate
 
-from rlguard_backend.schemas import AlertPublic, SeriesData
+from rlguard_backend.schemas import AlertPublic, SamplePublic, SampleTokens, SeriesData
 from rlguard_frontend import ids
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.components import alert_views
@@ -453,3 +453,15 @@ def test_samples_follow_the_newest_step_and_show_the_selected_sample(
     detail, style = samples.show_sample(client, {"row": 1}, "kl", rows)
     assert "a0" in str(detail) and style == sample_views.selected_style(1)
     assert samples.show_sample(client, None, "kl", rows) == (None, [])
+
+
+def test_samples_tokens_past_a_shorter_array_are_drawn_unshaded() -> None:
+    """Per-token arrays are stored as sent: a ``kl`` shorter than the text leaves the last
+    tokens without a value, drawn all the same."""
+    fields = dict.fromkeys(SamplePublic.model_fields) | {"scores": {}, "cut": False}
+    fields |= {"run_id": "r", "step": 1, "index": 0, "split": "train"}
+    sample = SamplePublic(**fields | {"tokens": SampleTokens(text=["a", "b", "c"], kl=[0.5])})
+    spans = sample_views.tokens(sample, "kl").children
+    assert [s.children for s in spans] == ["a", "b", "c"]
+    assert [s.style["backgroundColor"] for s in spans][1:] == ["transparent"] * 2
+    assert spans[0].style["backgroundColor"] != "transparent"

@@ -1,13 +1,9 @@
-"""The OpenAPI document says what the service accepts: schemathesis with ``--checks all`` over
-real HTTP finds nothing but the rules JSON Schema cannot state (per-token arrays of one length,
-described in the schema and refused with 422; a step range's order; a calendar date; a limit
-that is a setting); steps are JSON integers up to exactly 2^62, never booleans."""
+"""The OpenAPI document says what the service accepts: steps are JSON integers up to exactly
+2^62, never booleans; per-token arrays are stored as sent, as the schema describes.
+(schemathesis with ``--checks all`` over the whole document: ``tests/backend/test_fuzz.py``.)"""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from typing import Any
 
 import httpx
@@ -38,47 +34,16 @@ def test_schema_boolean_or_string_steps_are_refused(server: RunningServer) -> No
         assert answer.json()["detail"][0]["loc"] == ["body", "resume_from_step"]
 
 
-def test_schema_per_token_arrays_of_different_lengths_are_described_and_refused(
+def test_schema_per_token_arrays_of_different_lengths_are_described_and_stored(
     server: RunningServer,
 ) -> None:
     document = httpx.get(f"{server.url}/openapi.json", timeout=30).json()
     described = document["components"]["schemas"]["SampleTokens"]["description"]
-    assert "same length" in described and "422" in described
+    assert "different lengths are stored as sent" in described
     run_id = new_run_id("tokens")
     assert httpx.post(f"{server.url}/api/v1/runs", json={"id": run_id, "project": "p"}).is_success
     sample = {"step": 1, "index": 0, "tokens": {"text": ["a", "b"], "kl": [0.1]}}
     answer = httpx.post(
         f"{server.url}/api/v1/runs/{run_id}/samples", json={"batch_id": "t", "samples": [sample]}
     )
-    assert answer.status_code == 422 and "different lengths" in answer.text
-
-
-def test_schemathesis_all_checks_find_only_the_documented_token_rule(
-    server: RunningServer,
-) -> None:
-    binary = shutil.which("schemathesis", path=str(sys.prefix) + "/bin") or "schemathesis"
-    # -w: workers (-n is --max-examples: "-n 1" after "--max-examples 30" had fuzzed 1 case)
-    options = ["--checks", "all", "--max-examples", "4", "--seed", "7", "-w", "1", "--no-color"]
-    result = subprocess.run(
-        [binary, "run", f"{server.url}/openapi.json", *options],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    report = result.stdout
-    assert " generated" in report, report[-3000:]
-    failures = [line.strip() for line in report.splitlines() if line.strip().startswith("- ST")]
-    refusals = [line for line in report.splitlines() if '"detail"' in line]
-    assert set(failures) <= {"- ST202 Schema-valid request rejected"}, report[-6000:]
-    # Rules a JSON schema cannot state: equal-length per-token arrays, a step range whose end is
-    # not before its start, and a runs-list filter's date the calendar lacks (2026-02-30), each
-    # refused with 422 naming the field.
-    documented = (
-        "per-token arrays have different lengths",
-        "to_step must be at least from_step",
-        "is not a date on the calendar",
-        "exceeds the server limit",  # max_points past RLGUARD_MAX_SERIES_POINTS: a setting, 413
-    )
-    unexplained = [line for line in refusals if not any(rule in line for rule in documented)]
-    assert unexplained == []
+    assert answer.status_code == 200, answer.text

@@ -61,8 +61,9 @@ def _route_of(request: Request) -> str:
 # Paging of every list endpoint; an offset past 2^62 would overflow the databases' integers.
 Limit = Annotated[int, Query(ge=1, le=1000)]
 Offset = Annotated[int, Query(ge=0, le=2**62)]
-MAX_ALERT_ID = 2**63 - 1  # the largest integer either database stores
-AlertId = Annotated[int, Path(ge=1, le=MAX_ALERT_ID, description="the alert's id")]
+MAX_ROW_ID = 2**63 - 1  # the largest integer either database stores
+AlertId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="the alert's id")]
+TokenId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="the token's id")]
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[Database, Depends(get_database)]
@@ -130,7 +131,7 @@ async def _check_project(request: Request, identity: Identity) -> None:
     if "run_id" in params:
         run_id = params["run_id"]
         owner = await database.read(lambda session: repository.run_project(session, run_id))
-    elif str(params.get("alert_id")).isdigit() and int(params["alert_id"]) <= MAX_ALERT_ID:
+    elif str(params.get("alert_id")).isdigit() and int(params["alert_id"]) <= MAX_ROW_ID:
         alert_id = int(params["alert_id"])
         owner = await database.read(lambda session: repository.alert_project(session, alert_id))
     if owner is not None and owner != identity.project:

@@ -14,7 +14,7 @@ from rlguard_backend.core.auth import Identity
 from rlguard_backend.core.errors import InvalidField, run_not_found
 from rlguard_backend.models import Run
 from rlguard_backend.schemas import ERROR_RESPONSES, BandPublic, GroupList, GroupPublic
-from rlguard_backend.store import repository, run_fields, sql, storage
+from rlguard_backend.store import repository, run_field_grammar, run_fields, sql, storage
 from rlguard_backend.store.groups import Points, band, bin_edges
 
 router = APIRouter(prefix="/v1/groups", tags=["runs"], responses=ERROR_RESPONSES)
@@ -24,25 +24,54 @@ MAX_GROUP_FIELDS = 4
 MAX_SIGNALS = 24
 Step = Annotated[int | None, Query(ge=0, le=MAX_STEP)]
 _SIGNAL = "(" + "|".join(sorted(run_fields.SIGNAL_NAMES)) + ")"
-# The pattern tells schema readers (and fuzzers) what is taken; the check below words a refusal.
-SIGNALS_PATTERN = f"^{_SIGNAL}(,{_SIGNAL})*$"
+
+
+def _listing(item: str, most: int) -> str:
+    """1..``most`` comma-separated items, empty parts allowed, as the handlers split them."""
+    return f"^,*{item}(,+{item}){{0,{most - 1}}},*$"
+
+
+# The patterns state every rule the handlers check before reading (items counted as written,
+# repeats too), so a client (or a fuzzer) knows exactly what is taken; the checks word a refusal.
+RUNS_PATTERN = _listing("[^,]+", MAX_RUNS)
+SIGNALS_PATTERN = _listing(_SIGNAL, MAX_SIGNALS)
+GROUP_BY_PATTERN = run_field_grammar.group_by(MAX_GROUP_FIELDS)
+
+
+# Lengths in characters such that the three together fit the default request head limit
+# (RLGUARD_MAX_REQUEST_HEAD_BYTES, 64 KiB; beyond it 431) however they are percent-encoded: a
+# character takes at most 12 bytes (4 UTF-8 bytes as %XX each), 12 × 5,200 = 62,400.
+MAX_RUNS_CHARS = 3500  # 200 run ids of 16 characters, 140 of the hook's 24 (with commas)
+MAX_SIGNALS_CHARS = 600  # 24 signals of 24 characters
+MAX_GROUP_BY_CHARS = 1100  # 4 summary.<key> fields of the longest key
+
+
+def _listing_query(max_length: int, description: str, pattern: str) -> Any:
+    return Query(
+        max_length=max_length, description=description, json_schema_extra={"pattern": pattern}
+    )
 
 
 # The query parameters of the endpoints that read several runs' signals at once.
 RunIds = Annotated[
     str,
-    Query(
-        max_length=30_000,
-        description="comma-separated run ids, at least one",
-        json_schema_extra={"pattern": "[^,]"},  # checked in code, with a message naming the fix
+    _listing_query(
+        MAX_RUNS_CHARS,
+        f"comma-separated run ids, 1 to {MAX_RUNS} (the request line must fit the request "
+        "head limit)",
+        RUNS_PATTERN,
     ),
 ]
 Signals = Annotated[
     str,
-    Query(
-        max_length=2000,
-        description="canonical signals: entropy,…",
-        json_schema_extra={"pattern": SIGNALS_PATTERN},
+    _listing_query(
+        MAX_SIGNALS_CHARS, f"canonical signals, 1 to {MAX_SIGNALS}: entropy,…", SIGNALS_PATTERN
+    ),
+]
+GroupBy = Annotated[
+    str,
+    _listing_query(
+        MAX_GROUP_BY_CHARS, f"run fields, at most {MAX_GROUP_FIELDS}: config.lr,…", GROUP_BY_PATTERN
     ),
 ]
 
@@ -53,7 +82,7 @@ async def read_groups(
     identity: IdentityDep,
     runs: RunIds,
     signals: Signals,
-    by: Annotated[str, Query(max_length=2000, description="run fields: config.lr,…")] = "",
+    by: GroupBy = "",
     smoothing: Annotated[float, Query(ge=0, lt=1)] = 0.0,
     bins: Annotated[int, Query(ge=2, le=5000)] = 500,
     from_step: Step = None,
@@ -68,14 +97,12 @@ async def read_groups(
     where it has none, its smoothed line interpolated at the bin centre, only while that centre
     lies inside the run's own first..last step (never extrapolated); the statistics of a bin are
     over the runs with a value there, and ``n`` says how many. A run without the signal is
-    counted in its group's ``runs`` and in no bin.
+    counted in its group's ``runs`` and in no bin. A ``to_step`` before ``from_step`` is an
+    empty range: no bins.
     """
-    run_ids = list(dict.fromkeys(r for r in runs.split(",") if r))
-    wanted = list(dict.fromkeys(s for s in signals.split(",") if s))
+    run_ids, wanted = runs_and_signals(runs, signals)
     fields = [f for f in by.split(",") if f]
-    _check(run_ids, wanted, fields)
-    if from_step is not None and to_step is not None and from_step > to_step:
-        raise InvalidField(["query", "to_step"], "to_step must be at least from_step")
+    check_fields(fields)
 
     def read(session: Session) -> GroupList:
         keys = _group_keys(session, run_ids, fields, identity)
@@ -109,8 +136,8 @@ async def read_groups(
     return await db.read(read)
 
 
-def _check(run_ids: list[str], wanted: list[str], fields: list[str]) -> None:
-    check_runs_and_signals(run_ids, wanted)
+def check_fields(fields: list[str]) -> None:
+    """422 naming ``by`` for too many fields or one that is not a run field."""
     if len(fields) > MAX_GROUP_FIELDS:
         raise InvalidField(["query", "by"], f"at most {MAX_GROUP_FIELDS} by, got {len(fields)}")
     for field in fields:
@@ -120,8 +147,11 @@ def _check(run_ids: list[str], wanted: list[str], fields: list[str]) -> None:
             raise InvalidField(["query", "by"], str(exc)) from exc
 
 
-def check_runs_and_signals(run_ids: list[str], wanted: list[str]) -> None:
-    """422 naming the parameter: no run, too many runs or signals, an unknown signal."""
+def runs_and_signals(runs: str, signals: str) -> tuple[list[str], list[str]]:
+    """The run ids and signals asked for, each once in the order given; 422 naming the
+    parameter for no run, too many runs or signals (counted as written), an unknown signal."""
+    run_ids = [r for r in runs.split(",") if r]
+    wanted = [s for s in signals.split(",") if s]
     for name, given, most in (("runs", run_ids, MAX_RUNS), ("signals", wanted, MAX_SIGNALS)):
         if len(given) > most:
             raise InvalidField(["query", name], f"at most {most} {name}, got {len(given)}")
@@ -134,6 +164,7 @@ def check_runs_and_signals(run_ids: list[str], wanted: list[str]) -> None:
             f"unknown signals {unknown}; canonical signals: "
             + ", ".join(sorted(run_fields.SIGNAL_NAMES)),
         )
+    return list(dict.fromkeys(run_ids)), list(dict.fromkeys(wanted))
 
 
 def _group_keys(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -17,7 +17,7 @@ from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_
 from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.db import write_session
-from rlguard_backend.core.errors import NotFound, PayloadTooLarge
+from rlguard_backend.core.errors import InvalidField, NotFound
 from rlguard_backend.core.metrics import ServiceMetrics
 from rlguard_backend.detection import alerts, feed
 from rlguard_backend.schemas import (
@@ -141,7 +141,21 @@ def _parse_keys(keys: str | None, session: Session, run_id: str) -> list[str]:
 
 
 # The series parameters, shared with ``GET /series`` (several runs at once).
-MaxPoints = Annotated[int, Query(ge=8)]
+DEFAULT_MAX_SERIES_POINTS: int = Settings.model_fields["max_series_points"].default
+
+
+def max_points_query(description: str) -> Any:
+    """``max_points``: at least 8; the maximum stated is the setting's default, checked against
+    the setting itself by ``check_max_points``."""
+    return Query(
+        ge=8,
+        description=f"{description}; the maximum is RLGUARD_MAX_SERIES_POINTS' default: a "
+        "server set lower refuses more (422), one set higher takes more",
+        json_schema_extra={"maximum": DEFAULT_MAX_SERIES_POINTS},
+    )
+
+
+MaxPoints = Annotated[int, max_points_query("most points a series returns")]
 Smoothing = Annotated[
     float, Query(ge=0.0, lt=1.0, description="EMA weight, TensorBoard-style; 0 is off")
 ]
@@ -196,11 +210,12 @@ async def read_series(
 
 
 def check_max_points(max_points: int, settings: Settings) -> None:
-    """413 naming the fix when ``max_points`` is past the server's limit."""
+    """422 naming the fix when ``max_points`` is past the server's limit."""
     if max_points > settings.max_series_points:
-        raise PayloadTooLarge(
-            f"max_points={max_points} exceeds the server limit of {settings.max_series_points}; "
-            "ask for fewer points or page with from_step/to_step"
+        raise InvalidField(
+            ["query", "max_points"],
+            f"max_points={max_points} exceeds the server limit of {settings.max_series_points} "
+            "(RLGUARD_MAX_SERIES_POINTS); ask for fewer points or page with from_step/to_step",
         )
 
 

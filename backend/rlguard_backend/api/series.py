@@ -2,23 +2,38 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rlguard_backend.api.deps import READ, DatabaseDep, IdentityDep, SettingsDep, project_filter
-from rlguard_backend.api.groups import RunIds, Signals, check_runs_and_signals
-from rlguard_backend.api.points import IncludeTimes, MaxPoints, Smoothing, check_max_points
+from rlguard_backend.api.groups import RunIds, Signals, runs_and_signals
+from rlguard_backend.api.points import (
+    IncludeTimes,
+    Smoothing,
+    check_max_points,
+    max_points_query,
+)
 from rlguard_backend.core.config import Settings
-from rlguard_backend.core.errors import PayloadTooLarge, run_not_found
+from rlguard_backend.core.errors import run_not_found
 from rlguard_backend.models import Run
 from rlguard_backend.schemas import ERROR_RESPONSES, RunSeries, RunSeriesList, Step
 from rlguard_backend.store import repository, series
 
 router = APIRouter(prefix="/v1/series", tags=["points"], responses=ERROR_RESPONSES)
-# A request reads at most this many times max_series_points points in all (runs × signals ×
+# A request returns at most this many times max_series_points points in all (runs × signals ×
 # max_points): 2 M by default, where 50 runs × 9 panels × 2,000 points is 0.9 M.
 MAX_SERIES_PER_REQUEST = 20
+SeriesMaxPoints = Annotated[
+    int,
+    max_points_query(
+        "most points each series returns; when runs × signals × max_points passes "
+        f"{MAX_SERIES_PER_REQUEST} × RLGUARD_MAX_SERIES_POINTS, each series returns at most "
+        "that total ÷ (runs × signals), and at least 8"
+    ),
+]
 
 
 @router.get("", response_model=RunSeriesList, dependencies=[READ])
@@ -30,7 +45,7 @@ async def read_runs_series(
     signals: Signals,
     from_step: Step = 0,
     to_step: Step | None = None,
-    max_points: MaxPoints = 2000,
+    max_points: SeriesMaxPoints = 2000,
     smoothing: Smoothing = 0.0,
     include_times: IncludeTimes = False,
 ) -> Response:
@@ -38,11 +53,9 @@ async def read_runs_series(
     as ``GET /runs/{run_id}/series`` answers it: one request where a comparison of 50 runs
     would otherwise take 150. 404 for an unknown run, 403 for a run of another project than a
     project-limited token's."""
-    run_ids = list(dict.fromkeys(r for r in runs.split(",") if r))
-    wanted = list(dict.fromkeys(s for s in signals.split(",") if s))
-    check_runs_and_signals(run_ids, wanted)
+    run_ids, wanted = runs_and_signals(runs, signals)
     check_max_points(max_points, settings)
-    _check_total_points(len(run_ids) * len(wanted) * max_points, settings)
+    max_points = points_per_series(max_points, len(run_ids) * len(wanted), settings)
 
     def read(session: Session) -> bytes:
         found = {run.id: run for run in session.scalars(select(Run).where(Run.id.in_(run_ids)))}
@@ -75,12 +88,8 @@ async def read_runs_series(
     return Response(await db.read(read), media_type="application/json")
 
 
-def _check_total_points(points: int, settings: Settings) -> None:
-    """413 naming the fix when runs × signals × max_points is past what one request reads."""
+def points_per_series(max_points: int, series_count: int, settings: Settings) -> int:
+    """``max_points``, lowered so that the request returns at most its share of the points a
+    request may return (never below 8, the schema's minimum)."""
     most = MAX_SERIES_PER_REQUEST * settings.max_series_points
-    if points > most:
-        raise PayloadTooLarge(
-            f"runs × signals × max_points = {points:,} points exceeds the server limit of "
-            f"{most:,} a request; ask for fewer runs or signals per request, or a smaller "
-            "max_points"
-        )
+    return max(min(max_points, most // series_count), 8)

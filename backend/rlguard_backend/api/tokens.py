@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rlguard_backend.api.deps import ADMIN, DatabaseDep, WriterDep
+from rlguard_backend.api.deps import ADMIN, DatabaseDep, TokenId, WriterDep
 from rlguard_backend.core import auth
 from rlguard_backend.core.errors import NotFound
 from rlguard_backend.models import ApiToken, as_utc
@@ -54,7 +54,7 @@ async def list_tokens(db: DatabaseDep) -> TokenList:
 
 
 @router.delete("/{token_id}", response_model=TokenPublic, dependencies=[ADMIN])
-async def revoke_token(token_id: int, request: Request, db: WriterDep) -> TokenPublic:
+async def revoke_token(token_id: TokenId, request: Request, db: WriterDep) -> TokenPublic:
     """Revoke a token: this process refuses it at once, others within a few seconds."""
 
     def revoke(session: Session) -> TokenPublic:

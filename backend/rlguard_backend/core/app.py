@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -31,6 +30,7 @@ from rlguard_backend.api import (
 )
 from rlguard_backend.api.bodies import exact_integer_bounds, hoist_body_definitions
 from rlguard_backend.api.deps import ACCESS
+from rlguard_backend.api.links import add_links
 from rlguard_backend.core import migrate
 from rlguard_backend.core.auth import TokenCache
 from rlguard_backend.core.capacity import BodyBudget, Database
@@ -38,6 +38,7 @@ from rlguard_backend.core.config import Settings
 from rlguard_backend.core.db import Checkpointer, make_engine, make_session_factory
 from rlguard_backend.core.errors import ServiceError
 from rlguard_backend.core.limits import BodyLimits
+from rlguard_backend.core.methods import MethodCheck, MethodTable
 from rlguard_backend.core.metrics import ServiceMetrics
 from rlguard_backend.core.requestlog import RequestIds
 from rlguard_backend.core.stalls import StallWatch
@@ -121,10 +122,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.body_budget = body_budget
     app.state.schema_head = migrate.head_revision()
     app.state.checkpointer = checkpointer
-    app.state.route_methods = route_methods(access_table(settings.api_prefix))
     for router, prefixed in ROUTERS:
         app.include_router(router, prefix=settings.api_prefix if prefixed else "")
     _install_error_handlers(app, settings)
+    app.add_middleware(MethodCheck, table=MethodTable(access_table(settings.api_prefix)))
     app.add_middleware(BodyLimits, settings=settings, budget=body_budget)
     app.add_middleware(RequestIds, log_requests=settings.access_log)
     _resolve_documented_bodies(app)
@@ -136,7 +137,8 @@ def _resolve_documented_bodies(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = exact_integer_bounds(hoist_body_definitions(build()))
+            document = exact_integer_bounds(hoist_body_definitions(build()))
+            app.openapi_schema = add_links(document, app.state.settings.api_prefix)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -162,14 +164,6 @@ def access_table(api_prefix: str = "/api") -> dict[tuple[str, str], str]:
     return table
 
 
-def route_methods(table: dict[tuple[str, str], str]) -> list[tuple[re.Pattern[str], str]]:
-    """(path pattern, method) of every API route, to answer a 405 with the right ``Allow``."""
-    return [
-        (re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", path) + "$"), method)
-        for method, path in table
-    ]
-
-
 MAX_ERRORS = 20  # listed in one 422; the rest are counted
 MAX_LOC_CHARS = 80  # of a key or field named in an error's loc
 
@@ -192,11 +186,8 @@ def _short(part: Any) -> Any:
 
 def _install_error_handlers(app: FastAPI, settings: Settings) -> None:
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         headers = dict(exc.headers or {})
-        if exc.status_code == 405:
-            allowed = {m for p, m in app.state.route_methods if p.match(request.url.path)}
-            headers["Allow"] = ", ".join(sorted(allowed))
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(ServiceError)

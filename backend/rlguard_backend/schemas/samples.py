@@ -14,7 +14,6 @@ from pydantic import (
     StringConstraints,
     ValidationInfo,
     WithJsonSchema,
-    model_validator,
 )
 
 from rlguard_backend.schemas.wire import (
@@ -75,9 +74,9 @@ SampleSplit = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,31}$"
 
 
 class SampleTokens(BaseModel):
-    """Per-token arrays of one response: every array given holds one entry per response token,
-    so all of them have the same length (arrays of different lengths are refused, 422);
-    non-finite numbers are null."""
+    """Per-token arrays of one response, entry i of each for the response's token i; non-finite
+    numbers are null. Arrays of different lengths are stored as sent: a reader pairs entries by
+    position, and a token past an array's end has no value there."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -86,16 +85,6 @@ class SampleTokens(BaseModel):
     entropy: list[SampleNumber] | None = None
     kl: list[SampleNumber] | None = None
     ratio: list[SampleNumber] | None = None
-
-    @model_validator(mode="after")
-    def _same_length(self) -> SampleTokens:
-        lengths = {len(v) for v in self.model_dump(exclude_none=True).values()}
-        if len(lengths) > 1:
-            raise ValueError(
-                f"per-token arrays have different lengths {sorted(lengths)}; send one entry per "
-                "response token in each"
-            )
-        return self
 
 
 class SampleIn(BaseModel):

@@ -57,8 +57,9 @@ class Band:
 
 
 def bin_edges(lo: int, hi: int, bins: int) -> np.ndarray:
-    """``bins`` equal bins over steps ``lo..hi`` (fewer when there are fewer steps)."""
-    count = max(1, min(bins, hi - lo + 1))
+    """``bins`` equal bins over steps ``lo..hi`` (fewer when there are fewer steps, none when
+    ``hi`` is before ``lo``)."""
+    count = max(0, min(bins, hi - lo + 1))
     return np.linspace(lo, hi + 1, count + 1)
 
 

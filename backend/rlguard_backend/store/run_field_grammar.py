@@ -10,8 +10,7 @@ narrower than Python's own parsing where that is loose:
 - a date is ``YYYY-MM-DD[(T| )HH:MM[:SS[.ffffff]]][Z|±HH:MM]``, with only ASCII spaces around;
 - a config or summary key in a filter has no ``:``.
 
-One rule is left to the code, as no pattern states it: a date the calendar lacks (2026-02-30)
-is refused with 422.
+A date is one the calendar has (not 2026-02-30, 2100-02-29 or 2026-04-31).
 
 >>> import re
 >>> bool(re.search(SORT, "-last.reward_mean,config.lr")), bool(re.search(SORT, "-lr"))
@@ -68,8 +67,15 @@ _NUMBER = (
     " *[+-]?(?:[0-9]{1,20}(?:\\.[0-9]{0,20})?|\\.[0-9]{1,20})"
     "(?:[eE](?:-[0-9]{1,3}|\\+?[0-9]{1,2}))? *"
 )
+# A day the calendar has: 31-day months, 30-day months, February to the 28th, and the 29th in
+# leap years (divisible by 4 but not by 100, or by 400).
+_DAY = (
+    "(?:[1-9][0-9]{3}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+    "|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+    "|(?:[1-9][0-9](?:0[48]|[2468][048]|[13579][26])|(?:[2468][048]|[13579][26])00)-02-29)"
+)
 _DATE = (
-    " *[1-9][0-9]{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+    f" *{_DAY}"
     "(?:[T ](?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9](?:\\.[0-9]{1,6})?)?"
     "(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?)? *"
 )
@@ -87,3 +93,16 @@ FILTER = (
     f"|{_JSON_FIELDS}:(?:{_TEXTUAL}:{_ANY}|{_either(NUMBER_OPS)}:{_NUMBER}|{_BLANK})"
     ")$"
 )
+
+# A grouping field, as ``GET /groups`` reads ``by``: parts are not stripped, a key is any
+# characters but ``,``, ``"`` and NUL (``run_fields.check_field``'s rules, no narrower).
+_GROUP_KEY = f'[^,"\\x00]{{1,{MAX_KEY_CHARS}}}'
+_GROUPING = (
+    f"(?:{_TEXT_FIELDS}|{_DATE_FIELDS}|{_NUMBER_FIELDS}|health"
+    f"|hparam\\.{_either(HPARAMS)}|(?:config|summary)\\.{_GROUP_KEY})"
+)
+
+
+def group_by(most: int) -> str:
+    """``by``: at most ``most`` grouping fields, comma-separated, empty parts allowed."""
+    return f"^,*(?:{_GROUPING}(?:,+{_GROUPING}){{0,{most - 1}}})?,*$"

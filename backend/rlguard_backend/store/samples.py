@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from rlguard.sample_signals import step_signals  # the one definition, the hook's and ours
 from rlguard_backend import ingest
-from rlguard_backend.core.errors import InvalidField, PayloadTooLarge
+from rlguard_backend.core.errors import PayloadTooLarge
 from rlguard_backend.models import Sample, utcnow
 from rlguard_backend.schemas import (
     SAMPLE_NUMBER_FIELDS,
@@ -64,23 +64,18 @@ _READ_COLUMNS = "split, step, sample_index, wall_time, " + ", ".join(COLUMNS.val
 
 
 def parse_samples(raw: bytes, max_samples: int) -> SampleBatchIn:
-    """The batch, refused when invalid, too large or naming one sample twice."""
+    """The batch, refused when invalid or too large; a sample named twice is kept once."""
     batch = ingest.parse_body(SampleBatchIn, raw, "batch_id and samples")
     if len(batch.samples) > max_samples:
         raise PayloadTooLarge(
             f"batch holds {len(batch.samples)} samples, more than the limit of {max_samples}; "
             "split it (or raise RLGUARD_MAX_BATCH_SAMPLES)"
         )
-    seen: set[tuple[str, int, int]] = set()
-    for position, sample in enumerate(batch.samples):
-        key = (sample.split, sample.step, sample.index)
-        if key in seen:
-            raise InvalidField(
-                ["body", "samples", position],
-                f"sample (step {sample.step}, index {sample.index}, split {sample.split!r}) "
-                "appears twice in the batch; give each sample of a step its own index",
-            )
-        seen.add(key)
+    # A sample named twice in one batch is stored once, the later one, as a later batch's
+    # sample of a stored (split, step, index) replaces it (one row can take one upsert).
+    latest = {(s.split, s.step, s.index): s for s in batch.samples}
+    if len(latest) < len(batch.samples):
+        batch.samples = list(latest.values())
     return batch
 
 

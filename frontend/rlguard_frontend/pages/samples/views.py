@@ -108,7 +108,8 @@ def tokens(sample: SamplePublic, colour_by: str) -> html.Div | None:
     arrays = sample.tokens
     if arrays is None or not arrays.text:
         return None
-    values = getattr(arrays, colour_by, None) or [None] * len(arrays.text)
+    values = list(getattr(arrays, colour_by, None) or [])
+    values += [None] * (len(arrays.text) - len(values))  # arrays may be shorter than the text
     finite = [abs(v) for v in values if v is not None and math.isfinite(v)]
     top = max(finite, default=0.0) or 1.0
     spans = [
