@@ -342,3 +342,28 @@ def test_auth_on_with_an_empty_token_store_refuses_to_start(tmp_path: Any) -> No
     )
     assert result.returncode != 0
     assert "rlguard token create --name admin --scope admin" in result.stderr
+
+
+def test_auth_project_token_reads_a_run_by_name_within_its_project(service: Service) -> None:
+    """Two projects each hold a run of one name: a token limited to a project reads its own,
+    an unlimited one is told the name is ambiguous."""
+    name = new_run_id("shared-name")
+    admin = {"Authorization": f"Bearer {service.tokens['admin']}"}
+    ids = {}
+    for project in ("auth", "elsewhere"):
+        ids[project] = new_run_id(project)
+        body = {"id": ids[project], "project": project, "name": name}
+        assert httpx.post(f"{service.url}{API}/runs", json=body, headers=admin).status_code == 201
+    for project in ("auth", "elsewhere"):
+        token = service.issue("read", project)[1]
+        answer = httpx.get(
+            f"{service.url}{API}/runs/{name}/keys", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert answer.status_code == 200, answer.text
+        read = httpx.get(
+            f"{service.url}{API}/runs/{name}", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert read.json()["id"] == ids[project]
+    ambiguous = httpx.get(f"{service.url}{API}/runs/{name}", headers=admin)
+    assert ambiguous.status_code == 409
+    assert ids["auth"] in ambiguous.json()["detail"] and ids["elsewhere"] in ambiguous.text
