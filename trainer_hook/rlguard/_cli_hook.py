@@ -11,10 +11,12 @@ import json
 import os
 import sys
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import rlguard
+from rlguard._api import run_path
 from rlguard._config import DEFAULT_URL, default_spool_dir
 from rlguard._spool import Spool, spooled_run_ids
 from rlguard._transport import Transport
@@ -54,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--format", choices=["auto", *READERS], default="auto")
         parser.add_argument("--logging-steps", type=int, default=1, help="TRL console logs only")
     elif command in ("export", "detect"):
-        parser.add_argument("run_id")
+        parser.add_argument("run_id", metavar="RUN", help="the run's id, name, or project/name")
     if command == "detect":
         parser.add_argument(
             "--threshold",
@@ -267,7 +269,10 @@ def export(args: argparse.Namespace) -> int:
     if args.format == "parquet":
         return _export_parquet(args)
     transport = Transport(_url(args), _token(args))
-    path = f"/runs/{args.run_id}/export" + (f"?keys={args.keys}" if args.keys else "")
+    where, project = run_path(args.run_id)
+    params = {"keys": args.keys, "project": project}
+    query = urllib.parse.urlencode({k: v for k, v in params.items() if v})
+    path = f"{where}/export" + (f"?{query}" if query else "")
     try:
         body = transport.raw("GET", path)
     except TransportError as exc:
@@ -316,7 +321,9 @@ def detect(args: argparse.Namespace) -> int:
     body = json.dumps({"thresholds": thresholds, "apply": args.apply}).encode()
     transport = Transport(_url(args), _token(args))
     try:
-        answer: Any = transport.request("POST", f"/runs/{args.run_id}/detect", body)
+        with rlguard.Api(_url(args), _token(args)) as api:  # a backtest is a write: by id
+            run_id = api.run(args.run_id)["id"]
+        answer: Any = transport.request("POST", f"{run_path(run_id)[0]}/detect", body)
     except (RetryableError, RejectedError) as exc:
         _say(f"detect failed: {exc}")
         return 1
