@@ -59,18 +59,19 @@ def test_read_api_runs_run_keys_and_alerts(service: ServiceProcess, logged: str)
         assert logged not in {r["id"] for r in client.runs(project="notebook", archived=True)}
 
 
-def test_read_api_export_parquet(service: ServiceProcess, logged: str, tmp_path: Path) -> None:
-    out = tmp_path / "run.parquet"
-    command = [sys.executable, "-m", "rlguard", "export", logged, "--url", service.url]
+def _export(service: ServiceProcess, run: str, *options: str) -> str:
+    """``rlguard export RUN OPTIONS`` in a process of its own; its stdout."""
+    command = [sys.executable, "-m", "rlguard", "export", run, "--url", service.url, *options]
     result = subprocess.run(
-        [*command, "--format", "parquet", "-o", str(out), "--keys", "loss,rare"],
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
+        command, env=child_env(), capture_output=True, text=True, timeout=120, cwd=ROOT
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_read_api_export_parquet(service: ServiceProcess, logged: str, tmp_path: Path) -> None:
+    out = tmp_path / "run.parquet"
+    _export(service, logged, "--format", "parquet", "-o", str(out), "--keys", "loss,rare")
     frame = pd.read_parquet(out)
     assert list(frame.columns) == ["time", "loss", "rare"] and len(frame) == 250
     assert frame["loss"].iloc[10] == 1.0
@@ -110,16 +111,7 @@ def test_read_api_cli_export_takes_a_name(
     name = f"exported-{run_id}"
     _named_run(service, "names-cli", name, spool_dir)
     for ref in (name, f"names-cli/{name}"):
-        result = subprocess.run(
-            [sys.executable, "-m", "rlguard", "export", ref, "--url", service.url],
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=ROOT,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert result.stdout.splitlines() == ["step,loss", "0,1.5"]
+        assert _export(service, ref).splitlines() == ["step,loss", "0,1.5"]
 
 
 def test_init_prints_the_run_page_unless_quiet(
