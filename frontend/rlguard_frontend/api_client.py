@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -50,11 +51,22 @@ def carry_token(work: Callable[..., T]) -> Callable[..., T]:
 
 
 class ApiError(Exception):
-    """The API answered with an error or could not be reached; ``str()`` is for the page."""
+    """The API answered with an error or could not be reached; ``str()`` is for the page,
+    ``detail`` the API's own sentence (its answer's ``detail``) when it gave one."""
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    def __init__(self, message: str, status_code: int | None = None, detail: str = "") -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.detail = detail or message
+
+
+def _detail(response: httpx.Response) -> str:
+    """The ``detail`` sentence of an error answer, or its first 300 characters."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    return detail if isinstance(detail, str) else response.text[:300]
 
 
 class ApiClient:
@@ -84,9 +96,11 @@ class ApiClient:
         except httpx.HTTPError as exc:
             raise ApiError(f"cannot reach the rlguard API at {self.api_url}: {exc}") from exc
         if response.status_code >= 400:
+            detail = _detail(response)
             raise ApiError(
-                f"API {path} answered {response.status_code}: {response.text[:300]}",
+                f"API {path} answered {response.status_code}: {detail}",
                 response.status_code,
+                detail,
             )
         try:
             return response.json()
@@ -149,9 +163,11 @@ class ApiClient:
         """The projects that hold runs."""
         return ProjectList.model_validate(self._get("/v1/projects"))
 
-    def get_run(self, run_id: str) -> RunPublic:
-        """One run's metadata."""
-        return RunPublic.model_validate(self._get(f"/v1/runs/{run_id}"))
+    def get_run(self, run: str) -> RunPublic:
+        """One run's metadata, the run named by its id, its name or ``project/name``."""
+        project, _, name = run.partition("/") if "/" in run else (None, "", run)
+        path = f"/v1/runs/{quote(name, safe='')}"
+        return RunPublic.model_validate(self._get(path, {"project": project}))
 
     def run_markers(self, run_id: str) -> MarkerList:
         """Restarts, rewinds and learning-rate changes; an API without them yields none."""

@@ -46,6 +46,7 @@ RUN_ZOOM_LABEL = "run-zoom-label"
 RUN_SAMPLES_LINK = "run-samples-link"
 
 SAMPLES_STATE = "samples-state"
+SAMPLES_TITLE = "samples-title"
 SAMPLES_DATA = "samples-data"
 SAMPLES_STEP = "samples-step"
 SAMPLES_LIVE = "samples-live"

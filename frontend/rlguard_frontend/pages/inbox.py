@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Set
 from typing import Any
+from urllib.parse import quote
 
 from dash import Dash, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
@@ -58,7 +59,13 @@ def row(alert: AlertPublic) -> dict[str, Any]:
         [
             html.Span(alert.severity, className=f"sev sev-{alert.severity}"),
             html.Span(alert.detector, className="detector"),
-            dcc.Link(alert.run_id, href=f"/runs/{alert.run_id}", className="inbox-run"),
+            dcc.Link(
+                alert.run_name or alert.run_id,
+                href=f"/runs/{quote(alert.run_id, safe='')}",
+                title=alert.run_id,
+                className="inbox-run",
+            ),
+            html.Span(alert.project, className="inbox-project"),
             html.Span(f"steps {alert.first_step}–{alert.last_step}", className="steps"),
             html.Span(
                 f"open {run_state.age(alert.created_at)}"
