@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from rlguard_backend.core.config import Settings
 from rlguard_backend.core.db import make_engine, make_session_factory, write_session
 from rlguard_backend.core.serve import ServerThread, settings_for_host
 from tests.conftest import new_run_id
-from tests.hook.hookutil import child_env
+from tests.hook.hookutil import child_env, wait_for
 
 API = "/api/v1"
 LOWER = {"write": "read", "admin": "write"}
@@ -278,6 +279,31 @@ def test_auth_hook_streams_with_a_write_token(service: Service, tmp_path: Any) -
         answer = http.get(f"{service.url}{API}/runs/{run_id}/keys").json()
     assert answer["data"][0]["count"] == 30
     assert call(service, "GET", f"{API}/runs/{run_id}", token=None) == 401
+
+
+def test_auth_hook_with_a_read_token_is_told_to_get_a_write_token(
+    service: Service, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="rlguard")
+    run = rlguard.init(
+        project="auth",
+        url=service.url,
+        token=service.tokens["read"],
+        spool_dir=str(tmp_path / "spool"),
+        gpu=False,
+        quiet=True,
+    )
+    run.log({"loss": 0.5}, step=0)
+    said = wait_for(
+        lambda: [r.getMessage() for r in caplog.records if "token" in r.getMessage()],
+        30,
+        "the hook's warning about its token",
+    )
+    status = run.finish(timeout_s=0)
+    assert status.spool_points == 1 and "HTTP 403" in (status.last_error or "")
+    assert len(said) == 1 and "unreachable" not in said[0]
+    assert said[0].startswith("rlguard: this run's token cannot write to project 'auth' (")
+    assert "`rlguard token create --name trainer --scope write`" in said[0]
 
 
 def test_auth_revoked_token_is_refused_at_once_by_its_process(service: Service) -> None:

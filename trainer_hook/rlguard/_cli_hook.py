@@ -48,8 +48,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "--validation", type=Path, default=None, help="verl's trainer.validation_data_dir"
         )
     if command == "follow":
-        parser.add_argument("--poll-s", type=float, default=0.5)
-        parser.add_argument("--exit-after-idle-s", type=float, default=None)
+        parser.add_argument(
+            "--poll-s",
+            type=float,
+            default=0.5,
+            help="seconds between looks for new lines or event files (default 0.5)",
+        )
+        parser.add_argument(
+            "--exit-after-idle-s",
+            type=float,
+            default=None,
+            help="finish the run after this many seconds with nothing new (default: follow "
+            "until Ctrl-C)",
+        )
     elif command == "import":
         from rlguard.integrations.importers import READERS
 
