@@ -25,6 +25,7 @@ from rlguard_backend.core.auth import TokenCache
 from rlguard_backend.core.capacity import BodyBudget, Database
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.db import Checkpointer, make_engine, make_session_factory
+from rlguard_backend.core.docs import install_docs
 from rlguard_backend.core.errors import ServiceError
 from rlguard_backend.core.limits import BodyLimits
 from rlguard_backend.core.metrics import ServiceMetrics
@@ -93,6 +94,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Live stability monitor for RL fine-tuning: KL, clip and entropy.",
         lifespan=lifespan,
+        docs_url=None,  # install_docs serves /docs and /redoc without a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -108,6 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.route_methods = route_methods(access_table(settings.api_prefix))
     for router, prefixed in ROUTERS:
         app.include_router(router, prefix=settings.api_prefix if prefixed else "")
+    install_docs(app)
     _install_error_handlers(app, settings)
     app.add_middleware(BodyLimits, settings=settings, budget=body_budget)
     app.add_middleware(RequestIds, log_requests=settings.access_log)
