@@ -23,9 +23,11 @@ from rlguard_backend.schemas import (
     SampleList,
     SampleStepList,
     SeriesResponse,
+    TokenAccess,
 )
 
 TIMEOUT_S = 10.0
+MAX_KNOWN_TOKENS = 256  # viewers' tokens whose scope a dashboard process remembers
 MAX_POINTS = 2000
 # The signed-in viewer's token for the API calls of the request being served (see signin.py).
 REQUEST_TOKEN: ContextVar[str | None] = ContextVar("rlguard_request_token", default=None)
@@ -79,6 +81,7 @@ class ApiClient:
         self.api_url = api_url.rstrip("/")
         self.token = token
         self._http = httpx.Client(base_url=self.api_url, timeout=TIMEOUT_S)
+        self._access: dict[str | None, TokenAccess] = {}
 
     def __repr__(self) -> str:
         return f"ApiClient({self.api_url!r})"
@@ -255,6 +258,21 @@ class ApiClient:
         if index is not None:
             params["min_index"] = params["max_index"] = index
         return SampleList.model_validate(self._get(f"/v1/runs/{run_id}/samples", params))
+
+    def can_write(self) -> bool:
+        """Whether the viewer's token may change alerts (acknowledge, resolve); asked once per
+        token. An API that cannot say (older, or away) is taken to allow it: the action then
+        answers for itself."""
+        token = REQUEST_TOKEN.get() or self.token
+        if token not in self._access:
+            try:
+                access = TokenAccess.model_validate(self._get("/v1/token-access"))
+            except ApiError:
+                return True  # not remembered: the API may answer next time
+            if len(self._access) >= MAX_KNOWN_TOKENS:
+                self._access.clear()
+            self._access[token] = access
+        return self._access[token].scope in ("write", "admin")
 
     def update_alert(self, alert_id: int, change: dict[str, Any]) -> AlertPublic:
         """``{"acknowledged": true}`` or ``{"status": "resolved"}``."""

@@ -71,6 +71,7 @@ INBOX_ACKNOWLEDGE = "inbox-acknowledge"
 INBOX_RESOLVE = "inbox-resolve"
 INBOX_COUNT = "inbox-count"
 INBOX_ERROR = "inbox-error"
+INBOX_READ_ONLY = "inbox-read-only"
 INBOX_LIST = "inbox-list"
 
 # pattern-matching types

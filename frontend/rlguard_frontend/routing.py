@@ -43,7 +43,7 @@ def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
     if path.startswith("/runs/") and len(path) > len("/runs/"):
         return _run_page(client, path.removeprefix("/runs/"), theme, query)
     if path.rstrip("/") == "/alerts":
-        return inbox.layout()
+        return inbox.layout(client.can_write())
     if path.rstrip("/") == "/compare":
         return compare.layout(query, client, theme)
     return not_found_404.layout(path)
@@ -55,9 +55,11 @@ def _run_page(client: ApiClient, below: str, theme: str | None, query: str) -> h
     try:
         run: RunPublic | str = client.get_run(ref)
     except ApiError as exc:
-        if exc.status_code in (404, 409):  # no such run, or a name several runs share
+        if exc.status_code == 409:  # a name several runs share: the sentence lists them
             return not_found_404.layout(f"/runs/{below}", exc.detail)
-        run = ref  # the API is away: the page says so and its tick tries again
+        # Not there yet (a trainer about to create it), or the API is away: the page says so
+        # and its tick tries again.
+        run = ref
     if on_samples:
         return samples.layout(run, query)
     return run_detail.layout(run if isinstance(run, str) else run.id, client, theme, query)

@@ -105,6 +105,7 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ("GET", "/api/v1/runs/{run_id}/markers"): lambda: (f"{run}/markers", None),
         ("GET", "/api/v1/run-fields"): lambda: (f"{API}/run-fields", None),
         ("GET", "/api/v1/projects"): lambda: (f"{API}/projects", None),
+        ("GET", "/api/v1/token-access"): lambda: (f"{API}/token-access", None),
         ("GET", "/api/v1/groups"): lambda: (
             f"{API}/groups?runs={ids['run_id']}&signals=entropy",
             None,
@@ -184,6 +185,7 @@ def test_auth_every_endpoint_refuses_wrong_tokens_and_answers_its_scope(service:
 
 LISTS = {("GET", "/api/v1/runs"), ("GET", "/api/v1/alerts")}
 LISTS |= {("GET", "/api/v1/projects"), ("GET", "/api/v1/run-fields")}
+LISTS |= {("GET", "/api/v1/token-access")}  # its own token's, whatever its project
 SERVICE_WIDE = {("POST", "/api/v1/tokens"), ("GET", "/api/v1/tokens"), ("GET", "/metrics")}
 SERVICE_WIDE |= {("DELETE", "/api/v1/tokens/{token_id}")}
 
@@ -393,3 +395,15 @@ def test_auth_project_token_reads_a_run_by_name_within_its_project(service: Serv
     ambiguous = httpx.get(f"{service.url}{API}/runs/{name}", headers=admin)
     assert ambiguous.status_code == 409
     assert ids["auth"] in ambiguous.json()["detail"] and ids["elsewhere"] in ambiguous.text
+
+
+def test_auth_token_access_says_the_scope_and_project_of_the_token(service: Service) -> None:
+    _, limited = service.issue("write", "auth")
+    for token, expected in (
+        (service.tokens["read"], {"name": "test-read", "scope": "read", "project": None}),
+        (limited, {"name": "test-write", "scope": "write", "project": "auth"}),
+    ):
+        answer = httpx.get(
+            f"{service.url}{API}/token-access", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert answer.json() == expected

@@ -46,6 +46,7 @@ ROUTERS = (
     (samples.router, True),
     (alerts.router, True),
     (tokens.router, True),
+    (tokens.access_router, True),
     (health.router, True),
     (health.metrics_router, False),
 )
