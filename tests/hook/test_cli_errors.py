@@ -29,6 +29,8 @@ def test_cli_import_of_a_missing_file_says_so_in_one_line(tmp_path: Path) -> Non
     assert result.stderr == (
         f"rlguard import: no such file or directory: {missing}; check the path and try again\n"
     )
+    forced = _rlguard("import", str(missing), "--format", "csv", "--url", "http://127.0.0.1:9")
+    assert forced.stderr == result.stderr  # refused before a run is made for it
     for debug in (["--debug", "import", str(missing)], ["import", str(missing), "--debug"]):
         traced = _rlguard(*debug, "--url", "http://127.0.0.1:9")
         assert traced.returncode == 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -195,6 +196,8 @@ def import_run(args: argparse.Namespace) -> int:
     """Import a finished run's logs through the same batch path as live logging."""
     from rlguard.integrations.importers import READERS, detect_format
 
+    if not args.path.exists():  # before a run is created for it
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(args.path))
     fmt = detect_format(args.path) if args.format == "auto" else args.format
     reader = READERS[fmt]
     records = reader(args.path, args.logging_steps) if fmt == "trl-console" else reader(args.path)
