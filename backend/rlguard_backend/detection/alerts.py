@@ -48,6 +48,8 @@ def to_public(alert: Alert, run_name: str | None, project: str) -> AlertPublic:
 
 def to_publics(session: Session, found: Sequence[Alert]) -> list[AlertPublic]:
     """Alert rows as the API answers them, their runs' names and projects read in one query."""
+    if not found:
+        return []  # a quiet batch reads no run
     run_ids = {alert.run_id for alert in found}
     query = select(Run.id, Run.name, Run.project).where(Run.id.in_(run_ids))
     runs = {run_id: (name, project) for run_id, name, project in session.execute(query)}
