@@ -26,9 +26,11 @@ from rlguard_backend.schemas import (
     SampleList,
     SampleStepList,
     SeriesResponse,
+    TokenAccess,
 )
 
 TIMEOUT_S = 10.0
+MAX_KNOWN_TOKENS = 256  # viewers' tokens whose scope a dashboard process remembers
 MAX_POINTS = 2000
 # The signed-in viewer's token for the API calls of the request being served (see signin.py).
 REQUEST_TOKEN: ContextVar[str | None] = ContextVar("rlguard_request_token", default=None)
@@ -54,7 +56,8 @@ def carry_token(work: Callable[..., T]) -> Callable[..., T]:
 
 
 class ApiError(Exception):
-    """The API answered with an error or could not be reached; ``str()`` is for the page."""
+    """The API answered with an error or could not be reached; ``str()`` is for the page,
+    ``detail`` the API's own sentence (its answer's ``detail``) when it gave one."""
 
     def __init__(self, message: str, status_code: int | None = None, detail: str = "") -> None:
         super().__init__(message)
@@ -72,6 +75,7 @@ class ApiClient:
         self.api_url = api_url.rstrip("/")
         self.token = token
         self._http = httpx.Client(base_url=self.api_url, timeout=TIMEOUT_S)
+        self._access: dict[str | None, TokenAccess] = {}
 
     def __repr__(self) -> str:
         return f"ApiClient({self.api_url!r})"
@@ -89,10 +93,11 @@ class ApiClient:
         except httpx.HTTPError as exc:
             raise ApiError(f"cannot reach the rlguard API at {self.api_url}: {exc}") from exc
         if response.status_code >= 400:
+            detail = _detail(response)
             raise ApiError(
-                f"API {path} answered {response.status_code}: {response.text[:300]}",
+                f"API {path} answered {response.status_code}: {detail}",
                 response.status_code,
-                _detail(response),
+                detail,
             )
         try:
             return response.json()
@@ -155,9 +160,11 @@ class ApiClient:
         """The projects that hold runs."""
         return ProjectList.model_validate(self._get("/v1/projects"))
 
-    def get_run(self, run_id: str) -> RunPublic:
-        """One run's metadata."""
-        return RunPublic.model_validate(self._get(f"/v1/runs/{run_id}"))
+    def get_run(self, run: str) -> RunPublic:
+        """One run's metadata, the run named by its id, its name or ``project/name``."""
+        project, _, name = run.partition("/") if "/" in run else (None, "", run)
+        path = f"/v1/runs/{quote(name, safe='')}"
+        return RunPublic.model_validate(self._get(path, {"project": project}))
 
     def run_markers(self, run_id: str) -> MarkerList:
         """Restarts, rewinds and learning-rate changes; an API without them yields none."""
@@ -269,6 +276,21 @@ class ApiClient:
         path = f"/v1/projects/{_segment(project)}/policies/{policy_id}"
         return PolicyPublic.model_validate(self._send("DELETE", path))
 
+    def can_write(self) -> bool:
+        """Whether the viewer's token may change alerts (acknowledge, resolve); asked once per
+        token. An API that cannot say (older, or away) is taken to allow it: the action then
+        answers for itself."""
+        token = REQUEST_TOKEN.get() or self.token
+        if token not in self._access:
+            try:
+                access = TokenAccess.model_validate(self._get("/v1/token-access"))
+            except ApiError:
+                return True  # not remembered: the API may answer next time
+            if len(self._access) >= MAX_KNOWN_TOKENS:
+                self._access.clear()
+            self._access[token] = access
+        return self._access[token].scope in ("write", "admin")
+
     def update_alert(self, alert_id: int, change: dict[str, Any]) -> AlertPublic:
         """``{"acknowledged": true}`` or ``{"status": "resolved"}``."""
         return AlertPublic.model_validate(
@@ -282,14 +304,15 @@ def _segment(text: str) -> str:
 
 
 def _detail(response: httpx.Response) -> str:
-    """The sentence of an error answer's ``detail`` (the first one of a 422's list)."""
+    """The sentence of an error answer's ``detail`` (the first one of a 422's list), or the
+    answer's first 300 characters."""
     try:
-        detail = response.json().get("detail", "")
+        detail = response.json().get("detail")
     except (ValueError, AttributeError):
-        return ""
+        detail = None
     if isinstance(detail, list) and detail and isinstance(detail[0], dict):
         return str(detail[0].get("msg", ""))
-    return detail if isinstance(detail, str) else ""
+    return detail if isinstance(detail, str) else response.text[:300]
 
 
 def _series_params(

@@ -3,6 +3,9 @@
 A location here is the decoded path below the app's prefix plus the raw query, e.g.
 ``"/runs/my run"`` or ``"/compare?runs=a,b"``: the browser's URL, the page's HTML request and
 the layout request's ``Referer`` all reduce to the same string.
+
+A run's pages name it by its id, its name or ``project/name`` (``/runs/grpo/seed0/samples``);
+the name is read into the id once, here, and the pages work with the id.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from dash import html
 from dash.exceptions import PreventUpdate
 
-from rlguard_frontend.api_client import ApiClient
+from rlguard_backend.schemas import RunPublic
+from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.pages import inbox, not_found_404, policies
 from rlguard_frontend.pages.compare import page as compare
 from rlguard_frontend.pages.run import page as run_detail
@@ -36,17 +40,31 @@ def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
     path, _, query = where.partition("?")
     if path == "/":
         return runs.layout(query, client)
-    if path.startswith("/runs/") and path.endswith("/samples"):
-        return samples.layout(path.removeprefix("/runs/").removesuffix("/samples"), query)
     if path.startswith("/runs/") and len(path) > len("/runs/"):
-        return run_detail.layout(path.removeprefix("/runs/"), client, theme, query)
+        return _run_page(client, path.removeprefix("/runs/"), theme, query)
     if path.rstrip("/") == "/alerts":
-        return inbox.layout()
+        return inbox.layout(client.can_write())
     if path.rstrip("/") == "/compare":
         return compare.layout(query, client, theme)
     if path.rstrip("/") == "/policies":
         return policies.layout(query)
     return not_found_404.layout(path)
+
+
+def _run_page(client: ApiClient, below: str, theme: str | None, query: str) -> html.Div:
+    """The run page or its samples page, the run named by id, name or project/name."""
+    ref, on_samples = below.removesuffix("/samples"), below.endswith("/samples")
+    try:
+        run: RunPublic | str = client.get_run(ref)
+    except ApiError as exc:
+        if exc.status_code == 409:  # a name several runs share: the sentence lists them
+            return not_found_404.layout(f"/runs/{below}", exc.detail)
+        # Not there yet (a trainer about to create it), or the API is away: the page says so
+        # and its tick tries again.
+        run = ref
+    if on_samples:
+        return samples.layout(run, query)
+    return run_detail.layout(run if isinstance(run, str) else run.id, client, theme, query)
 
 
 def draws_charts(where: str) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from rlguard_backend.core.config import Settings
 from rlguard_backend.core.db import make_engine, make_session_factory, write_session
 from rlguard_backend.core.serve import ServerThread, settings_for_host
 from tests.conftest import new_run_id
-from tests.hook.hookutil import child_env
+from tests.hook.hookutil import child_env, wait_for
 
 API = "/api/v1"
 LOWER = {"write": "read", "admin": "write"}
@@ -119,6 +120,7 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ("GET", "/api/v1/runs/{run_id}/markers"): lambda: (f"{run}/markers", None),
         ("GET", "/api/v1/run-fields"): lambda: (f"{API}/run-fields", None),
         ("GET", "/api/v1/projects"): lambda: (f"{API}/projects", None),
+        ("GET", "/api/v1/token-access"): lambda: (f"{API}/token-access", None),
         ("GET", "/api/v1/groups"): lambda: (
             f"{API}/groups?runs={ids['run_id']}&signals=entropy",
             None,
@@ -218,6 +220,7 @@ def test_auth_every_endpoint_refuses_wrong_tokens_and_answers_its_scope(service:
 
 LISTS = {("GET", "/api/v1/runs"), ("GET", "/api/v1/alerts")}
 LISTS |= {("GET", "/api/v1/projects"), ("GET", "/api/v1/run-fields")}
+LISTS |= {("GET", "/api/v1/token-access")}  # its own token's, whatever its project
 SERVICE_WIDE = {("POST", "/api/v1/tokens"), ("GET", "/api/v1/tokens"), ("GET", "/metrics")}
 SERVICE_WIDE |= {("DELETE", "/api/v1/tokens/{token_id}")}
 
@@ -315,6 +318,31 @@ def test_auth_hook_streams_with_a_write_token(service: Service, tmp_path: Any) -
     assert call(service, "GET", f"{API}/runs/{run_id}", token=None) == 401
 
 
+def test_auth_hook_with_a_read_token_is_told_to_get_a_write_token(
+    service: Service, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="rlguard")
+    run = rlguard.init(
+        project="auth",
+        url=service.url,
+        token=service.tokens["read"],
+        spool_dir=str(tmp_path / "spool"),
+        gpu=False,
+        quiet=True,
+    )
+    run.log({"loss": 0.5}, step=0)
+    said = wait_for(
+        lambda: [r.getMessage() for r in caplog.records if "token" in r.getMessage()],
+        30,
+        "the hook's warning about its token",
+    )
+    status = run.finish(timeout_s=0)
+    assert status.spool_points == 1 and "HTTP 403" in (status.last_error or "")
+    assert len(said) == 1 and "unreachable" not in said[0]
+    assert said[0].startswith("rlguard: this run's token cannot write to project 'auth' (")
+    assert "`rlguard token create --name trainer --scope write`" in said[0]
+
+
 def test_auth_revoked_token_is_refused_at_once_by_its_process(service: Service) -> None:
     token_id, token = service.issue("read")
     assert call(service, "GET", f"{API}/runs", token=token) == 200  # now cached
@@ -385,3 +413,40 @@ def test_auth_on_with_an_empty_token_store_refuses_to_start(tmp_path: Any) -> No
     )
     assert result.returncode != 0
     assert "rlguard token create --name admin --scope admin" in result.stderr
+
+
+def test_auth_project_token_reads_a_run_by_name_within_its_project(service: Service) -> None:
+    """Two projects each hold a run of one name: a token limited to a project reads its own,
+    an unlimited one is told the name is ambiguous."""
+    name = new_run_id("shared-name")
+    admin = {"Authorization": f"Bearer {service.tokens['admin']}"}
+    ids = {}
+    for project in ("auth", "elsewhere"):
+        ids[project] = new_run_id(project)
+        body = {"id": ids[project], "project": project, "name": name}
+        assert httpx.post(f"{service.url}{API}/runs", json=body, headers=admin).status_code == 201
+    for project in ("auth", "elsewhere"):
+        token = service.issue("read", project)[1]
+        answer = httpx.get(
+            f"{service.url}{API}/runs/{name}/keys", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert answer.status_code == 200, answer.text
+        read = httpx.get(
+            f"{service.url}{API}/runs/{name}", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert read.json()["id"] == ids[project]
+    ambiguous = httpx.get(f"{service.url}{API}/runs/{name}", headers=admin)
+    assert ambiguous.status_code == 409
+    assert ids["auth"] in ambiguous.json()["detail"] and ids["elsewhere"] in ambiguous.text
+
+
+def test_auth_token_access_says_the_scope_and_project_of_the_token(service: Service) -> None:
+    _, limited = service.issue("write", "auth")
+    for token, expected in (
+        (service.tokens["read"], {"name": "test-read", "scope": "read", "project": None}),
+        (limited, {"name": "test-write", "scope": "write", "project": "auth"}),
+    ):
+        answer = httpx.get(
+            f"{service.url}{API}/token-access", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert answer.json() == expected

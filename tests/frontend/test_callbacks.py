@@ -277,6 +277,8 @@ def _alert(**fields: Any) -> AlertPublic:
     """An alert as the API returns it: a WARN entropy_collapse unless ``fields`` say else."""
     alert = {
         "run_id": "r",
+        "run_name": "seed0",
+        "project": "grpo",
         "detector": "entropy_collapse",
         "key": "entropy_collapse",
         "severity": "warn",

@@ -13,6 +13,10 @@ from rlguard_backend.core import auth, migrate
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.db import make_engine, make_session_factory, write_session
 from rlguard_compose import start_background
+from rlguard_frontend import ids
+from rlguard_frontend.api_client import ApiClient
+from rlguard_frontend.components.alert_views import READ_ONLY
+from rlguard_frontend.pages import inbox
 from rlguard_frontend.signin import safe_next
 from tests.conftest import new_run_id
 
@@ -162,3 +166,82 @@ def test_sign_in_cross_site_posts_are_refused(guarded: tuple[Any, dict[str, str]
     assert own.status_code != 403
     login = httpx.post(f"{server.url}/login", data={"token": "x"}, headers={"Origin": "null"})
     assert login.status_code == 403
+
+
+def _nan_run(server: Any, admin_token: str) -> tuple[str, int]:
+    """A run whose NaN entropy opens an alert, made with the admin token; (run id, alert id)."""
+    run_id = new_run_id("read-only")
+    with httpx.Client(
+        base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {admin_token}"}
+    ) as http:
+        assert http.post("/runs", json={"id": run_id, "project": "p"}).status_code == 201
+        steps = [{"step": s, "values": {"actor/entropy": "NaN"}} for s in range(12)]
+        ack = http.post(f"/runs/{run_id}/batches", json={"batch_id": "nan", "steps": steps})
+    return run_id, ack.json()["alerts"][0]["id"]
+
+
+def _sign_in(page: Any, server: Any, token: str, path: str) -> None:
+    page.goto(server.url + path)
+    page.fill("#token", token)
+    page.click("#sign-in")
+    page.wait_for_url(server.url + path, timeout=WAIT_MS)
+
+
+def test_sign_in_read_token_sees_no_alert_actions_but_a_sentence(
+    guarded: tuple[Any, dict[str, str]], page: Any
+) -> None:
+    server, tokens = guarded
+    run_id, alert_id = _nan_run(server, tokens["admin"])
+    _sign_in(page, server, tokens["read"], "/alerts")
+    page.get_by_text("1 open alert(s)").wait_for(timeout=WAIT_MS)
+    assert page.locator("#inbox-acknowledge").is_hidden()
+    assert page.locator("#inbox-resolve").is_hidden()
+    assert page.locator("#inbox-read-only").inner_text() == READ_ONLY
+    page.goto(f"{server.url}/runs/{run_id}")
+    page.locator(".alert-item").first.click()
+    detail = page.locator("#run-alert-detail")
+    detail.locator(".read-only").wait_for(timeout=WAIT_MS)
+    assert detail.locator("button").count() == 0
+    assert detail.locator(".read-only").inner_text() == READ_ONLY
+    assert page.console_errors == []
+    status = httpx.get(
+        f"{server.url}/api/v1/alerts/{alert_id}/samples",
+        headers={"Authorization": f"Bearer {tokens['read']}"},
+    )
+    assert status.status_code == 200  # the alert is there, only the actions are withheld
+
+
+def test_sign_in_write_token_acknowledges_from_the_run_page(
+    guarded: tuple[Any, dict[str, str]], page: Any
+) -> None:
+    server, tokens = guarded
+    run_id, alert_id = _nan_run(server, tokens["admin"])
+    _sign_in(page, server, tokens["write"], f"/runs/{run_id}")
+    page.locator(".alert-item").first.click()
+    page.click("#run-alert-detail button:has-text('acknowledge')")
+    page.locator("#run-alert-detail button", has_text="acknowledge").wait_for(
+        state="detached", timeout=WAIT_MS
+    )
+    assert page.locator("#run-alert-detail .read-only").count() == 0
+    answer = httpx.get(
+        f"{server.url}/api/v1/runs/{run_id}/alerts",
+        headers={"Authorization": f"Bearer {tokens['read']}"},
+    )
+    assert [a["acknowledged"] for a in answer.json()["data"] if a["id"] == alert_id] == [True]
+    assert page.console_errors == []
+
+
+def test_inbox_action_refused_by_the_api_says_so_in_a_sentence(
+    guarded: tuple[Any, dict[str, str]],
+) -> None:
+    """A read token's resolve (a page drawn before its token changed) is answered 403: the
+    inbox shows the sentence, not the API's JSON."""
+    server, tokens = guarded
+    _, alert_id = _nan_run(server, tokens["admin"])
+    client = ApiClient(f"{server.url}/api", token=tokens["read"])
+    options, ticked, count, error = inbox.show_inbox(
+        client, {ids.INBOX_RESOLVE}, ["critical", "warn"], [alert_id], []
+    )
+    assert (options, ticked, count, error) == ([], [alert_id], "", READ_ONLY)
+    assert client.can_write() is False
+    assert ApiClient(f"{server.url}/api", token=tokens["write"]).can_write() is True

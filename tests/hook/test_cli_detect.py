@@ -59,3 +59,13 @@ def test_cli_detect_bad_threshold_is_refused(server: RunningServer) -> None:
     result = _detect(server.url, "any-run", "--threshold", "kl_runaway.level_warn")
     assert result.returncode == 2
     assert "NAME=NUMBER" in result.stdout + result.stderr
+
+
+def test_cli_detect_misspelt_threshold_names_the_valid_ones(server: RunningServer) -> None:
+    run_id = _store_collapse(server.url)
+    result = _detect(server.url, run_id, "--threshold", "kl_runaway.level_wrn=0.6")
+    assert result.returncode == 1
+    said = result.stdout + result.stderr
+    assert "unknown threshold 'kl_runaway.level_wrn'; did you mean 'kl_runaway.level_warn'?" in said
+    assert "kl_runaway's are floor, growth, lookback_steps, persistence, level_warn," in said
+    assert "stability/thresholds.py" not in said and "DEFAULTS" not in said

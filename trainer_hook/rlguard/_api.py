@@ -4,9 +4,12 @@
     >>> api.runs(project="grpo")                                   # doctest: +SKIP
     >>> df = api.history("run-1", ["actor/entropy", "actor/ppo_kl"])  # doctest: +SKIP
 
+A run is named by its id, its name, or ``project/name`` when several projects hold a run of
+that name (the service refuses an ambiguous name with 409, listing the runs).
+
 Standard library only until ``history`` is asked for a DataFrame (pandas, imported then).
-Errors are the hook's: ``RejectedError`` (404 unknown run, 401/403 token) and ``RetryableError``
-(unreachable, 5xx), both ``TransportError``.
+Errors are the hook's: ``RejectedError`` (404 unknown run, 409 ambiguous name, 401/403 token)
+and ``RetryableError`` (unreachable, 5xx), both ``TransportError``.
 """
 
 from __future__ import annotations
@@ -72,14 +75,19 @@ class Api:
         flag = "true" if archived else None
         return list(self._pages("/runs", project=project, status=status, tag=tag, archived=flag))
 
+    def _run_get(self, run: str, below: str = "", **params: Any) -> Any:
+        """GET ``/runs/<run>/<below>`` for a run named by id, name or project/name."""
+        path, project = run_path(run)
+        return self._get(path + below, project=project, **params)
+
     def run(self, run_id: str) -> dict[str, Any]:
-        """One run by id: project, name, status, config, summary, tags, last step."""
-        run: dict[str, Any] = self._get(f"/runs/{_quote(run_id)}")
+        """One run by id, name or project/name: project, name, status, config, summary, tags."""
+        run: dict[str, Any] = self._run_get(run_id)
         return run
 
     def keys(self, run_id: str) -> list[dict[str, Any]]:
         """The run's metric keys with their point counts and step ranges."""
-        keys: list[dict[str, Any]] = self._get(f"/runs/{_quote(run_id)}/keys")["data"]
+        keys: list[dict[str, Any]] = self._run_get(run_id, "/keys")["data"]
         return keys
 
     def alerts(
@@ -89,7 +97,10 @@ class Api:
         status: str | None = None,
         severity: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Alerts across runs (all pages), with the filters the REST API takes."""
+        """Alerts across runs (all pages), with the filters the REST API takes; each names its
+        run's ``run_id``, ``run_name`` and ``project``."""
+        if run_id is not None and "/" in run_id:
+            project, _, run_id = run_id.partition("/")
         return list(
             self._pages("/alerts", run_id=run_id, project=project, status=status, severity=severity)
         )
@@ -116,8 +127,9 @@ class Api:
     def _history_page(
         self, run_id: str, names: list[str], lo: int, hi: int
     ) -> Iterator[dict[str, Any]]:
-        answer = self._get(
-            f"/runs/{_quote(run_id)}/series",
+        answer = self._run_get(
+            run_id,
+            "/series",
             keys=",".join(names),
             from_step=lo,
             to_step=hi,
@@ -161,5 +173,13 @@ class Api:
         return frame.set_index(x)
 
 
-def _quote(run_id: str) -> str:
-    return urllib.parse.quote(run_id, safe="")
+def run_path(run: str) -> tuple[str, str | None]:
+    """The API path of a run named by id, name or ``project/name``, and the ``project`` query
+    parameter that goes with it (a ``/`` cannot ride in the path: servers decode it first).
+    The project ends at the first ``/``, so a name may hold more (``grpo/Qwen/Qwen2.5-7B``).
+
+    >>> run_path("grpo/collapse seed0")
+    ('/runs/collapse%20seed0', 'grpo')
+    """
+    project, _, name = run.partition("/") if "/" in run else (None, "", run)
+    return f"/runs/{urllib.parse.quote(name, safe='')}", project

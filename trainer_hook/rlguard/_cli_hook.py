@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import sys
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import rlguard
+from rlguard._api import run_path
 from rlguard._config import DEFAULT_URL, default_spool_dir
 from rlguard._spool import Spool, spooled_run_ids
 from rlguard._transport import Transport
@@ -46,17 +49,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "--validation", type=Path, default=None, help="verl's trainer.validation_data_dir"
         )
     if command == "follow":
-        parser.add_argument("--poll-s", type=float, default=0.5)
-        parser.add_argument("--exit-after-idle-s", type=float, default=None)
+        parser.add_argument(
+            "--poll-s",
+            type=float,
+            default=0.5,
+            help="seconds between looks for new lines or event files (default 0.5)",
+        )
+        parser.add_argument(
+            "--exit-after-idle-s",
+            type=float,
+            default=None,
+            help="finish the run after this many seconds with nothing new (default: follow "
+            "until Ctrl-C)",
+        )
     elif command == "import":
         from rlguard.integrations.importers import READERS
 
         parser.add_argument("--format", choices=["auto", *READERS], default="auto")
         parser.add_argument("--logging-steps", type=int, default=1, help="TRL console logs only")
     elif command == "export":
-        parser.add_argument("run_id")
+        parser.add_argument("run_id", metavar="RUN", help="the run's id, name, or project/name")
     if command == "detect":
-        parser.add_argument("run_id", nargs="?", help="the run (not with --policy)")
+        parser.add_argument(
+            "run_id", nargs="?", metavar="RUN", help="the run's id, name, or project/name"
+        )
         parser.add_argument(
             "--policy",
             default=None,
@@ -194,6 +210,8 @@ def import_run(args: argparse.Namespace) -> int:
     """Import a finished run's logs through the same batch path as live logging."""
     from rlguard.integrations.importers import READERS, detect_format, read_verl_config
 
+    if not args.path.exists():  # before a run is created for it
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(args.path))
     fmt = detect_format(args.path) if args.format == "auto" else args.format
     reader = READERS[fmt]
     records = reader(args.path, args.logging_steps) if fmt == "trl-console" else reader(args.path)
@@ -280,7 +298,10 @@ def export(args: argparse.Namespace) -> int:
     if args.format == "parquet":
         return _export_parquet(args)
     transport = Transport(_url(args), _token(args))
-    path = f"/runs/{args.run_id}/export" + (f"?keys={args.keys}" if args.keys else "")
+    where, project = run_path(args.run_id)
+    params = {"keys": args.keys, "project": project}
+    query = urllib.parse.urlencode({k: v for k, v in params.items() if v})
+    path = f"{where}/export" + (f"?{query}" if query else "")
     try:
         body = transport.raw("GET", path)
     except TransportError as exc:
@@ -333,7 +354,9 @@ def detect(args: argparse.Namespace) -> int:
     body = json.dumps({"thresholds": thresholds, "apply": args.apply}).encode()
     transport = Transport(_url(args), _token(args))
     try:
-        answer: Any = transport.request("POST", f"/runs/{args.run_id}/detect", body)
+        with rlguard.Api(_url(args), _token(args)) as api:  # a backtest is a write: by id
+            run_id = api.run(args.run_id)["id"]
+        answer: Any = transport.request("POST", f"{run_path(run_id)[0]}/detect", body)
     except (RetryableError, RejectedError) as exc:
         _say(f"detect failed: {exc}")
         return 1

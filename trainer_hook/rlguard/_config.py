@@ -69,6 +69,7 @@ class HookConfig:
     command_poll_s: float = 5.0  # ask for stop/checkpoint commands when no batch went this long
     rank_zero_only: bool = True
     enabled: bool = True
+    quiet: bool = False  # no line at init() saying where the run's page is
     on_alert: Callable[[dict[str, Any]], object] | None = None
     stop_on: str | None = None  # "warn" or "critical": run.should_stop after such an alert
     checkpoint_on: str | None = None  # likewise for run.checkpoint_request()
@@ -253,6 +254,7 @@ _PARSERS: dict[str, Callable[[str, object], Any]] = {
     "command_poll_s": _parse_number(float, 0.1, "a number of seconds >= 0.1"),
     "rank_zero_only": _parse_bool,
     "enabled": _parse_bool,
+    "quiet": _parse_bool,
     "on_alert": _parse_on_alert,
     "stop_on": _parse_severity,
     "checkpoint_on": _parse_severity,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
@@ -88,7 +90,7 @@ class Run:
         self.project = cfg.project
         self.name = cfg.name
         self.config = dict(cfg.config)
-        self.url = cfg.url
+        self.url = run_page_url(cfg.url, cfg.run_id)
         self.active = active
         self.alerts: list[dict[str, Any]] = []
         self._cfg = cfg
@@ -137,6 +139,11 @@ class Run:
         if self._sender is None:
             return
         self._sender.start()
+        if not self._cfg.quiet:
+            # Written, not logged: logging's default shows no INFO, and this line is for the
+            # person who started the run (RLGUARD_QUIET=1 leaves it out).
+            label = f"{self.name!r} ({self.id})" if self.name else self.id
+            sys.stderr.write(f"rlguard: run {label} of project {self.project!r}: {self.url}\n")
         if self._cfg.gpu:
             from rlguard._gpu import SystemSampler
 
@@ -357,6 +364,11 @@ class Run:
             callback(alert)
         except Exception:  # the user's callback must not stop delivery
             logger.exception("rlguard: the on_alert callback raised for alert %s", alert.get("id"))
+
+
+def run_page_url(service_url: str, run_id: str) -> str:
+    """The dashboard's page of a run: ``rlguard up`` serves it at ``/runs/<id>``."""
+    return f"{service_url.rstrip('/')}/runs/{urllib.parse.quote(run_id, safe='')}"
 
 
 def _reaches(alert: dict[str, Any], threshold: str | None) -> bool:

@@ -323,12 +323,29 @@ class Sender:
         delay = backoff_s(self._failures, self.cfg, exc.retry_after_s, random.random)
         self._retry_at = time.monotonic() + delay
         self.counters.last_error = str(exc)
-        state = "unreachable" if exc.retry_after_s is None else "busy"
         self._warnings.warn_once(
             f"retry:{exc.status}",
-            f"rlguard: the service is {state} ({exc}); "
+            f"rlguard: {self._failure_cause(exc)}; "
             f"spooling to {self.spool.dir} and retrying with backoff",
         )
+
+    def _failure_cause(self, exc: RetryableError) -> str:
+        """What is wrong, and for a refused token what to do (the batches wait in the spool)."""
+        if exc.status == 401:
+            return (
+                f"the service does not accept this run's token ({exc}); set RLGUARD_TOKEN (or "
+                "init(token=...)) to a token an admin made with `rlguard token create --name "
+                "trainer --scope write`"
+            )
+        if exc.status == 403:
+            return (
+                f"this run's token cannot write to project {self.cfg.project!r} ({exc}); a "
+                "trainer needs a token with the write scope (of this project, or of every "
+                "project): an admin makes one with `rlguard token create --name trainer "
+                "--scope write`"
+            )
+        state = "unreachable" if exc.retry_after_s is None else "busy"
+        return f"the service is {state} ({exc})"
 
     def _note_success(self) -> None:
         self._last_contact = time.monotonic()

@@ -269,6 +269,23 @@ def _retry_after_s(header: str | None) -> float | None:
         return None
 
 
+MAX_DETAIL_CHARS = 1000  # of the service's sentence kept in an error message
+
+
+def _detail(data: bytes) -> str:
+    """The service's own words from an error answer: its ``detail`` sentence, or the ``msg`` of
+    each field error; else the first 300 bytes of the body."""
+    try:
+        detail = json.loads(data).get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, list):
+        detail = "; ".join(str(e.get("msg", e)) if isinstance(e, dict) else str(e) for e in detail)
+    if isinstance(detail, str):
+        return detail[:MAX_DETAIL_CHARS]
+    return data[:300].decode("utf-8", "replace")
+
+
 def _decode(method: str, answer: Answer) -> Any:
     status, target, data = answer.status, answer.target, answer.data
     if status < 300:
@@ -278,8 +295,7 @@ def _decode(method: str, answer: Answer) -> Any:
             raise RetryableError(
                 f"{method} {target}: {status} with a body that is not JSON"
             ) from exc
-    detail = data[:300].decode("utf-8", "replace")
-    message = f"{method} {target}: HTTP {status}: {detail}"
+    message = f"{method} {target}: HTTP {status}: {_detail(data)}"
     if status >= 500 or status in RETRYABLE_STATUSES:
         raise RetryableError(message, status, answer.retry_after_s)
     raise RejectedError(message, status)

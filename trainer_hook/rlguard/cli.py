@@ -3,11 +3,14 @@ while the run trains.
 
 Start the service and dashboard with `rlguard up` and call `rlguard.init()` in the trainer; or
 follow a trainer's logs, import a finished run, and replay the detectors over a stored one.
+An error ends a command with one line saying what was wrong and what to do; ``--debug``
+shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from collections.abc import Callable, Sequence
@@ -52,6 +55,7 @@ def _load(name: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callabl
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """The argument parser; only the chosen subcommand's module is imported for its options."""
     parser = argparse.ArgumentParser(prog="rlguard", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     for name, (_, help_text) in SUBCOMMANDS.items():
@@ -59,7 +63,11 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         if name == chosen:
             add_arguments, _ = _load(name)
             add_arguments(sub)
+            sub.add_argument("--debug", action="store_true", help=DEBUG_HELP, default=False)
     return parser
+
+
+DEBUG_HELP = "on an error, show Python's traceback instead of one line"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,7 +75,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(args_list).parse_args(args_list)
     _, run = _load(args.command)
-    return int(run(args) or 0)
+    try:
+        return int(run(args) or 0)
+    except Exception as exc:
+        if args.debug or "--debug" in args_list:
+            raise
+        sys.stderr.write(f"rlguard {args.command}: {explain(exc, args)}\n")
+        return 1
+
+
+def explain(exc: Exception, args: argparse.Namespace) -> str:
+    """One line for a person: what was wrong, and what to do about it."""
+    rerun = "(rlguard --debug … shows the traceback)"
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        where = f"port {args.port}" if getattr(args, "port", None) is not None else "the address"
+        return (
+            f"{where} is already in use by another process: stop that process, or choose "
+            "another port with --port"
+        )
+    if isinstance(exc, FileNotFoundError) and exc.filename is not None:
+        return f"no such file or directory: {exc.filename}; check the path and try again"
+    if isinstance(exc, PermissionError) and exc.filename is not None:
+        return f"permission denied: {exc.filename}; check its owner and mode"
+    if isinstance(exc, OSError) and exc.strerror:
+        about = f": {exc.filename}" if exc.filename is not None else ""
+        return f"{exc.strerror}{about} {rerun}"
+    return f"{exc} {rerun}" if str(exc) else f"{type(exc).__name__} {rerun}"
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ from rlguard_backend.api.deps import (
     IdentityDep,
     Limit,
     Offset,
+    RunRef,
+    RunRefDep,
     WriterDep,
     project_filter,
 )
@@ -28,19 +30,18 @@ from rlguard_backend.schemas import (
     AlertUpdate,
     Severity,
 )
-from rlguard_backend.store import repository
 
 router = APIRouter(prefix="/v1", tags=["alerts"], responses=ERROR_RESPONSES)
 
 
 def _alert_list(session: Session, **filters: Any) -> AlertList:
     found, count = alerts.list_alerts(session, **filters)
-    return AlertList(data=[alerts.to_public(a) for a in found], count=count)
+    return AlertList(data=alerts.to_publics(session, found), count=count)
 
 
 @router.get("/runs/{run_id}/alerts", response_model=AlertList, dependencies=[READ])
 async def read_run_alerts(
-    run_id: str,
+    run: RunRefDep,
     db: DatabaseDep,
     status: AlertStatus | None = None,
     severity: Severity | None = None,
@@ -52,7 +53,7 @@ async def read_run_alerts(
     filters = dict(status=status, severity=severity, detector=detector, limit=limit, offset=offset)
 
     def read(session: Session) -> AlertList:
-        repository.get_run(session, run_id)
+        run_id = run.resolve(session).id
         return _alert_list(session, run_id=run_id, archived=None, **filters)
 
     return await db.read(read)
@@ -63,7 +64,7 @@ async def read_alerts(
     db: DatabaseDep,
     identity: IdentityDep,
     project: str | None = None,
-    run_id: str | None = None,
+    run_id: Annotated[str | None, Query(description="one run's, by its id or name")] = None,
     status: AlertStatus | None = None,
     severity: Severity | None = None,
     detector: str | None = None,
@@ -75,9 +76,12 @@ async def read_alerts(
     filters = dict(status=status, severity=severity, detector=detector, limit=limit, offset=offset)
     filters["archived"] = archived
     project = project_filter(identity, project)
-    return await db.read(
-        lambda session: _alert_list(session, run_id=run_id, project=project, **filters)
-    )
+
+    def read(session: Session) -> AlertList:
+        run = None if run_id is None else RunRef(run_id, project).resolve(session).id
+        return _alert_list(session, run_id=run, project=project, **filters)
+
+    return await db.read(read)
 
 
 @router.patch("/alerts/{alert_id}", response_model=AlertPublic, dependencies=[WRITE])
@@ -92,6 +96,6 @@ async def update_alert(alert_id: AlertId, data: AlertUpdate, db: WriterDep) -> A
             alert.status = data.status
         alert.updated_at = utcnow()
         session.commit()
-        return alerts.to_public(alert)
+        return alerts.to_publics(session, [alert])[0]
 
     return await db.write(update)

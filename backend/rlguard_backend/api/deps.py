@@ -7,9 +7,11 @@ Each is a coroutine, so resolving it costs no hop to a worker thread.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Path, Query, Request
+from sqlalchemy.orm import Session
 
 from rlguard_backend.core import auth
 from rlguard_backend.core.auth import Identity
@@ -17,6 +19,7 @@ from rlguard_backend.core.capacity import Database
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.errors import Forbidden, Unauthorized
 from rlguard_backend.core.stalls import CURRENT_WRITE
+from rlguard_backend.models import Run
 from rlguard_backend.store import repository
 
 
@@ -151,6 +154,33 @@ def _require(scope: auth.Scope) -> Any:
 
     authorize.__name__ = f"require_{scope.name}"
     return Depends(authorize)
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """The run a read names: its id or its name, within a project when one is given (or the
+    caller's token is limited to one). Writes name runs by id alone."""
+
+    ref: str
+    project: str | None
+
+    def resolve(self, session: Session) -> Run:
+        """The run, or 404 (no such id or name) or 409 (a name several runs share)."""
+        return repository.find_run(session, self.ref, self.project)
+
+
+async def run_ref(
+    identity: IdentityDep,
+    run_id: Annotated[str, Path(description="the run's id, or its name")],
+    project: Annotated[
+        str | None, Query(description="the run's project, to tell apart runs of one name")
+    ] = None,
+) -> RunRef:
+    """The run a read route's ``{run_id}`` names, seen through the caller's token."""
+    return RunRef(run_id, project_filter(identity, project))
+
+
+RunRefDep = Annotated[RunRef, Depends(run_ref)]
 
 
 async def public() -> None:

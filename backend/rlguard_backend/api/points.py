@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from rlguard.protocol import MAX_STEP
 from rlguard_backend import ingest, packed
 from rlguard_backend.api.bodies import documented_body, once_per_batch_id, read_body
-from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, SettingsDep, WriterDep
+from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, RunRefDep, SettingsDep, WriterDep
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.db import write_session
 from rlguard_backend.core.errors import InvalidField, NotFound
@@ -116,19 +116,18 @@ def store_and_detect(
     if live is not None:
         with metrics.detector_seconds.time():
             found = feed.detect_steps(session, live, batch.steps, settings)
-        ack.alerts = [alerts.to_public(alert) for alert in found]
+        ack.alerts = alerts.to_publics(session, found)
     policies.apply(session, run_id)
     ack.commands = [commands.to_public(c) for c in commands.pending(session, run_id)]
     return ack
 
 
 @router.get("/keys", response_model=MetricKeyList, dependencies=[READ])
-async def read_keys(run_id: str, db: DatabaseDep) -> MetricKeyList:
+async def read_keys(run: RunRefDep, db: DatabaseDep) -> MetricKeyList:
     """The run's metric keys with point counts, step ranges and canonical signals."""
 
     def read(session: Session) -> MetricKeyList:
-        repository.get_run(session, run_id)
-        keys = repository.describe_keys(session, run_id)
+        keys = repository.describe_keys(session, run.resolve(session).id)
         return MetricKeyList(data=keys, count=len(keys))
 
     return await db.read(read)
@@ -164,7 +163,7 @@ IncludeTimes = Annotated[bool, Query(description="wall times for downsampled poi
 
 @router.get("/series", response_model=SeriesResponse, dependencies=[READ])
 async def read_series(
-    run_id: str,
+    run: RunRefDep,
     db: DatabaseDep,
     settings: SettingsDep,
     keys: Annotated[str | None, Query(description="comma-separated keys; all when omitted")] = None,
@@ -184,7 +183,7 @@ async def read_series(
     lo = from_step if after_step is None else max(from_step, after_step + 1)
 
     def read(session: Session) -> bytes:
-        repository.get_run(session, run_id)
+        run_id = run.resolve(session).id
         names = _parse_keys(keys, session, run_id)
         found = {k.name: k for k in repository.run_keys(session, run_id) if k.name in set(names)}
         result = SeriesResponse.model_construct(
@@ -221,14 +220,14 @@ def check_max_points(max_points: int, settings: Settings) -> None:
 
 @router.get("/export", response_class=StreamingResponse, dependencies=[READ])
 async def export_run(
-    run_id: str,
+    run: RunRefDep,
     db: DatabaseDep,
     keys: Annotated[str | None, Query(description="comma-separated keys; all when omitted")] = None,
 ) -> StreamingResponse:
     """CSV with one row per step and one column per key; NaN and ±inf written as NaN/inf/-inf."""
 
-    def read(session: Session) -> tuple[list[str], dict[int, dict[str, str]]]:
-        repository.get_run(session, run_id)
+    def read(session: Session) -> tuple[str, list[str], dict[int, dict[str, str]]]:
+        run_id = run.resolve(session).id
         names = _parse_keys(keys, session, run_id)
         found = {k.name: k for k in repository.run_keys(session, run_id)}
         unknown = [n for n in names if n not in found]
@@ -238,9 +237,9 @@ async def export_run(
         for name in names:
             for step, value, _ in storage.STORE.read_points(session, found[name].id, 0, MAX_STEP):
                 table.setdefault(step, {})[name] = _csv_value(value)
-        return names, table
+        return run_id, names, table
 
-    names, table = await db.read(read)
+    run_id, names, table = await db.read(read)
     headers = {"Content-Disposition": f'attachment; filename="{run_id}.csv"'}
     return StreamingResponse(_csv_rows(names, table), media_type="text/csv", headers=headers)
 

@@ -19,6 +19,7 @@ from rlguard_backend.api.deps import (
     IdentityDep,
     Limit,
     Offset,
+    RunRefDep,
     SettingsDep,
     WriterDep,
     project_filter,
@@ -328,18 +329,17 @@ async def list_run_fields(
 
 
 @router.get("/{run_id}", response_model=RunPublic, dependencies=[READ])
-async def read_run(run_id: str, db: DatabaseDep) -> RunPublic:
-    """One run with its tags."""
-    return await db.read(lambda session: _public(session, run_id))
+async def read_run(run: RunRefDep, db: DatabaseDep) -> RunPublic:
+    """One run with its tags, by id or name."""
+    return await db.read(lambda session: _public(session, run.resolve(session).id))
 
 
 @router.get("/{run_id}/markers", response_model=MarkerList, dependencies=[READ])
-async def read_markers(run_id: str, db: DatabaseDep) -> MarkerList:
+async def read_markers(run: RunRefDep, db: DatabaseDep) -> MarkerList:
     """Restarts, rewinds and learning-rate changes (a jump of 5 % or more after a steady step)."""
 
     def read(session: Session) -> MarkerList:
-        repository.get_run(session, run_id)
-        found = markers.run_markers(session, run_id)
+        found = markers.run_markers(session, run.resolve(session).id)
         return MarkerList(data=found, count=len(found))
 
     return await db.read(read)

@@ -16,6 +16,7 @@ from rlguard_backend.api.deps import (
     DatabaseDep,
     Limit,
     Offset,
+    RunRefDep,
     SettingsDep,
     WriterDep,
 )
@@ -34,7 +35,7 @@ from rlguard_backend.schemas import (
     SampleStepList,
     Step,
 )
-from rlguard_backend.store import repository, samples
+from rlguard_backend.store import samples
 from rlguard_backend.store.samples import SORT_FIELDS, SampleQuery
 
 router = APIRouter(prefix="/v1", tags=["samples"], responses=ERROR_RESPONSES)
@@ -127,7 +128,7 @@ def _ranges(request: Request) -> dict[str, tuple[float | None, float | None]]:
 
 @router.get("/runs/{run_id}/samples", response_model=SampleList, dependencies=[READ])
 async def read_run_samples(
-    run_id: str,
+    run: RunRefDep,
     request: Request,
     db: DatabaseDep,
     settings: SettingsDep,
@@ -169,7 +170,7 @@ async def read_run_samples(
     )
 
     def read(session: Session) -> bytes:
-        repository.get_run(session, run_id)
+        run_id = run.resolve(session).id
         found = samples.read_samples(session, run_id, query, settings.max_sample_search_rows)
         return found.model_dump_json().encode()
 
@@ -178,14 +179,14 @@ async def read_run_samples(
 
 @router.get("/runs/{run_id}/sample-steps", response_model=SampleStepList, dependencies=[READ])
 async def read_sample_steps(
-    run_id: str,
+    run: RunRefDep,
     db: DatabaseDep,
     split: Annotated[str, Query(description='"train" rollouts or e.g. "validation"')] = "train",
 ) -> SampleStepList:
     """The steps that hold samples, with how many each (a step slider's stops)."""
 
     def read(session: Session) -> SampleStepList:
-        repository.get_run(session, run_id)
+        run_id = run.resolve(session).id
         steps = [
             SampleStep(step=s, samples=n) for s, n in samples.sample_steps(session, run_id, split)
         ]

@@ -6,12 +6,13 @@ from fastapi import APIRouter, Request, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rlguard_backend.api.deps import ADMIN, DatabaseDep, TokenId, WriterDep
+from rlguard_backend.api.deps import ADMIN, READ, DatabaseDep, IdentityDep, TokenId, WriterDep
 from rlguard_backend.core import auth
 from rlguard_backend.core.errors import NotFound
 from rlguard_backend.models import ApiToken, as_utc
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,
+    TokenAccess,
     TokenCreate,
     TokenCreated,
     TokenList,
@@ -19,6 +20,7 @@ from rlguard_backend.schemas import (
 )
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=ERROR_RESPONSES)
+access_router = APIRouter(prefix="/v1/token-access", tags=["tokens"], responses=ERROR_RESPONSES)
 
 
 def to_public(token: ApiToken) -> TokenPublic:
@@ -67,3 +69,10 @@ async def revoke_token(token_id: TokenId, request: Request, db: WriterDep) -> To
     revoked = await db.write(revoke)
     request.app.state.token_cache.forget(token_id)
     return revoked
+
+
+@access_router.get("", response_model=TokenAccess, dependencies=[READ])
+async def read_token_access(identity: IdentityDep) -> TokenAccess:
+    """The scope and project of the token this request carries (admin, all, without auth)."""
+    access = {"name": identity.name, "scope": identity.scope.name, "project": identity.project}
+    return TokenAccess.model_validate(access)

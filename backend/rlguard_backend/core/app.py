@@ -36,6 +36,7 @@ from rlguard_backend.core.auth import TokenCache
 from rlguard_backend.core.capacity import BodyBudget, Database
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.db import Checkpointer, make_engine, make_session_factory
+from rlguard_backend.core.docs import install_docs
 from rlguard_backend.core.errors import ServiceError
 from rlguard_backend.core.limits import BodyLimits
 from rlguard_backend.core.methods import MethodCheck, MethodTable
@@ -60,6 +61,7 @@ ROUTERS = (
     (commands.router, True),
     (policies.router, True),
     (tokens.router, True),
+    (tokens.access_router, True),
     (health.router, True),
     (health.metrics_router, False),
 )
@@ -110,6 +112,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Live stability monitor for RL fine-tuning: KL, clip and entropy.",
         lifespan=lifespan,
+        docs_url=None,  # install_docs serves /docs and /redoc without a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -124,6 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.checkpointer = checkpointer
     for router, prefixed in ROUTERS:
         app.include_router(router, prefix=settings.api_prefix if prefixed else "")
+    install_docs(app)
     _install_error_handlers(app, settings)
     app.add_middleware(MethodCheck, table=MethodTable(access_table(settings.api_prefix)))
     app.add_middleware(BodyLimits, settings=settings, budget=body_budget)

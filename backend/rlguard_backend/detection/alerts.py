@@ -23,11 +23,13 @@ SEVERITY_ICON = {
 }
 
 
-def to_public(alert: Alert) -> AlertPublic:
-    """An alert row as the API answers it (times in UTC)."""
+def to_public(alert: Alert, run_name: str | None, project: str) -> AlertPublic:
+    """An alert row as the API answers it (times in UTC), with its run's name and project."""
     return AlertPublic(
         id=alert.id,
         run_id=alert.run_id,
+        run_name=run_name,
+        project=project,
         detector=alert.detector,
         key=alert.key,
         severity=alert.severity,  # type: ignore[arg-type]
@@ -43,6 +45,16 @@ def to_public(alert: Alert) -> AlertPublic:
         created_at=as_utc(alert.created_at),
         updated_at=as_utc(alert.updated_at),
     )
+
+
+def to_publics(session: Session, found: Sequence[Alert]) -> list[AlertPublic]:
+    """Alert rows as the API answers them, their runs' names and projects read in one query."""
+    if not found:
+        return []  # a quiet batch reads no run
+    run_ids = {alert.run_id for alert in found}
+    query = select(Run.id, Run.name, Run.project).where(Run.id.in_(run_ids))
+    runs = {run_id: (name, project) for run_id, name, project in session.execute(query)}
+    return [to_public(alert, *runs[alert.run_id]) for alert in found]
 
 
 _UPDATE_OPEN = (
@@ -189,7 +201,7 @@ def webhook_payload(run: Run, alert: Alert, change: str, fmt: str) -> dict[str, 
     body = {
         "event": f"alert.{change}",
         "run": {"id": run.id, "project": run.project, "name": run.name},
-        "alert": to_public(alert).model_dump(mode="json"),
+        "alert": to_public(alert, run.name, run.project).model_dump(mode="json"),
     }
     if fmt != "slack":
         return body

@@ -18,6 +18,8 @@ from rlguard_backend.schemas.wire import AlertStatus, BodyStep, Severity, Strict
 class AlertPublic(BaseModel):
     id: int
     run_id: str
+    run_name: str | None = Field(description="the run's name, when it was given one")
+    project: str = Field(description="the run's project")
     detector: str
     key: str = Field(description="which rule of the detector; one open alert per detector and key")
     severity: Severity

@@ -65,6 +65,14 @@ class TokenCreated(TokenPublic):
     token: str = Field(description="the secret, shown this once; send it as Authorization: Bearer")
 
 
+class TokenAccess(BaseModel):
+    """What the token a request carries may do (the dashboard hides what it cannot)."""
+
+    name: str = Field(description="the token's name; 'local (auth off)' without auth")
+    scope: TokenScope
+    project: str | None = Field(description="the one project it reaches, or none: all")
+
+
 class TokenList(BaseModel):
     data: list[TokenPublic]
     count: int

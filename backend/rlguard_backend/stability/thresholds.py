@@ -7,6 +7,7 @@ flat with a dot (``{"kl_runaway.level_warn": 0.6}``). Precedence: per run
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -191,14 +192,26 @@ def resolve_thresholds(
         for name, value in _flatten(overrides or {}).items():
             group, _, key = name.partition(".")
             if key not in resolved.get(group, {}):
-                raise ValueError(
-                    f"{source}: unknown threshold {name!r}; known names look like "
-                    f"'kl_runaway.level_warn' (see rlguard_backend.stability.thresholds.DEFAULTS)"
-                )
+                raise ValueError(f"{source}: {unknown_threshold(name)}")
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{source}: threshold {name!r} = {value!r} must be a number")
             resolved[group][key] = value
     return resolved
+
+
+def unknown_threshold(name: str) -> str:
+    """Why ``name`` is no threshold: the likeliest meant, then the names of its detector (or
+    the detectors, when that is unknown too)."""
+    names = [f"{group}.{key}" for group, keys in DEFAULTS.items() for key in keys]
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    meant = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    group = name.partition(".")[0]
+    if group in DEFAULTS:
+        return f"unknown threshold {name!r}; {meant}{group}'s are {', '.join(DEFAULTS[group])}"
+    return (
+        f"unknown threshold {name!r}; {meant}a name is <detector>.<threshold>, the detectors "
+        f"being {', '.join(DEFAULTS)} (docs/detectors.md lists each one's)"
+    )
 
 
 def _flatten(overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import delete, func, literal, select, update
 from sqlalchemy.orm import Session
 
-from rlguard_backend.core.errors import Conflict, run_not_found
+from rlguard_backend.core.errors import Conflict, NotFound, run_not_found
 from rlguard_backend.models import (
     Alert,
     MetricKey,
@@ -39,6 +39,7 @@ MAX_DROP_REPORTERS = 64  # trainer processes whose drop reports a run keeps apar
 EARLIER_REPORTERS = "earlier"
 FIELD_SCAN_RUNS = 2000  # runs whose config and summary keys the field list is made from
 MAX_LISTED_KEYS = 500
+MAX_LISTED_NAMESAKES = 10  # runs a 409 for an ambiguous run name lists
 
 
 def get_run(session: Session, run_id: str) -> Run:
@@ -47,6 +48,49 @@ def get_run(session: Session, run_id: str) -> Run:
     if run is None:
         raise run_not_found(run_id)
     return run
+
+
+def find_run(session: Session, ref: str, project: str | None = None) -> Run:
+    """The run a read names by its id, else by its name (of ``project`` when given).
+
+    404 when no run has that id or name; 409 listing the runs when several share the name.
+    """
+    run = session.get(Run, ref)
+    if run is not None and (project is None or run.project == project):
+        return run
+    query = select(Run).where(Run.name == ref)
+    if project is not None:
+        query = query.where(Run.project == project)
+    query = query.order_by(Run.created_at.desc(), Run.id).limit(MAX_LISTED_NAMESAKES + 1)
+    namesakes = list(session.scalars(query))
+    if len(namesakes) == 1:
+        return namesakes[0]
+    where = f" in project {project!r}" if project is not None else ""
+    if not namesakes:
+        raise NotFound(
+            f"no run has the id or name {ref!r}{where}; GET /api/v1/runs lists the runs "
+            "(the dashboard's runs page too)"
+        )
+    raise _ambiguous_name(session, ref, project, namesakes)
+
+
+def _ambiguous_name(
+    session: Session, name: str, project: str | None, namesakes: list[Run]
+) -> Conflict:
+    """409 listing the runs that share ``name``: id, project and start, newest first."""
+    query = select(func.count()).select_from(Run).where(Run.name == name)
+    if project is not None:
+        query = query.where(Run.project == project)
+    count = session.scalar(query) or 0
+    listed = "; ".join(
+        f"{r.id} (project {r.project!r}, started {as_utc(r.created_at):%Y-%m-%d %H:%M} UTC)"
+        for r in namesakes[:MAX_LISTED_NAMESAKES]
+    )
+    more = f"; and {count - MAX_LISTED_NAMESAKES} more" if count > MAX_LISTED_NAMESAKES else ""
+    return Conflict(
+        f"{count} runs are named {name!r}: {listed}{more}. Name one by its id, or add its "
+        "project: ?project=<project> in the API, <project>/<name> in the CLI, Api and dashboard"
+    )
 
 
 def run_project(session: Session, run_id: str) -> str | None:

@@ -10,6 +10,7 @@ from dash import dcc, html
 
 from rlguard_backend.schemas import AlertPublic
 from rlguard_frontend import ids
+from rlguard_frontend.api_client import ApiError
 from rlguard_frontend.figures import step_span
 
 
@@ -24,6 +25,17 @@ ACTIONS: dict[str, dict[str, Any]] = {
     "acknowledge": {"acknowledged": True},
     "resolve": {"status": "resolved"},
 }
+READ_ONLY = (
+    "Your token can only read: acknowledging and resolving alerts needs one with the write "
+    "scope (an admin makes it with `rlguard token create --name NAME --scope write`)."
+)
+
+
+def action_failed(exc: ApiError) -> str:
+    """The sentence shown where an acknowledge or resolve failed."""
+    if exc.status_code == 403:
+        return READ_ONLY
+    return f"The alert could not be changed: {exc.detail}"
 
 
 def timeline(alerts: list[AlertPublic]) -> list[Any]:
@@ -53,8 +65,9 @@ def timeline(alerts: list[AlertPublic]) -> list[Any]:
     ] + tail
 
 
-def alert_detail(alert: AlertPublic) -> list[Any]:
-    """One alert's message, evidence table and actions."""
+def alert_detail(alert: AlertPublic, writable: bool = True) -> list[Any]:
+    """One alert's message, evidence table and actions (those a read-only token cannot take
+    left out, with the sentence saying why)."""
     evidence = [
         html.Tr([html.Th(str(k)), html.Td(json.dumps(v) if not isinstance(v, str) else v)])
         for k, v in alert.evidence.items()
@@ -70,7 +83,7 @@ def alert_detail(alert: AlertPublic) -> list[Any]:
         html.H5("What to try"),
         html.Ul([html.Li(str(item)) for item in alert.advice]) if alert.advice else html.P("—"),
         html.Div(
-            [*_buttons(alert), samples_link(alert)],
+            [*_buttons(alert, writable), samples_link(alert)],
             className="alert-actions",
         ),
     ]
@@ -91,9 +104,11 @@ def samples_link(alert: AlertPublic) -> dcc.Link:
     )
 
 
-def _buttons(alert: AlertPublic) -> list[Any]:
+def _buttons(alert: AlertPublic, writable: bool) -> list[Any]:
     """Acknowledge (it stays open) and resolve, for the alerts where they still apply."""
     wanted = {"acknowledge": not alert.acknowledged, "resolve": alert.status != "resolved"}
+    if not writable:
+        return [html.P(READ_ONLY, className="hint read-only")] if any(wanted.values()) else []
     return [
         html.Button(
             action,

@@ -101,7 +101,7 @@ def register(app: Dash, client: ApiClient, xaxis: str) -> None:
         chosen = next((a for a in alerts if a.id == wanted), None)
         if chosen is None:
             raise PreventUpdate
-        return alert_views.alert_detail(chosen)
+        return alert_views.alert_detail(chosen, client.can_write())
 
     @app.callback(
         Output(ids.RUN_ALERT_DETAIL, "children", allow_duplicate=True),
@@ -117,5 +117,6 @@ def register(app: Dash, client: ApiClient, xaxis: str) -> None:
             change = alert_views.ACTIONS[trigger["action"]]
             changed = client.update_alert(int(trigger["alert"]), change)
         except ApiError as exc:
-            return no_update, str(exc)
-        return alert_views.alert_detail(changed), ""  # the next tick redraws the timeline
+            return no_update, alert_views.action_failed(exc)
+        # It could write, so it can; the next tick redraws the timeline.
+        return alert_views.alert_detail(changed, writable=True), ""

@@ -97,12 +97,16 @@ def register(app: Dash, client: ApiClient) -> None:
         return ask(client, run_id, kind)
 
 
-def inbox_controls() -> html.Span:
-    """The inbox's "stop their runs" button, its confirmation and its answer."""
+def inbox_controls(style: dict[str, str] | None = None) -> html.Span:
+    """The inbox's "stop their runs" button (``style`` hides it from a read-only viewer), its
+    confirmation and its answer."""
     return html.Span(
         [
             html.Button(
-                "stop their runs…", id=ids.INBOX_STOP, className="button-small button-danger"
+                "stop their runs…",
+                id=ids.INBOX_STOP,
+                className="button-small button-danger",
+                style=style,
             ),
             dcc.ConfirmDialog(id=ids.INBOX_STOP_CONFIRM),
             dcc.Store(id=ids.INBOX_STOP_TARGETS),

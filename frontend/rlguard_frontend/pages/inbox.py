@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Set
 from typing import Any
+from urllib.parse import quote
 
 from dash import Dash, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
@@ -16,13 +17,20 @@ from rlguard_backend.schemas import AlertPublic
 from rlguard_frontend import ids, run_state
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.components import run_commands
-from rlguard_frontend.components.alert_views import ACTIONS, SEVERITY_ORDER
+from rlguard_frontend.components.alert_views import (
+    ACTIONS,
+    READ_ONLY,
+    SEVERITY_ORDER,
+    action_failed,
+)
 
 SEVERITIES = ("critical", "warn", "info")
 
 
-def layout() -> html.Div:
-    """The inbox: severity choice, bulk buttons and the list (filled by its callback)."""
+def layout(writable: bool = True) -> html.Div:
+    """The inbox: severity choice, bulk buttons and the list (filled by its callback); for a
+    read-only token, a sentence instead of the buttons."""
+    hidden = {} if writable else {"display": "none"}
     return html.Div(
         [
             html.H2("Alerts inbox"),
@@ -34,13 +42,19 @@ def layout() -> html.Div:
                         value=["critical", "warn"],
                         inline=True,
                     ),
-                    html.Button("acknowledge", id=ids.INBOX_ACKNOWLEDGE, className="button-small"),
-                    html.Button("resolve", id=ids.INBOX_RESOLVE, className="button-small"),
-                    run_commands.inbox_controls(),
+                    *(
+                        html.Button(label, id=button, className="button-small", style=hidden)
+                        for label, button in (
+                            ("acknowledge", ids.INBOX_ACKNOWLEDGE),
+                            ("resolve", ids.INBOX_RESOLVE),
+                        )
+                    ),
+                    run_commands.inbox_controls(hidden),
                     html.Span(id=ids.INBOX_COUNT, className="runs-count"),
                 ],
                 className="filters",
             ),
+            *([] if writable else [html.P(READ_ONLY, id=ids.INBOX_READ_ONLY, className="hint")]),
             html.Div(id=ids.INBOX_ERROR, className="error"),
             dcc.Checklist(id=ids.INBOX_LIST, options=[], value=[], className="inbox-list"),
         ],
@@ -60,7 +74,13 @@ def row(alert: AlertPublic) -> dict[str, Any]:
         [
             html.Span(alert.severity, className=f"sev sev-{alert.severity}"),
             html.Span(alert.detector, className="detector"),
-            dcc.Link(alert.run_id, href=f"/runs/{alert.run_id}", className="inbox-run"),
+            dcc.Link(
+                alert.run_name or alert.run_id,
+                href=f"/runs/{quote(alert.run_id, safe='')}",
+                title=alert.run_id,
+                className="inbox-run",
+            ),
+            html.Span(alert.project, className="inbox-project"),
             html.Span(f"steps {alert.first_step}–{alert.last_step}", className="steps"),
             html.Span(
                 f"open {run_state.age(alert.created_at)}"
@@ -88,9 +108,11 @@ def show_inbox(
     """
     action = next((BULK_ACTIONS[t] for t in triggers if t in BULK_ACTIONS), None)
     try:
-        if action:
-            for alert_id in ticked or []:
-                client.update_alert(alert_id, ACTIONS[action])
+        for alert_id in (ticked or []) if action else []:
+            client.update_alert(alert_id, ACTIONS[str(action)])
+    except ApiError as exc:
+        return shown or [], ticked or [], "", action_failed(exc)
+    try:
         alerts = ordered(client.list_alerts(status="open").data, severities or [])
     except ApiError as exc:
         return shown or [], ticked or [], "", str(exc)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Set
 from typing import Any, NamedTuple
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 from dash import Dash, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
-from rlguard_backend.schemas import SamplePublic
+from rlguard_backend.schemas import RunPublic, SamplePublic
 from rlguard_frontend import ids
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.pages.samples import views as sample_views
@@ -29,8 +29,10 @@ def path_of(run_id: str) -> str:
     return f"/runs/{run_id}/samples"
 
 
-def layout(run_id: str, query: str) -> html.Div:
-    """The page for ``run_id``; ``query`` is the location's (step, from, to, sort, compare)."""
+def layout(run: RunPublic | str, query: str) -> html.Div:
+    """The page for ``run`` (its id alone when the API could not be asked); ``query`` is the
+    location's (step, from, to, sort, compare)."""
+    run_id = run if isinstance(run, str) else run.id
     wanted = {k: v[0] for k, v in parse_qs(query).items()}
     ranged = "from" in wanted
     state = {"run_id": run_id, "from": _int(wanted.get("from")), "to": _int(wanted.get("to"))}
@@ -91,7 +93,7 @@ def layout(run_id: str, query: str) -> html.Div:
     )
     return html.Div(
         [
-            html.H2(["Samples of ", dcc.Link(run_id, href=f"/runs/{run_id}")]),
+            html.H2(["Samples of ", *run_title(run)], id=ids.SAMPLES_TITLE),
             dcc.Store(id=ids.SAMPLES_STATE, data=state),
             dcc.Store(id=ids.SAMPLES_DATA),
             controls,
@@ -108,6 +110,14 @@ def layout(run_id: str, query: str) -> html.Div:
         ],
         className="samples-page",
     )
+
+
+def run_title(run: RunPublic | str) -> list[Any]:
+    """The run as a title names it: its name (else id) linking to its page, then its project."""
+    if isinstance(run, str):
+        return [dcc.Link(run, href=f"/runs/{quote(run, safe='')}")]
+    link = dcc.Link(run.name or run.id, href=f"/runs/{quote(run.id, safe='')}")
+    return [link, html.Span(f" · {run.project}", className="run-project")]
 
 
 def _int(raw: str | None) -> int | None:
