@@ -194,7 +194,8 @@ def without_chart(state: dict[str, Any], mini: str) -> dict[str, Any]:
     charts = {p: t for p, t in state["traces"].items() if p != mini}
     drawn = {key for trace_map in charts.values() for key in trace_map}
     cursor = {k: v for k, v in state["cursor"].items() if k in drawn}
-    return {**state, "traces": charts, "cursor": cursor}
+    tails = {k: v for k, v in state["tails"].items() if k in drawn}
+    return {**state, "traces": charts, "cursor": cursor, "tails": tails}
 
 
 def sparkline_source(client: ApiClient, run_id: str, name: str) -> str:
