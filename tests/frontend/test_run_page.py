@@ -240,11 +240,12 @@ def test_run_page_draws_a_picked_key_and_a_sparkline_only_when_asked(
     row = page.locator(".key-row", has_text="custom/metric_09")
     row.wait_for(timeout=WAIT_MS)
     assert page.locator(".key-spark img").count() == 0
-    row.locator(".key-spark-button").click()
+    row.locator(".key-spark").click()
     row.locator(".key-spark img").wait_for(timeout=WAIT_MS)
     assert page.locator(".key-spark img").count() == 1  # only the row asked
-    row.locator(".key-spark-button").click()
-    expect(row.locator(".key-spark img")).to_have_count(0, timeout=WAIT_MS)
+    row.locator(".key-spark").click()
+    expect(row.locator(".key-spark")).to_have_text("∿", timeout=WAIT_MS)
+    assert page.locator(".key-spark img").count() == 0
     assert page.locator(".picked-charts .js-plotly-plot").count() == 0
     row.locator(".key-name").click()
     page.wait_for_url("**pick=custom%2Fmetric_09**", timeout=WAIT_MS)

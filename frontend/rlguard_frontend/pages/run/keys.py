@@ -18,6 +18,7 @@ from rlguard_frontend.pages.run import callbacks as run_callbacks
 from rlguard_frontend.pages.run import data as run_data
 
 CHART_CONFIG: Any = {"displayModeBar": False}
+SPARK_GLYPH = "∿"
 
 
 def other_keys(
@@ -42,7 +43,8 @@ def other_keys(
 
 
 def key_row(mini: str, name: str, value: Any, search: str, picked: bool) -> html.Div:
-    """One key: its name (a click draws its chart), last value and sparkline button."""
+    """One key: its name (a click draws its chart), last value and a button that turns into
+    its sparkline."""
     return html.Div(
         [
             html.Button(
@@ -54,12 +56,11 @@ def key_row(mini: str, name: str, value: Any, search: str, picked: bool) -> html
                 className="key-value",
             ),
             html.Button(
-                "∿",
-                id={"type": ids.KEY_SPARK_BUTTON, "panel": mini},
-                className="key-spark-button",
-                title="sparkline",
+                SPARK_GLYPH,
+                id={"type": ids.KEY_SPARK, "panel": mini},
+                className="key-spark",
+                title="the key's trend: click to show, again to hide",
             ),
-            html.Span(id={"type": ids.KEY_SPARK, "panel": mini}, className="key-spark"),
         ],
         id={"type": ids.KEY_ROW, "panel": mini},
         className=row_class(picked),
@@ -103,7 +104,7 @@ def register(app: Dash, client: ApiClient, controls: dict[str, str]) -> None:
 
     @app.callback(
         Output({"type": ids.KEY_SPARK, "panel": MATCH}, "children"),
-        Input({"type": ids.KEY_SPARK_BUTTON, "panel": MATCH}, "n_clicks"),
+        Input({"type": ids.KEY_SPARK, "panel": MATCH}, "n_clicks"),
         State(ids.RUN_PLAN, "data"),
         State(ids.RUN_ID, "data"),
         prevent_initial_call=True,
@@ -113,7 +114,7 @@ def register(app: Dash, client: ApiClient, controls: dict[str, str]) -> None:
         if not clicks or name is None:
             raise PreventUpdate
         if clicks % 2 == 0:
-            return None  # the second click hides it
+            return SPARK_GLYPH  # the second click hides it
         source = run_callbacks.sparkline_source(client, run_id, name)
         return html.Img(src=source, alt=f"trend of {name}") if source else "no points"
 

@@ -17,7 +17,6 @@ from rlguard_frontend.controls import control_id, controls_bar
 from rlguard_frontend.pages.run import callbacks as run_callbacks
 from rlguard_frontend.pages.run import data as run_data
 from rlguard_frontend.pages.run import keys as run_keys
-from rlguard_frontend.pages.run.keys import other_keys
 from rlguard_frontend.panel_views import view_from
 from rlguard_frontend.panels import PANELS, Panel
 from rlguard_frontend.url_state import RunViewState
@@ -142,7 +141,7 @@ def initial_draw(
         "alerts": alerts,
         "digest": alert_views.digest(alerts),
         "cards": panel_cards(plan, figures),
-        "others": other_keys(plan, values, shown.keys, list(shown.picked), figures),
+        "others": run_keys.other_keys(plan, values, shown.keys, list(shown.picked), figures),
         "steps": steps,
         "count": run_callbacks.key_count(list(plan["minis"].values()), shown.keys),
     }
@@ -236,7 +235,7 @@ def register(app: Dash, client: ApiClient) -> None:
     )
     def refresh_run(_tick, run_id, previous, steps, search, picked) -> tuple:
         def build(plan: dict[str, Any], values: dict[str, Any]) -> tuple[list[Any], list[Any]]:
-            return panel_cards(plan), other_keys(plan, values, search or "", picked or [])
+            return panel_cards(plan), run_keys.other_keys(plan, values, search or "", picked or [])
 
         cells = [o["id"]["panel"] for o in ctx.outputs_list[5]]
         return run_callbacks.refresh_run(client, run_id, previous, steps, cells, build, header)
