@@ -102,7 +102,7 @@ def fill_run(base: str, run_id: str, step_count: int = STEPS) -> dict[str, Any]:
     return {"points": step_count * len(KEYS), "fill_s": round(time.perf_counter() - started, 1)}
 
 
-def series_sizes(base: str, run_id: str) -> dict[str, int]:
+def series_sizes(base: str, run_id: str, step_count: int = STEPS) -> dict[str, int]:
     """Bytes of the API answers the run page asks for on first render (x axis: steps)."""
     from rlguard_frontend.pages.run.data import LAST_VALUE_POINTS, PANEL_MAX_POINTS
 
@@ -111,7 +111,7 @@ def series_sizes(base: str, run_id: str) -> dict[str, int]:
     with httpx.Client(base_url=base, timeout=60) as http:
         for name, keys, points, first in (
             ("series_panels_bytes", CANONICAL_KEYS, PANEL_MAX_POINTS, 0),
-            ("series_last_values_bytes", others, LAST_VALUE_POINTS, STEPS - 1),
+            ("series_last_values_bytes", others, LAST_VALUE_POINTS, step_count - 1),
         ):
             params: dict[str, str | int] = {
                 "keys": ",".join(keys),
@@ -322,7 +322,7 @@ def main() -> None:
                 if "render" in parts:
                     if not (args.reuse and _has_long_run(base, steps)):
                         result.update(fill_run(base, "bench-long", steps))
-                    result.update(series_sizes(base, "bench-long"))
+                    result.update(series_sizes(base, "bench-long", steps))
                     result.update(first_render(browser, base, "bench-long", sizes.samples))
                 if "compare" in parts:
                     run_ids = views.seed_compare(base, sizes)

@@ -231,7 +231,7 @@ def test_run_page_lists_120_other_keys_in_one_list_that_a_search_narrows(
 
 
 def test_run_page_draws_a_picked_key_and_a_sparkline_only_when_asked(
-    dashboard: Any, page: Any
+    dashboard: Any, page: Any, artifacts_dir: Path
 ) -> None:
     run_id = new_run_id("pick")
     extra = {f"custom/metric_{i:02d}": float(i) for i in range(12)}
@@ -243,9 +243,6 @@ def test_run_page_draws_a_picked_key_and_a_sparkline_only_when_asked(
     row.locator(".key-spark").click()
     row.locator(".key-spark img").wait_for(timeout=WAIT_MS)
     assert page.locator(".key-spark img").count() == 1  # only the row asked
-    row.locator(".key-spark").click()
-    expect(row.locator(".key-spark")).to_have_text("∿", timeout=WAIT_MS)
-    assert page.locator(".key-spark img").count() == 0
     assert page.locator(".picked-charts .js-plotly-plot").count() == 0
     row.locator(".key-name").click()
     page.wait_for_url("**pick=custom%2Fmetric_09**", timeout=WAIT_MS)
@@ -256,6 +253,10 @@ def test_run_page_draws_a_picked_key_and_a_sparkline_only_when_asked(
     state = plot_state(page, "k9")
     assert state["lengths"] == [50, 0] and state["names"][0] == "custom/metric_09"
     assert "picked" in (row.get_attribute("class") or "")
+    page.screenshot(path=str(artifacts_dir / "run-page-picked.png"), full_page=True)
+    row.locator(".key-spark").click()
+    expect(row.locator(".key-spark")).to_have_text("∿", timeout=WAIT_MS)
+    assert page.locator(".key-spark img").count() == 0
     page.locator(".key-row", has_text="custom/metric_03").locator(".key-name").click()
     page.wait_for_selector(graph_selector("k3"), timeout=WAIT_MS)
     row.locator(".key-name").click()  # a second click takes the chart away
