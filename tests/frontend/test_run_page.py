@@ -290,6 +290,7 @@ def test_run_page_key_list_and_picked_chart_follow_the_run_live(dashboard: Any, 
     new_row = page.locator(".key-row", has_text="custom/aa_new")
     expect(new_row.locator(".key-value")).to_have_text("7", timeout=WAIT_MS)
     assert page.locator(".key-row").count() == 3
+    expect(page.locator("#run-key-count")).to_have_text("3 keys", timeout=WAIT_MS)
     picked = graph_selector("k2")  # custom/b moved one place down the list
     page.wait_for_function(
         f"document.querySelector(`{picked}`)?.data?.[0]?.x?.length === 51",

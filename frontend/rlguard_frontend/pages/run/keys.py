@@ -93,7 +93,7 @@ def register(app: Dash, client: ApiClient, controls: dict[str, str]) -> None:
         Output({"type": ids.KEY_ROW, "panel": ALL}, "style"),
         Output(ids.RUN_KEY_COUNT, "children"),
         Input(ids.RUN_KEY_SEARCH, "value"),
-        State(ids.RUN_PLAN, "data"),
+        Input(ids.RUN_PLAN, "data"),  # a new key: the count changes
         prevent_initial_call=True,
     )
     def filter_keys(search: str | None, plan: dict[str, Any] | None) -> tuple:
@@ -141,7 +141,9 @@ def register(app: Dash, client: ApiClient, controls: dict[str, str]) -> None:
         if not isinstance(trigger, dict) or not ctx.triggered[0]["value"] or not plan or not state:
             raise PreventUpdate  # rows just drawn, or a page without its plan
         mini = trigger["panel"]
-        name = plan["minis"][mini]
+        name = plan["minis"].get(mini)
+        if name is None:
+            raise PreventUpdate  # a row of a list the last tick replaced
         now = run_callbacks.toggled(picked, name)
         rows = [row_class(plan["minis"][o["id"]["panel"]] in now) for o in ctx.outputs_list[2]]
         charts = Patch()
