@@ -28,12 +28,18 @@ def other_keys(
     picked: list[str],
     drawn: dict[str, dict[str, Any]] | None = None,
 ) -> list[Any]:
-    """The picked keys' charts (with their figures when ``drawn``), then the list of keys."""
+    """The picked keys' charts (with their figures when ``drawn``), how many keys the search
+    shows, then the list of keys."""
     names = plan["minis"]
     charts = [picked_chart(m, names[m], drawn or {}) for m in run_data.picked_ids(plan, picked)]
     rows = [key_row(m, name, values.get(name), search, name in picked) for m, name in names.items()]
+    count = run_callbacks.key_count(list(names.values()), search)
     return [
         html.Div(charts, id=ids.RUN_PICKED_CHARTS, className="picked-charts"),
+        html.P(
+            [html.Span(count, id=ids.RUN_KEY_COUNT), " · a name draws its chart, ∿ its trend"],
+            className="hint key-count",
+        ),
         html.Div(
             rows or [html.P("No other keys.", className="empty")],
             id=ids.RUN_KEY_LIST,
@@ -93,7 +99,7 @@ def register(app: Dash, client: ApiClient, controls: dict[str, str]) -> None:
         Output({"type": ids.KEY_ROW, "panel": ALL}, "style"),
         Output(ids.RUN_KEY_COUNT, "children"),
         Input(ids.RUN_KEY_SEARCH, "value"),
-        Input(ids.RUN_PLAN, "data"),  # a new key: the count changes
+        State(ids.RUN_PLAN, "data"),  # as an Input, Dash holds it while a tick refreshes
         prevent_initial_call=True,
     )
     def filter_keys(search: str | None, plan: dict[str, Any] | None) -> tuple:

@@ -36,7 +36,7 @@ def layout(
     except ApiError as exc:  # the tick retries: refresh_run builds the panels once it can
         first = {"error": str(exc), "header": [], "plan": None, "cursor": None, "alerts": []}
         first["digest"] = alert_views.digest([])
-        first["cards"], first["others"], first["steps"], first["count"] = [], [], None, ""
+        first["cards"], first["others"], first["steps"] = [], [], None
     zoom_reset = html.Div(
         [
             html.Span(
@@ -99,8 +99,6 @@ def layout(
                                 type="search",
                                 className="search",
                             ),
-                            html.Span(first["count"], id=ids.RUN_KEY_COUNT, className="hint"),
-                            html.Span("click a name to draw it", className="hint"),
                         ],
                         className="section-head",
                     ),
@@ -143,7 +141,6 @@ def initial_draw(
         "cards": panel_cards(plan, figures),
         "others": run_keys.other_keys(plan, values, shown.keys, list(shown.picked), figures),
         "steps": steps,
-        "count": run_callbacks.key_count(list(plan["minis"].values()), shown.keys),
     }
 
 
