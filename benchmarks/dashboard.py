@@ -3,7 +3,8 @@
 - live latency: ``run.log()`` in a trainer (the real hook) → the point drawn in the browser
   (goal: median ≤ 1.5 s);
 - first render: opening the run page of a 200,000-step run with 40 keys until every panel
-  and mini chart has drawn (goal ≤ 2 s), with the sizes of the responses behind it;
+  has drawn and the other keys are listed (goal ≤ 2 s), with the sizes of the responses behind
+  it, and the time a picked key's chart takes to draw;
 - many runs (``_dashboard_views``): the compare page over 50 runs × the stability panels
   (goal ≤ 2 s), grouped bands over 5 groups × 5 seeds of 20,000 steps (goal ≤ 2 s), the runs
   grid over 5,000 runs, first render and a filter (goal ≤ 1 s); each beside baselines
@@ -53,16 +54,21 @@ LATENCY_SAMPLES = 20
 RENDER_SAMPLES = 3
 CANONICAL_KEYS = (*views.COMPARE_KEYS, "actor/pg_loss")
 KEYS = CANONICAL_KEYS + tuple(f"custom/metric_{i:02d}" for i in range(40 - len(CANONICAL_KEYS)))
-# The page is complete when every panel and the mini charts it draws up front have drawn
-# (run_data.MINIS_FIRST; the rest wait for a search or "draw all", timed separately).
+# The page is complete when every panel has drawn and the other keys are listed with their
+# last values (a key's chart is drawn when picked: timed separately).
 ALL_DRAWN_JS = """() => {
     const drawn = g => g.data && g.data.length > 0 && g.data[0].x.length > 0;
     const panels = [...document.querySelectorAll('.panels .js-plotly-plot')];
-    const cards = document.querySelectorAll('.panels .card:not(.card-empty)').length;
-    const minis = [...document.querySelectorAll('.mini-grid .js-plotly-plot')];
-    return cards > 0 && panels.length === cards && minis.length >= %d
-        && [...panels, ...minis].every(drawn);
+    const cards = document.querySelectorAll('.panels .card').length;
+    const rows = document.querySelectorAll('.key-row').length;
+    return cards > 0 && panels.length === cards && rows >= %d && panels.every(drawn);
 }"""
+PICKED_DRAWN_JS = """() => [...document.querySelectorAll('.picked-charts .js-plotly-plot')]
+    .some(g => g.data && g.data.length > 0 && g.data[0].x.length > 0)"""
+# A pick is timed in the page from the click event: Playwright's click first waits for the
+# element to hold still, which on a loaded box takes seconds the viewer never waits.
+CLICK_CLOCK_JS = """document.addEventListener(
+    'click', () => { window.__clicked = performance.now(); }, {capture: true, once: true})"""
 
 
 def rlguard_up(
@@ -96,19 +102,20 @@ def fill_run(base: str, run_id: str, step_count: int = STEPS) -> dict[str, Any]:
     return {"points": step_count * len(KEYS), "fill_s": round(time.perf_counter() - started, 1)}
 
 
-def series_sizes(base: str, run_id: str) -> dict[str, int]:
+def series_sizes(base: str, run_id: str, step_count: int = STEPS) -> dict[str, int]:
     """Bytes of the API answers the run page asks for on first render (x axis: steps)."""
-    from rlguard_frontend.pages.run.data import MINI_MAX_POINTS, MINIS_FIRST, PANEL_MAX_POINTS
+    from rlguard_frontend.pages.run.data import LAST_VALUE_POINTS, PANEL_MAX_POINTS
 
-    minis = KEYS[len(CANONICAL_KEYS) :][:MINIS_FIRST]
+    others = KEYS[len(CANONICAL_KEYS) :]
     sizes = {}
     with httpx.Client(base_url=base, timeout=60) as http:
-        for name, keys, points in (
-            ("series_panels_bytes", CANONICAL_KEYS, PANEL_MAX_POINTS),
-            ("series_minis_bytes", minis, MINI_MAX_POINTS),
+        for name, keys, points, first in (
+            ("series_panels_bytes", CANONICAL_KEYS, PANEL_MAX_POINTS, 0),
+            ("series_last_values_bytes", others, LAST_VALUE_POINTS, step_count - 1),
         ):
             params: dict[str, str | int] = {
                 "keys": ",".join(keys),
+                "from_step": first,
                 "max_points": points,
                 "include_times": "false",
             }
@@ -188,27 +195,24 @@ def first_render(
     browser: Any, base: str, run_id: str, samples: int = RENDER_SAMPLES
 ) -> dict[str, Any]:
     """Median first render of the run page in Chromium, with its response size and breakdown."""
-    from rlguard_frontend.pages.run.data import MINIS_FIRST
-
-    times, dash_bytes, breakdowns, draw_all = [], [], [], []
-    minis = len(KEYS[len(CANONICAL_KEYS) :])
+    times, dash_bytes, breakdowns, picks, listed = [], [], [], [], 0
+    others = len(KEYS[len(CANONICAL_KEYS) :])
     for _ in range(samples):
         context = browser.new_context(viewport={"width": 1600, "height": 1000})
         context.add_init_script(BREAKDOWN_JS)
         page = context.new_page()
         started = time.perf_counter()
         page.goto(f"{base}/runs/{run_id}")
-        page.wait_for_function(
-            ALL_DRAWN_JS % min(MINIS_FIRST, minis), timeout=60_000, polling=POLL_MS
-        )
+        page.wait_for_function(ALL_DRAWN_JS % others, timeout=60_000, polling=POLL_MS)
         done_ms = page.evaluate("performance.now()")
         times.append(time.perf_counter() - started)
         page.wait_for_timeout(3000)  # a few live ticks: what the page keeps receiving
         bench = page.evaluate(f"({{...window.__bench, resources: {RESOURCES_JS}}})")
-        started = time.perf_counter()
-        page.click("#run-minis-all")
-        page.wait_for_function(ALL_DRAWN_JS % minis, timeout=60_000, polling=POLL_MS)
-        draw_all.append(time.perf_counter() - started)
+        listed = page.locator(".key-row").count()
+        page.evaluate(CLICK_CLOCK_JS)
+        page.locator(".key-name").first.click()
+        page.wait_for_function(PICKED_DRAWN_JS, timeout=60_000, polling=POLL_MS)
+        picks.append(page.evaluate("performance.now() - window.__clicked") / 1000)
         # the layout and the callback answers (decoded) that arrived before the page was complete
         dash_bytes.append(sum(c["bytes"] for c in bench["calls"] if c["end"] <= done_ms))
         breakdowns.append(_breakdown(bench, done_ms))
@@ -225,8 +229,8 @@ def first_render(
         "first_render_samples_s": [round(t, 3) for t in times],
         "first_render_goal_s": 2.0,
         "first_render_breakdown_of_median": breakdown,
-        "first_render_minis_drawn": min(MINIS_FIRST, minis),
-        "draw_all_minis_s": round(statistics.median(draw_all), 3),
+        "first_render_keys_listed": listed,
+        "pick_key_s": round(statistics.median(picks), 3),
         "dash_responses_bytes": max(dash_bytes),
     }
 
@@ -318,7 +322,7 @@ def main() -> None:
                 if "render" in parts:
                     if not (args.reuse and _has_long_run(base, steps)):
                         result.update(fill_run(base, "bench-long", steps))
-                    result.update(series_sizes(base, "bench-long"))
+                    result.update(series_sizes(base, "bench-long", steps))
                     result.update(first_render(browser, base, "bench-long", sizes.samples))
                 if "compare" in parts:
                     run_ids = views.seed_compare(base, sizes)

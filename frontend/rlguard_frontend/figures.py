@@ -8,6 +8,7 @@ The browser draws with the plotly.js bundle the ``plotly`` package ships (``plot
 from __future__ import annotations
 
 import html
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ THEMES = {
     "dark": {"paper": "#161b22", "plot": "#161b22", "font": "#d0d7de", "grid": "#2d333b"},
 }
 RAW_OPACITY_SMOOTHED = 0.25
+SPARK_WIDTH, SPARK_HEIGHT = 120, 24  # px: one row of the other keys' list
 ALERT_AXIS = "y3"
 GUIDE_COLOUR = "#7f8790"
 
@@ -357,3 +359,41 @@ def trace_index(figure: Mapping[str, Any]) -> dict[str, dict[str, int]]:
         if meta.get("key"):
             index.setdefault(str(meta["key"]), {})[str(meta["role"])] = i
     return index
+
+
+def sparkline(
+    steps: Sequence[int],
+    values: Sequence[Any],
+    colour: str = PALETTE[0],
+    size: tuple[int, int] = (SPARK_WIDTH, SPARK_HEIGHT),
+) -> str:
+    """A key's trend as an SVG data URI: one line, broken at NaN, no axes; ``""`` without points.
+
+    An image, not a Plotly chart: a list row shows it at no script cost.
+    """
+    numbers = traces.decode(values)
+    finite = [v for v in numbers if v is not None]
+    if not finite or not steps:
+        return ""
+    width, height = size
+    lo, hi, first, last = min(finite), max(finite), steps[0], steps[-1]
+
+    def x(step: int) -> float:
+        return 1 + (width - 2) * ((step - first) / (last - first) if last > first else 0.5)
+
+    def y(value: float) -> float:
+        return height / 2 if hi == lo else 1 + (height - 2) * (hi - value) / (hi - lo)
+
+    path, pen = [], "M"
+    for step, value in zip(steps, numbers, strict=True):
+        if value is None:
+            pen = "M"  # a gap: the next point starts a new piece
+            continue
+        path.append(f"{pen}{x(step):.1f} {y(value):.1f}" + ("l0 0" if pen == "M" else ""))
+        pen = "L"
+    svg = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">'
+        f'<path d="{"".join(path)}" fill="none" stroke="{colour}" stroke-width="1.3" '
+        'stroke-linecap="round" stroke-linejoin="round"/></svg>'
+    )
+    return "data:image/svg+xml;charset=utf-8," + urllib.parse.quote(svg)

@@ -37,8 +37,13 @@ RUN_ZOOM = "run-zoom"
 RUN_QUERY = "run-query"
 RUN_ALERTS = "run-alerts"
 RUN_PANELS = "run-panels"
-RUN_KEYS_GRID = "run-keys-grid"
 RUN_KEY_SEARCH = "run-key-search"
+RUN_KEY_COUNT = "run-key-count"
+RUN_KEY_STEPS = "run-key-steps"
+RUN_OTHER_KEYS = "run-other-keys"
+RUN_KEY_LIST = "run-key-list"
+RUN_PICKED = "run-picked"
+RUN_PICKED_CHARTS = "run-picked-charts"
 RUN_TIMELINE = "run-timeline"
 RUN_ALERT_DETAIL = "run-alert-detail"
 RUN_ZOOM_RESET = "run-zoom-reset"
@@ -89,9 +94,10 @@ PANEL_CARD = "run-panel-card"
 ALERT_ITEM = "run-alert-item"
 ALERT_ACTION = "run-alert-action"
 
-MINI_CARD = "run-mini-card"
-MINI_BODY = "run-mini-body"
-RUN_MINIS_ALL = "run-minis-all"
+KEY_ROW = "run-key-row"
+KEY_PICK = "run-key-pick"
+KEY_VALUE = "run-key-value"
+KEY_SPARK = "run-key-spark"
 RUN_REDRAW = "run-redraw"
 RUN_LIVE = "run-live"
 
@@ -126,3 +132,8 @@ POLICIES_ADD = "policies-add"
 POLICIES_RESULT = "policies-result"
 POLICIES_LIST = "policies-list"
 POLICY_REMOVE = "policies-remove"  # pattern-matching type, one per policy
+
+
+def panel_graph(panel_id: str) -> dict[str, str]:
+    """The id of a run-page graph: a registry panel or a picked key's chart (``k<n>``)."""
+    return {"type": PANEL_GRAPH, "panel": panel_id}

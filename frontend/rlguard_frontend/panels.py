@@ -2,7 +2,7 @@
 
 Panels are data; one callback draws them all. A metric key belongs to the first panel that
 claims its canonical signal (from ``GET /runs/{id}/keys``) or matches its ``key_pattern``;
-every other key gets a small chart of its own in the searchable grid.
+every other key is listed under the panels (``k0, k1 …``) and drawn when picked.
 
 >>> keys = [{"name": "actor/entropy", "signal": "entropy"}, {"name": "x", "signal": None}]
 >>> plan = plan_panels(keys)
@@ -128,12 +128,12 @@ KL_TARGET_CONFIG_KEYS = ("kl_target", "algorithm.kl_ctrl.target_kl", "target_kl"
 
 
 def panel_for_key(name: str, signal: str | None) -> Panel | None:
-    """The first panel that claims the key, or None (it becomes a mini chart)."""
+    """The first panel that claims the key, or None (it joins the other keys' list)."""
     return next((panel for panel in PANELS if panel.claims(name, signal)), None)
 
 
 def plan_panels(keys: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Assign a run's keys to panels; the rest become mini charts ``k0, k1 …`` (JSON-able)."""
+    """Assign a run's keys to panels; the rest are the other keys ``k0, k1 …`` (JSON-able)."""
     panels: dict[str, dict[str, list[str]]] = {}
     minis: dict[str, str] = {}
     signals: dict[str, str] = {}
@@ -168,7 +168,8 @@ def kl_target(config: Mapping[str, Any]) -> float | None:
 def panels_for_alert(
     detector: str, evidence: Mapping[str, Any], plan: Mapping[str, Any]
 ) -> list[str]:
-    """Panel ids (or mini ids) an alert concerns; NaN alerts follow the key they name."""
+    """Panel ids (or other keys' ``k<n>``) an alert concerns; NaN alerts follow the key they
+    name."""
     concerned = [panel.id for panel in PANELS if detector in panel.detectors]
     if detector != "nonfinite":
         return concerned

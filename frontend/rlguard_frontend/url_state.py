@@ -48,7 +48,7 @@ def _given(query: str | None) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RunViewState:
-    """The run page's view: smoothing, log y, x axis, step range and the key search."""
+    """The run page's view: smoothing, log y, x axis, step range, the key search and picks."""
 
     smoothing: float = 0.0
     xmode: str = "step"
@@ -57,6 +57,7 @@ class RunViewState:
     to_step: int | None = None
     keys: str = ""
     theme: str | None = None
+    picked: tuple[str, ...] = ()  # other keys whose charts are drawn, in the order picked
 
     @classmethod
     def from_query(cls, query: str | None) -> RunViewState:
@@ -73,6 +74,7 @@ class RunViewState:
             to_step=hi,
             keys=given.get("keys", "").strip(),
             theme=_choice(given.get("theme"), THEMES, None),
+            picked=_names(given.get("pick")),
         )
 
     def to_query(self) -> str:
@@ -85,6 +87,7 @@ class RunViewState:
             "from": str(self.from_step) if zoomed else "",
             "to": str(self.to_step) if zoomed else "",
             "keys": self.keys,
+            "pick": ",".join(self.picked),
             "theme": self.theme or "",
         }
         return urlencode({k: v for k, v in pairs.items() if v})

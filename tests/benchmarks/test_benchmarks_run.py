@@ -105,7 +105,7 @@ def test_benchmark_hook_overhead_prints_log_costs_and_cpu_per_step() -> None:
 
 def test_benchmark_dashboard_quick_prints_every_view_beside_its_baseline() -> None:
     result = _run("benchmarks.dashboard", "--quick")
-    assert result["live_samples"] == 3 and result["first_render_minis_drawn"] == 8
+    assert result["live_samples"] == 3 and result["first_render_keys_listed"] == 31
     assert result["compare"]["runs"] == 6 and result["compare"]["baseline_2_runs"]["samples_s"]
     assert result["groups"]["groups"] == 2 and result["groups"]["groups_api_bytes"] > 0
     assert result["groups"]["baseline_overlaid"]["first_render_s"] > 0

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import html
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from dash import no_update
 from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import AlertPublic, SamplePublic, SampleTokens, SeriesData
-from rlguard_frontend import ids
+from rlguard_frontend import figures, ids
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.components import alert_views
 from rlguard_frontend.figures import PALETTE, View, merged_ranges, step_span
@@ -467,3 +469,87 @@ def test_samples_tokens_past_a_shorter_array_are_drawn_unshaded() -> None:
     assert [s.children for s in spans] == ["a", "b", "c"]
     assert [s.style["backgroundColor"] for s in spans][1:] == ["transparent"] * 2
     assert spans[0].style["backgroundColor"] != "transparent"
+
+
+def _refresh(client: ApiClient, run_id: str, plan: Any, steps: Any, cells: list[str]) -> tuple:
+    def build(new_plan: dict[str, Any], values: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        return "cards", values
+
+    return run_callbacks.refresh_run(client, run_id, plan, steps, cells, build, lambda run: "")
+
+
+def test_run_refresh_updates_only_moved_values_and_rebuilds_for_a_new_key(
+    server: RunningServer, client: ApiClient
+) -> None:
+    run_id = new_run_id("cbkeys")
+    seed_run(server.url, run_id, steps=30, extra_keys={"x/a": 1.0, "x/b": 2.0})
+    post = f"{server.url}/api/v1/runs/{run_id}/batches"
+    once = [{"step": 0, "values": {"x/once": "NaN"}}]  # logged once, long ago
+    httpx.post(post, json={"batch_id": "once", "steps": once}).raise_for_status()
+    plan = run_data.make_plan(client, client.get_run(run_id), None)
+    assert plan["minis"] == {"k0": "x/a", "k1": "x/b", "k2": "x/once"}
+    steps = {"x/a": 29, "x/b": 29, "x/once": 0}
+    assert run_data.last_values(client, run_id, steps) == {"x/a": 1.0, "x/b": 2.0, "x/once": "NaN"}
+    still = _refresh(client, run_id, plan, steps, ["k0", "k1", "k2"])
+    assert still[2:] == (no_update, no_update, no_update, [no_update] * 3, no_update)
+    more = [{"step": 30, "values": {"x/a": 0.123456}}]
+    httpx.post(post, json={"batch_id": "more", "steps": more}).raise_for_status()
+    answer = _refresh(client, run_id, plan, steps, ["k0", "k1", "k2"])
+    assert answer[2:5] == (no_update, no_update, no_update)  # same plan, same parts
+    assert answer[5] == ["0.1235", no_update, no_update]
+    assert answer[6] == {**steps, "x/a": 30}
+    new = [{"step": 31, "values": {"x/aa": 5.0}}]
+    httpx.post(post, json={"batch_id": "new", "steps": new}).raise_for_status()
+    _header, error, new_plan, cards, values, cells, moved = _refresh(
+        client, run_id, plan, answer[6], ["k0", "k1", "k2"]
+    )
+    assert error == "" and cards == "cards" and cells == [no_update] * 3
+    assert list(new_plan["minis"].values()) == ["x/a", "x/aa", "x/b", "x/once"]
+    assert values == {"x/a": 0.123456, "x/aa": 5.0, "x/b": 2.0, "x/once": "NaN"}
+    assert moved == {"x/a": 30, "x/aa": 31, "x/b": 29, "x/once": 0}
+
+
+def test_run_picked_chart_joins_the_live_cursor_and_leaves_it(
+    server: RunningServer, client: ApiClient
+) -> None:
+    run_id = new_run_id("cbpick")
+    seed_run(server.url, run_id, steps=40, extra_keys={"x/a": 1.0})
+    plan = run_data.make_plan(client, client.get_run(run_id), None)
+    _figures, state = run_callbacks.draw_panels(client, run_id, ["entropy"], plan, {})
+    figure, picked = run_callbacks.draw_picked(client, run_id, "k0", plan, state, {})
+    assert len(figure["data"][0]["x"]) == 40 and figure["data"][0]["meta"]["key"] == "x/a"
+    assert picked["cursor"] == {"actor/entropy": 39, "x/a": 39}
+    assert set(picked["traces"]) == {"entropy", "k0"}
+    assert run_callbacks.without_chart(picked, "k0") == state
+    assert run_callbacks.toggled(["x/a", "x/b"], "x/a") == ["x/b"]
+    assert run_callbacks.toggled(["x/b"], "x/a") == ["x/b", "x/a"]
+
+
+@pytest.mark.parametrize(
+    ("steps", "values", "path"),
+    [
+        ([0, 10], [0.0, 1.0], "M1.0 23.0l0 0L119.0 1.0"),  # rising: bottom left to top right
+        ([0, 5, 10], [2.0, 2.0, 2.0], "M1.0 12.0l0 0L60.0 12.0L119.0 12.0"),  # flat: mid-height
+        ([0, 5, 10], [0.0, "NaN", 1.0], "M1.0 23.0l0 0M119.0 1.0l0 0"),  # NaN breaks the line
+        ([7], [3.0], "M60.0 12.0l0 0"),  # one point: a dot
+    ],
+)
+def test_sparkline_draws_the_trend_as_an_svg_image(
+    steps: list[int], values: list[Any], path: str
+) -> None:
+    source = figures.sparkline(steps, values)
+    assert source.startswith("data:image/svg+xml;charset=utf-8,")
+    assert f'd="{path}"' in urllib.parse.unquote(source)
+
+
+def test_sparkline_of_no_finite_points_is_empty() -> None:
+    assert figures.sparkline([0, 1], ["NaN", "Infinity"]) == ""
+    assert figures.sparkline([], []) == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(0.123456, "0.1235"), (12345678.0, "1.235e+07"), (3, "3"), ("NaN", "NaN"), (None, "—")],
+)
+def test_key_value_text_shows_four_digits_and_non_finite_by_name(value: Any, text: str) -> None:
+    assert run_data.value_text(value) == text

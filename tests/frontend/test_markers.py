@@ -61,7 +61,7 @@ def test_constant_learning_rate_ticks_are_whole_and_inside_the_chart(
 ) -> None:
     run_id = new_run_id("flat")
     seed_run(dashboard.url, run_id, extra_keys={"custom/lr_constant": 3e-3})
-    page.goto(f"{dashboard.url}/runs/{run_id}")
+    page.goto(f"{dashboard.url}/runs/{run_id}?pick=custom/lr_constant")  # drawn with the page
     chart = graph_selector("k0")
     page.wait_for_function(
         f"document.querySelector(`{chart}`)?.querySelectorAll('.ytick text').length > 1",

@@ -6,11 +6,23 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
+from playwright.sync_api import expect
+
 import rlguard
 from rlguard_backend.models import Alert
 from tests.conftest import new_run_id
 from tests.frontend.helpers import WAIT_MS, graph_selector, plot_state, seed_run
 from tests.support.browser import POLL_MS
+
+# What a CPU run of seed_run logs nothing for, besides the GPU panel (no β: no KL controller).
+ABSENT_ON_CPU = [
+    "KL controller",
+    "Truncation & zero-std groups",
+    "Gradient norm",
+    "GPU memory & power",
+    "Host",
+]
 
 
 def test_run_page_draws_registry_panels_without_console_errors(
@@ -19,7 +31,7 @@ def test_run_page_draws_registry_panels_without_console_errors(
     run_id = new_run_id("panels")
     seed_run(dashboard.url, run_id, extra_keys={"custom/my_metric": 3.0})
     page.goto(f"{dashboard.url}/runs/{run_id}")
-    for panel in ("kl", "clip", "entropy", "reward", "k0"):
+    for panel in ("kl", "clip", "entropy", "reward"):
         page.wait_for_selector(graph_selector(panel), timeout=WAIT_MS)
     page.wait_for_function(
         f"document.querySelector(`{graph_selector('entropy')}`).data.length > 0",
@@ -33,12 +45,14 @@ def test_run_page_draws_registry_panels_without_console_errors(
     ]
     assert "50 % of start" in entropy["annotations"]
     assert plot_state(page, "kl")["annotations"] == []  # target is for KL to the reference
-    assert page.get_by_text("No data: this run logs none of grad_norm.").is_visible()
-    assert page.get_by_text("custom/my_metric").is_visible()
+    absent = page.locator(".panels-absent span").all_inner_texts()
+    assert absent == [*ABSENT_ON_CPU[:3], "GPU", *ABSENT_ON_CPU[3:]]
+    assert page.locator(".card").count() == 4  # kl, clip, entropy, reward: no empty cards
+    assert page.locator(".key-name", has_text="custom/my_metric").is_visible()
     page.screenshot(path=str(artifacts_dir / "run-page.png"), full_page=True)
     page.click("#app-theme-toggle")
     page.wait_for_function(
-        f"document.querySelector(`{graph_selector('k0')}`).layout.paper_bgcolor === '#161b22'",
+        f"document.querySelector(`{graph_selector('clip')}`).layout.paper_bgcolor === '#161b22'",
         timeout=WAIT_MS,
         polling=POLL_MS,
     )
@@ -156,7 +170,7 @@ def test_run_page_shows_html_in_names_and_keys_as_text(dashboard: Any, page: Any
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.goto(f"{dashboard.url}/runs/{run_id}")
     page.locator(".run-title", has_text=hostile).wait_for(timeout=WAIT_MS)
-    page.locator(".mini-title", has_text=hostile).wait_for(timeout=WAIT_MS)
+    page.locator(".key-name", has_text=hostile).wait_for(timeout=WAIT_MS)
     assert page.locator("b", has_text="bold").count() == 0
     assert dialogs == []
     assert page.console_errors == []
@@ -190,22 +204,122 @@ def test_run_page_patches_in_alert_raised_after_load_and_acts_on_it(
     assert page.console_errors == []
 
 
-def test_run_page_draws_later_mini_charts_on_search_and_on_draw_all(
-    dashboard: Any, page: Any
+def _post(base_url: str, run_id: str, batch_id: str, step: int, values: dict[str, float]) -> None:
+    batch = {"batch_id": batch_id, "steps": [{"step": step, "values": values}]}
+    httpx.post(f"{base_url}/api/v1/runs/{run_id}/batches", json=batch).raise_for_status()
+
+
+def test_run_page_lists_120_other_keys_in_one_list_that_a_search_narrows(
+    dashboard: Any, page: Any, artifacts_dir: Path
 ) -> None:
-    run_id = new_run_id("minis")
-    extra = {f"custom/metric_{i:02d}": float(i) for i in range(10)}
+    run_id = new_run_id("keys")
+    extra = {f"custom/metric_{i:03d}": i + 0.5 for i in range(120)}
     seed_run(dashboard.url, run_id, steps=50, extra_keys=extra)
     page.goto(f"{dashboard.url}/runs/{run_id}")
-    page.wait_for_selector(graph_selector("k7"), timeout=WAIT_MS)
-    assert page.locator(".mini-grid .js-plotly-plot").count() == 8  # run_data.MINIS_FIRST
-    assert page.locator(".mini-undrawn").count() == 2
-    page.fill("#run-key-search", "metric_09")
-    page.wait_for_selector(graph_selector("k9"), timeout=WAIT_MS)
-    assert plot_state(page, "k9")["lengths"] == [50, 0]
-    assert page.locator(".mini-undrawn").count() == 1  # metric_08 did not match
-    page.fill("#run-key-search", "")
-    page.click("#run-minis-all")
-    page.wait_for_selector(graph_selector("k8"), timeout=WAIT_MS)
-    assert page.locator(".mini-grid .js-plotly-plot").count() == 10
+    page.wait_for_selector(graph_selector("entropy"), timeout=WAIT_MS)
+    assert page.locator(".key-row").count() == 120
+    assert page.locator(".other-keys .card, .other-keys .js-plotly-plot").count() == 0
+    assert page.inner_text("#run-key-count") == "120 keys"
+    row = page.locator(".key-row", has_text="custom/metric_007")
+    assert row.locator(".key-value").inner_text() == "7.5"  # the key's last value
+    page.screenshot(path=str(artifacts_dir / "run-page-keys.png"), full_page=True)
+    page.fill("#run-key-search", "metric_1")
+    page.get_by_text("20 of 120 keys", exact=True).wait_for(timeout=WAIT_MS)
+    shown = page.locator(".key-row:visible .key-name").all_inner_texts()
+    assert shown == [f"custom/metric_{i}" for i in range(100, 120)]
+    assert page.console_errors == []
+
+
+def test_run_page_draws_a_picked_key_and_a_sparkline_only_when_asked(
+    dashboard: Any, page: Any, artifacts_dir: Path
+) -> None:
+    run_id = new_run_id("pick")
+    extra = {f"custom/metric_{i:02d}": float(i) for i in range(12)}
+    seed_run(dashboard.url, run_id, steps=50, extra_keys=extra)
+    page.goto(f"{dashboard.url}/runs/{run_id}")
+    row = page.locator(".key-row", has_text="custom/metric_09")
+    row.wait_for(timeout=WAIT_MS)
+    assert page.locator(".key-spark img").count() == 0
+    row.locator(".key-spark").click()
+    row.locator(".key-spark img").wait_for(timeout=WAIT_MS)
+    assert page.locator(".key-spark img").count() == 1  # only the row asked
+    assert page.locator(".picked-charts .js-plotly-plot").count() == 0
+    row.locator(".key-name").click()
+    page.wait_for_url("**pick=custom%2Fmetric_09**", timeout=WAIT_MS)
+    chart = graph_selector("k9")
+    page.wait_for_function(
+        f"document.querySelector(`{chart}`)?.data?.length > 0", timeout=WAIT_MS, polling=POLL_MS
+    )
+    state = plot_state(page, "k9")
+    assert state["lengths"] == [50, 0] and state["names"][0] == "custom/metric_09"
+    assert "picked" in (row.get_attribute("class") or "")
+    page.screenshot(path=str(artifacts_dir / "run-page-picked.png"), full_page=True)
+    row.locator(".key-spark").click()
+    expect(row.locator(".key-spark")).to_have_text("∿", timeout=WAIT_MS)
+    assert page.locator(".key-spark img").count() == 0
+    page.locator(".key-row", has_text="custom/metric_03").locator(".key-name").click()
+    page.wait_for_selector(graph_selector("k3"), timeout=WAIT_MS)
+    row.locator(".key-name").click()  # a second click takes the chart away
+    expect(page.locator(".picked-charts .js-plotly-plot")).to_have_count(1, timeout=WAIT_MS)
+    page.wait_for_function(
+        "!location.search.includes('metric_09')", timeout=WAIT_MS, polling=POLL_MS
+    )
+    assert "pick=custom%2Fmetric_03" in page.url and page.locator(chart).count() == 0
+    assert page.console_errors == []
+
+
+def test_run_page_key_list_and_picked_chart_follow_the_run_live(dashboard: Any, page: Any) -> None:
+    run_id = new_run_id("keylive")
+    seed_run(dashboard.url, run_id, steps=50, extra_keys={"custom/a": 1.0, "custom/b": 2.0})
+    page.goto(f"{dashboard.url}/runs/{run_id}?pick=custom/b")
+    chart = graph_selector("k1")
+    page.wait_for_function(
+        f"document.querySelector(`{chart}`)?.data?.[0]?.x?.length === 50",
+        timeout=WAIT_MS,
+        polling=POLL_MS,
+    )
+    _post(dashboard.url, run_id, "more", 50, {"custom/a": 42.0, "custom/b": 3.0})
+    value = page.locator(".key-row", has_text="custom/a").locator(".key-value")
+    expect(value).to_have_text("42", timeout=WAIT_MS)
+    page.wait_for_function(
+        f"document.querySelector(`{chart}`).data[0].x.length === 51",
+        timeout=WAIT_MS,
+        polling=POLL_MS,
+    )
+    _post(dashboard.url, run_id, "new", 51, {"custom/aa_new": 7.0})  # sorts between a and b
+    new_row = page.locator(".key-row", has_text="custom/aa_new")
+    expect(new_row.locator(".key-value")).to_have_text("7", timeout=WAIT_MS)
+    assert page.locator(".key-row").count() == 3
+    expect(page.locator("#run-key-count")).to_have_text("3 keys", timeout=WAIT_MS)
+    picked = graph_selector("k2")  # custom/b moved one place down the list
+    page.wait_for_function(
+        f"document.querySelector(`{picked}`)?.data?.[0]?.x?.length === 51",
+        timeout=WAIT_MS,
+        polling=POLL_MS,
+    )
+    assert plot_state(page, "k2")["names"][0] == "custom/b"
+    assert page.console_errors == []
+
+
+def test_run_page_names_absent_panels_on_one_line_until_their_keys_arrive(
+    dashboard: Any, page: Any
+) -> None:
+    run_id = new_run_id("cpu")
+    seed_run(dashboard.url, run_id, steps=20)
+    page.goto(f"{dashboard.url}/runs/{run_id}")
+    page.wait_for_selector(graph_selector("entropy"), timeout=WAIT_MS)
+    line = page.locator(".panels-absent")
+    assert line.inner_text() == (
+        "Not logged by this run: KL controller, Truncation & zero-std groups, Gradient norm, "
+        "GPU, GPU memory & power, Host"
+    )
+    assert line.locator("span", has_text="Host").get_attribute("title") == "draws system metrics"
+    _post(dashboard.url, run_id, "gpu", 20, {"system/gpu0/utilization": 87.0})
+    page.wait_for_function(
+        f"document.querySelector(`{graph_selector('gpu')}`)?.data?.[0]?.x?.length === 1",
+        timeout=WAIT_MS,
+        polling=POLL_MS,
+    )
+    assert line.locator("span").all_inner_texts() == ABSENT_ON_CPU
+    assert page.locator(".key-row").count() == 0  # the GPU key went to its panel
     assert page.console_errors == []

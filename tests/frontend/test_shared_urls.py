@@ -96,6 +96,8 @@ def test_run_page_copied_url_restores_smoothing_zoom_and_keys(
     page.locator("#run-key-search").fill("k1")
     page.locator("#run-key-search").press("Enter")
     page.wait_for_url("**keys=k1**", timeout=WAIT_MS)
+    page.locator(".key-name", has_text="extra/k1").click()
+    page.wait_for_url("**pick=extra%2Fk1**", timeout=WAIT_MS)
     copied = page.url
     context, fresh, errors = _fresh(browser)
     fresh.goto(copied)
@@ -104,12 +106,15 @@ def test_run_page_copied_url_restores_smoothing_zoom_and_keys(
     slider = "#run-smoothing [role=slider]"
     assert fresh.locator(slider).get_attribute("aria-valuenow") == "0.99"
     assert fresh.locator("#run-key-search").input_value() == "k1"
-    shown_minis = fresh.locator(".mini:visible")
-    assert shown_minis.locator(".mini-title").all_inner_texts() == ["extra/k1"]
-    expect(shown_minis.locator(".js-plotly-plot")).to_have_count(1, timeout=WAIT_MS)
+    assert fresh.locator(".key-row:visible .key-name").all_inner_texts() == ["extra/k1"]
+    picked = fresh.locator(".picked-charts .mini")
+    assert picked.locator(".mini-title").all_inner_texts() == ["extra/k1"]
+    expect(picked.locator(".js-plotly-plot")).to_have_count(1, timeout=WAIT_MS)
     assert plot_state(fresh, "entropy")["lengths"] == plot_state(page, "entropy")["lengths"]
     assert fresh.url == copied
     context.close()
+    page.go_back()
+    page.wait_for_function("!location.search.includes('pick=')", timeout=WAIT_MS, polling=POLL_MS)
     page.go_back()
     page.wait_for_function("!location.search.includes('keys=')", timeout=WAIT_MS, polling=POLL_MS)
     page.go_back()

@@ -103,7 +103,8 @@ def test_runs_layout_comes_with_the_urls_view() -> None:
 
 
 def test_run_view_state_round_trips_and_ignores_nonsense() -> None:
-    state = RunViewState(0.8, "wall", True, 10, 90, "actor/kl", "light")
+    state = RunViewState(0.8, "wall", True, 10, 90, "actor/kl", "light", ("a/b", "c"))
+    assert state.to_query().count("pick=a%2Fb%2Cc") == 1
     assert RunViewState.from_query(state.to_query()) == state
     for query in ("smooth=nan&x=moon&log=yes", "from=90&to=10", "from=-5&to=9", "from=10"):
         assert RunViewState.from_query(query) == RunViewState()
@@ -111,8 +112,9 @@ def test_run_view_state_round_trips_and_ignores_nonsense() -> None:
 
 
 def test_run_view_state_from_the_controls_and_its_url() -> None:
-    state = run_callbacks.view_state(0.5, ["log"], "step", {"from": 3, "to": 40}, " kl ", "dark")
-    assert state == RunViewState(0.5, "step", True, 3, 40, "kl", "dark")
+    zoom = {"from": 3, "to": 40}
+    state = run_callbacks.view_state(0.5, ["log"], "step", zoom, " kl ", ["x/y"], "dark")
+    assert state == RunViewState(0.5, "step", True, 3, 40, "kl", "dark", ("x/y",))
     answer = url_for(state, "", "/runs/r 1")
     assert answer == {"search": f"?{state.to_query()}", "shown": f"/runs/r 1?{state.to_query()}"}
     with pytest.raises(PreventUpdate):  # the theme alone makes no history entry

@@ -1,6 +1,6 @@
 """What the run page's callbacks do, as plain functions of their inputs and the API client.
 
-``pages/run_detail.register`` wires them to Dash; a test calls them directly. Each raises
+``page.register`` and ``keys.register`` wire them to Dash; a test calls them directly. Each raises
 ``PreventUpdate`` where the page should stay as it is.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 from dash import no_update
 from dash.exceptions import PreventUpdate
 
-from rlguard_frontend import panel_views, traces
+from rlguard_frontend import figures, panel_views, traces
 from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.pages.run import data as run_data
 from rlguard_frontend.panel_views import view_from
@@ -22,23 +22,42 @@ LIVE_REDRAW_AFTER_POINTS = 1500  # then refetch downsampled history: traces stay
 
 
 def refresh_run(
-    client: ApiClient, run_id: str, previous: dict[str, Any] | None, cards_for: Any, header: Any
+    client: ApiClient,
+    run_id: str,
+    previous: dict[str, Any] | None,
+    shown_steps: dict[str, int | None] | None,
+    value_ids: list[str],
+    build: Any,
+    header: Any,
 ) -> tuple:
-    """(header, error, plan, cards, minis): the header always, the rest when the plan moved.
+    """(header, error, plan, cards, other keys, value cells, key steps) for this tick.
 
-    ``cards_for(plan)`` and ``header(run)`` build the page's parts (``run_detail``).
+    The header always; the plan and the page's parts when the plan moved (``build(plan,
+    values)`` makes them), else the last values of the listed keys that moved since
+    ``shown_steps`` into their cells (``value_ids``: the ``k<n>`` of each cell).
     """
     try:
         run = client.get_run(run_id)
-        plan = run_data.make_plan(client, run, previous)
+        keys = client.list_keys(run_id).data
+        plan = run_data.make_plan(client, run, previous, keys)
+        steps = run_data.key_steps(plan, keys)
+        rebuilt = not previous or any(plan[k] != previous[k] for k in ("panels", "minis"))
+        shown = {} if rebuilt else (shown_steps or {})
+        changed = {name: step for name, step in steps.items() if step != shown.get(name)}
+        values = run_data.last_values(client, run_id, changed)
     except ApiError as exc:
-        return no_update, str(exc), no_update, no_update, no_update
-    if plan == previous:
-        return header(run), "", no_update, no_update, no_update
-    if previous and all(plan[k] == previous[k] for k in ("panels", "minis")):
-        return header(run), "", plan, no_update, no_update  # a guide or marker moved: redraw
-    cards, minis = cards_for(plan)  # drawn by draw_panels, which the new plan triggers
-    return header(run), "", plan, cards, minis
+        return no_update, str(exc), *[no_update] * 5
+    new_steps = steps if changed or rebuilt else no_update
+    if rebuilt:  # drawn by draw_panels, which the new plan triggers
+        cards, others = build(plan, values)
+        return header(run), "", plan, cards, others, [no_update] * len(value_ids), new_steps
+    names = plan["minis"]
+    cells = [
+        run_data.value_text(values[names[v]]) if names.get(v) in values else no_update
+        for v in value_ids
+    ]
+    plan_now = no_update if plan == previous else plan  # a guide or marker moved: redraw
+    return header(run), "", plan_now, no_update, no_update, cells, new_steps
 
 
 def draw_panels(
@@ -130,16 +149,63 @@ def zoom_label(zoom: dict[str, int] | None) -> str:
 
 
 def key_style(name: str, search: str | None) -> dict[str, str]:
-    """A mini chart's style: hidden when its key does not contain the search."""
+    """A listed key's style: hidden when its name does not contain the search."""
     return {} if (search or "").strip().lower() in name.lower() else {"display": "none"}
 
 
-def searched_minis(plan: dict[str, Any], search: str) -> list[str]:
-    """The mini charts a key search shows (none without one), drawn with the page."""
-    wanted = search.strip().lower()
-    first = run_data.panel_ids(plan)
-    minis = plan["minis"].items()
-    return [m for m, name in minis if wanted and wanted in name.lower() and m not in first]
+def key_count(names: list[str], search: str | None) -> str:
+    """How many keys the list shows: ``"120 keys"``, or ``"3 of 120 keys"`` under a search."""
+    shown = sum(1 for name in names if not key_style(name, search))
+    return f"{len(names)} keys" if shown == len(names) else f"{shown} of {len(names)} keys"
+
+
+def toggled(picked: list[str] | None, name: str) -> list[str]:
+    """The picked keys after a click on ``name``: added at the end, or taken out."""
+    picked = list(picked or [])
+    return [n for n in picked if n != name] if name in picked else [*picked, name]
+
+
+def draw_picked(
+    client: ApiClient,
+    run_id: str,
+    mini: str,
+    plan: dict[str, Any],
+    state: dict[str, Any],
+    controls: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(figure, live cursor with it) of a key just picked, drawn as the controls say."""
+    smooth, zoom, xmode = controls.get("smoothing"), controls.get("zoom"), controls.get("xmode")
+    try:
+        series = run_data.read_drawn_series(
+            client, run_id, plan, float(smooth or 0), zoom, [mini], xmode
+        )
+        alerts = client.list_alerts(run_id).data
+    except ApiError:
+        raise PreventUpdate from None
+    view = view_from(smooth, controls.get("log"), xmode, controls.get("theme"), zoom, state["t0"])
+    (figure,), part = run_data.draw([mini], plan, series, alerts, view, frozen=bool(zoom))
+    merged = {**state, **{f: {**state[f], **part[f]} for f in ("cursor", "traces", "tails")}}
+    return figure, merged
+
+
+def without_chart(state: dict[str, Any], mini: str) -> dict[str, Any]:
+    """The live cursor once a picked chart is gone: its keys are read no more (unless drawn
+    elsewhere)."""
+    charts = {p: t for p, t in state["traces"].items() if p != mini}
+    drawn = {key for trace_map in charts.values() for key in trace_map}
+    cursor = {k: v for k, v in state["cursor"].items() if k in drawn}
+    tails = {k: v for k, v in state["tails"].items() if k in drawn}
+    return {**state, "traces": charts, "cursor": cursor, "tails": tails}
+
+
+def sparkline_source(client: ApiClient, run_id: str, name: str) -> str:
+    """A key's sparkline (an SVG data URI) over the whole run; ``""`` without points."""
+    try:
+        answer = client.read_series(run_id, [name], max_points=run_data.SPARK_POINTS, times=False)
+    except ApiError:
+        raise PreventUpdate from None
+    data = answer.series.get(name)
+    return figures.sparkline(data.steps, data.values) if data else ""
 
 
 def view_state(
@@ -148,6 +214,7 @@ def view_state(
     xmode: str | None,
     zoom: dict[str, int] | None,
     keys: str | None,
+    picked: list[str] | None,
     theme: str | None,
 ) -> RunViewState:
     """The run page's controls as one state (what the URL holds), cleaned up as a URL is."""
@@ -160,5 +227,6 @@ def view_state(
         to_step=zoom.get("to"),
         keys=(keys or "").strip(),
         theme=theme,
+        picked=tuple(picked or ()),
     ).to_query()
     return RunViewState.from_query(query)

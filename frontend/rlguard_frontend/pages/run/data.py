@@ -1,4 +1,4 @@
-"""What the run page fetches and draws: the panel plan, every drawn series at once, figures.
+"""What the run page fetches and draws: the plan, every drawn series at once, last values.
 
 Used by the page layout (the first draw arrives with the page: no extra round trip) and by the
 redraw callback; no Dash callbacks here.
@@ -6,22 +6,31 @@ redraw callback; no Dash callbacks here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rlguard_backend.schemas import AlertPublic, RunPublic, SeriesData
+from rlguard_backend.schemas import AlertPublic, MetricKeyPublic, RunPublic, SeriesData
 from rlguard_frontend import figures, panel_views
 from rlguard_frontend.api_client import ApiClient, carry_token
 from rlguard_frontend.panels import all_keys, kl_target, plan_panels
 
 PANEL_MAX_POINTS = 2000
 MINI_MAX_POINTS = 300  # a 170-px chart shows no more; min/max buckets keep the spikes
-MINIS_FIRST = 8  # mini charts drawn with the page; the rest on search or "draw all"
+LAST_VALUE_POINTS = 8  # the API's least max_points; every bucket keeps its last point
+SPARK_POINTS = 64  # a 120-px sparkline: 15 min/max buckets
+KEYS_IN_URL_CHARS = 4000  # a longer key list is not named: the API then reads every key
 
 
-def make_plan(client: ApiClient, run: RunPublic, previous: dict[str, Any] | None) -> dict[str, Any]:
-    """What the run page draws: panels and minis of its keys, guides and markers (JSON-able)."""
-    keys = client.list_keys(run.id).data
+def make_plan(
+    client: ApiClient,
+    run: RunPublic,
+    previous: dict[str, Any] | None,
+    keys: Sequence[MetricKeyPublic] | None = None,
+) -> dict[str, Any]:
+    """What the run page draws: panels and minis of its ``keys`` (read when not given), guides
+    and markers (JSON-able)."""
+    keys = client.list_keys(run.id).data if keys is None else keys
     plan = plan_panels([k.model_dump() for k in keys])
     plan["kl_target"] = kl_target(run.config)
     plan["markers"] = [m.model_dump() for m in client.run_markers(run.id).data]
@@ -42,12 +51,50 @@ def make_plan(client: ApiClient, run: RunPublic, previous: dict[str, Any] | None
     return plan
 
 
-def panel_ids(plan: dict[str, Any]) -> list[str]:
-    """The graphs drawn with the page: registry panels, then the first mini charts.
+def panel_ids(plan: dict[str, Any], picked: Sequence[str] = ()) -> list[str]:
+    """The graphs drawn with the page: registry panels, then the charts of the picked keys.
 
-    Plotly costs ~0.1 s a chart in the browser; the other minis are drawn on demand.
+    Plotly costs ~0.1 s a chart in the browser: the other keys are a list until picked.
     """
-    return [*plan["panels"], *list(plan["minis"])[:MINIS_FIRST]]
+    return [*plan["panels"], *picked_ids(plan, picked)]
+
+
+def picked_ids(plan: dict[str, Any], picked: Sequence[str]) -> list[str]:
+    """The ``k<n>`` ids of the picked keys the run logs, in the order picked."""
+    by_name = {name: mini for mini, name in plan["minis"].items()}
+    return [by_name[name] for name in picked if name in by_name]
+
+
+def key_steps(plan: dict[str, Any], keys: Sequence[MetricKeyPublic]) -> dict[str, int | None]:
+    """The last step of each key outside the panels: when it moves, its last value did."""
+    others = set(plan["minis"].values())
+    return {key.name: key.last_step for key in keys if key.name in others}
+
+
+def last_values(client: ApiClient, run_id: str, steps: Mapping[str, int | None]) -> dict[str, Any]:
+    """Each key's last value (as on the wire), for keys by their last step: one small read.
+
+    Read from the oldest of those last steps, at most 8 points a key: the last is the key's own.
+    """
+    logged = {name: step for name, step in steps.items() if step is not None}
+    if not logged:
+        return {}
+    names = sorted(logged)
+    answer = client.read_series(
+        run_id,
+        names if len(",".join(names)) <= KEYS_IN_URL_CHARS else [],
+        from_step=min(logged.values()),
+        max_points=LAST_VALUE_POINTS,
+        times=False,
+    )
+    return {n: s.values[-1] for n, s in answer.series.items() if n in logged and s.values}
+
+
+def value_text(value: Any) -> str:
+    """A last value as the list shows it: 4 significant digits, NaN and infinities by name."""
+    if value is None:
+        return "—"
+    return f"{value:.4g}" if isinstance(value, int | float) else str(value)
 
 
 def needs_times(xmode: str | None) -> bool:

@@ -1,4 +1,5 @@
-"""The run page: stability panels from the registry, drawn by one callback, updated live."""
+"""The run page: stability panels from the registry, drawn by one callback, updated live;
+the other keys as a list (``keys``)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,14 @@ from rlguard_frontend.components import alert_views, run_alerts, run_commands
 from rlguard_frontend.controls import control_id, controls_bar
 from rlguard_frontend.pages.run import callbacks as run_callbacks
 from rlguard_frontend.pages.run import data as run_data
+from rlguard_frontend.pages.run import keys as run_keys
 from rlguard_frontend.panel_views import view_from
-from rlguard_frontend.panels import PANELS
+from rlguard_frontend.panels import PANELS, Panel
 from rlguard_frontend.url_state import RunViewState
 
 PREFIX = "run"
 PANEL_MAX_POINTS = run_data.PANEL_MAX_POINTS
 GRAPH_CONFIG: Any = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
-
-
-def _graph_id(panel_id: str) -> dict[str, str]:
-    return {"type": ids.PANEL_GRAPH, "panel": panel_id}
 
 
 def layout(
@@ -38,7 +36,7 @@ def layout(
     except ApiError as exc:  # the tick retries: refresh_run builds the panels once it can
         first = {"error": str(exc), "header": [], "plan": None, "cursor": None, "alerts": []}
         first["digest"] = alert_views.digest([])
-        first["cards"], first["minis"] = [], []
+        first["cards"], first["others"], first["steps"] = [], [], None
     zoom_reset = html.Div(
         [
             html.Span(
@@ -59,6 +57,8 @@ def layout(
             dcc.Store(id=ids.RUN_ALERTS, data=first["digest"]),
             dcc.Store(id=ids.RUN_REDRAW, data=0),
             dcc.Store(id=ids.RUN_LIVE),
+            dcc.Store(id=ids.RUN_PICKED, data=list(view.picked)),
+            dcc.Store(id=ids.RUN_KEY_STEPS, data=first["steps"]),
             html.Div(first["header"], id=ids.RUN_HEADER, className="run-header"),
             run_commands.controls(),
             html.Div(first["error"], id=ids.RUN_ERROR, className="error"),
@@ -92,7 +92,7 @@ def layout(
                 [
                     html.Div(
                         [
-                            html.H3("All other keys"),
+                            html.H3("Other keys"),
                             dcc.Input(
                                 id=ids.RUN_KEY_SEARCH,
                                 value=view.keys,
@@ -100,11 +100,10 @@ def layout(
                                 type="search",
                                 className="search",
                             ),
-                            html.Button("draw all", id=ids.RUN_MINIS_ALL, className="button-small"),
                         ],
                         className="section-head",
                     ),
-                    html.Div(first["minis"], id=ids.RUN_KEYS_GRID, className="mini-grid"),
+                    html.Div(first["others"], id=ids.RUN_OTHER_KEYS),
                 ],
                 className="other-keys",
             ),
@@ -119,17 +118,20 @@ def initial_draw(
     """Header, plan, drawn cards, live cursor and alerts of a run, as the controls start."""
     shown = shown or RunViewState()
     smooth, xmode, zoom = shown.smoothing, shown.xmode, shown.zoom
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlguard-alerts") as pool:
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rlguard-run") as pool:
         listed = pool.submit(carry_token(client.list_alerts), run_id)
         run = client.get_run(run_id)
-        plan = run_data.make_plan(client, run, None)
-        drawn_ids = run_data.panel_ids(plan) + run_callbacks.searched_minis(plan, shown.keys)
+        keys = client.list_keys(run_id).data
+        plan = run_data.make_plan(client, run, None, keys)
+        steps = run_data.key_steps(plan, keys)
+        last = pool.submit(carry_token(run_data.last_values), client, run_id, steps)
+        drawn_ids = run_data.panel_ids(plan, shown.picked)
         series = run_data.read_drawn_series(client, run_id, plan, smooth, zoom, drawn_ids, xmode)
-        alerts = listed.result().data
+        alerts, values = listed.result().data, last.result()
     log = ["log"] if shown.log else []
     view = view_from(smooth, log, xmode, theme, zoom, traces.start_time(series))
     drawn, cursor = run_data.draw(drawn_ids, plan, series, alerts, view, frozen=bool(zoom))
-    cards, minis = panel_cards(plan, dict(zip(drawn_ids, drawn, strict=True)), shown.keys)
+    figures = dict(zip(drawn_ids, drawn, strict=True))
     return {
         "error": "",
         "header": header(run),
@@ -137,8 +139,9 @@ def initial_draw(
         "cursor": cursor,
         "alerts": alerts,
         "digest": alert_views.digest(alerts),
-        "cards": cards,
-        "minis": minis,
+        "cards": panel_cards(plan, figures),
+        "others": run_keys.other_keys(plan, values, shown.keys, list(shown.picked), figures),
+        "steps": steps,
     }
 
 
@@ -174,68 +177,36 @@ def _step(step: int | None) -> str:
     return "—" if step is None else str(step)
 
 
-def panel_cards(
-    plan: dict[str, Any], drawn: dict[str, dict[str, Any]] | None = None, search: str = ""
-) -> tuple[list[Any], list[Any]]:
-    """Cards for the registry panels (or why one is empty) and the mini charts.
+def panel_cards(plan: dict[str, Any], drawn: dict[str, dict[str, Any]] | None = None) -> list[Any]:
+    """Cards for the registry panels the run logs, then one line naming those it does not.
 
-    ``drawn`` holds figures by panel id when the cards come already drawn; ``search`` hides
-    the mini charts whose key does not contain it.
+    ``drawn`` holds figures by panel id when the cards come already drawn. A panel whose keys
+    arrive later is in the next plan: ``refresh_run`` rebuilds the cards then.
     """
     drawn = drawn or {}
-    cards, empty = [], []
+    cards: list[Any] = []
     for panel in PANELS:
+        if panel.id not in plan["panels"]:
+            continue
         head = html.Div(
             [html.H4(panel.title), html.Span(panel.hint, className="hint")], className="card-head"
         )
-        if panel.id in plan["panels"]:
-            graph = dcc.Graph(
-                id=_graph_id(panel.id),
-                **_figure(drawn, panel.id),
-                config=GRAPH_CONFIG,
-                className="graph",
-            )
-            cards.append(html.Div([head, graph], className="card"))
-        else:
-            wanted = ", ".join(panel.signals + panel.right) or "system metrics"
-            message = f"No data: this run logs none of {wanted}."
-            empty.append(
-                html.Div([head, html.P(message, className="empty")], className="card card-empty")
-            )
-    first = set(run_data.panel_ids(plan))
-    minis: list[Any] = [
-        html.Div(
-            [
-                html.Div(name, className="mini-title", title=name),
-                html.Div(
-                    mini_graph(mini, drawn) if mini in first else undrawn_note(),
-                    id={"type": ids.MINI_BODY, "panel": mini},
-                ),
-            ],
-            id={"type": ids.MINI_CARD, "panel": mini},
-            style=run_callbacks.key_style(name, search),
-            className="card mini",
+        figure: dict[str, Any] = {"figure": drawn[panel.id]} if panel.id in drawn else {}
+        graph = dcc.Graph(
+            id=ids.panel_graph(panel.id), **figure, config=GRAPH_CONFIG, className="graph"
         )
-        for mini, name in plan["minis"].items()
-    ]
-    if not minis:
-        minis = [html.P("No other keys.", className="empty")]
-    return cards + empty, minis
+        cards.append(html.Div([head, graph], className="card"))
+    absent = [panel for panel in PANELS if panel.id not in plan["panels"]]
+    return cards + ([absent_panels(absent)] if absent else [])
 
 
-def mini_graph(mini: str, drawn: dict[str, dict[str, Any]]) -> dcc.Graph:
-    """A mini chart of one non-panel key, with its figure when drawn."""
-    config: Any = {"displayModeBar": False}
-    return dcc.Graph(id=_graph_id(mini), **_figure(drawn, mini), config=config, className="graph")
-
-
-def undrawn_note() -> html.P:
-    """The note a mini chart shows until it is drawn."""
-    return html.P("not drawn yet: search for it, or draw all", className="hint mini-undrawn")
-
-
-def _figure(drawn: dict[str, dict[str, Any]], panel_id: str) -> dict[str, Any]:
-    return {"figure": drawn[panel_id]} if panel_id in drawn else {}
+def absent_panels(absent: list[Panel]) -> html.P:
+    """The panels a run logs nothing for, on one line; a name's tooltip says what it draws."""
+    names: list[Any] = []
+    for panel in absent:
+        wanted = ", ".join(panel.signals + panel.right) or "system metrics"
+        names += [", " if names else "", html.Span(panel.title, title=f"draws {wanted}")]
+    return html.P(["Not logged by this run: ", *names], className="panels-absent")
 
 
 def register(app: Dash, client: ApiClient) -> None:
@@ -249,14 +220,23 @@ def register(app: Dash, client: ApiClient) -> None:
         Output(ids.RUN_ERROR, "children"),
         Output(ids.RUN_PLAN, "data"),
         Output(ids.RUN_PANELS, "children"),
-        Output(ids.RUN_KEYS_GRID, "children"),
+        Output(ids.RUN_OTHER_KEYS, "children"),
+        Output({"type": ids.KEY_VALUE, "panel": ALL}, "children"),
+        Output(ids.RUN_KEY_STEPS, "data"),
         Input(ids.TICK, "n_intervals"),
         State(ids.RUN_ID, "data"),
         State(ids.RUN_PLAN, "data"),
+        State(ids.RUN_KEY_STEPS, "data"),
+        State(ids.RUN_KEY_SEARCH, "value"),
+        State(ids.RUN_PICKED, "data"),
         prevent_initial_call=True,  # the layout came with all of it
     )
-    def refresh_run(_tick: int | None, run_id: str, previous: dict[str, Any] | None) -> tuple:
-        return run_callbacks.refresh_run(client, run_id, previous, panel_cards, header)
+    def refresh_run(_tick, run_id, previous, steps, search, picked) -> tuple:
+        def build(plan: dict[str, Any], values: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+            return panel_cards(plan), run_keys.other_keys(plan, values, search or "", picked or [])
+
+        cells = [o["id"]["panel"] for o in ctx.outputs_list[5]]
+        return run_callbacks.refresh_run(client, run_id, previous, steps, cells, build, header)
 
     @app.callback(
         Output({"type": ids.PANEL_GRAPH, "panel": ALL}, "figure"),
@@ -323,66 +303,13 @@ def register(app: Dash, client: ApiClient) -> None:
         return run_callbacks.shared_zoom(ctx.triggered[0]["value"], reset, xmode, current)
 
     @app.callback(
-        Output({"type": ids.MINI_BODY, "panel": ALL}, "children"),
-        Output(ids.RUN_CURSOR, "data", allow_duplicate=True),
-        Input(ids.RUN_KEY_SEARCH, "value"),
-        Input(ids.RUN_MINIS_ALL, "n_clicks"),
-        State(ids.RUN_PLAN, "data"),
-        State(ids.RUN_CURSOR, "data"),
-        State(ids.RUN_ID, "data"),
-        State(smoothing, "value"),
-        State(log, "value"),
-        State(xaxis, "value"),
-        State(ids.THEME, "data"),
-        State(ids.RUN_ZOOM, "data"),
-        prevent_initial_call=True,
-    )
-    def draw_minis(query, _all, plan, state, run_id, smooth, log_on, xmode, theme, zoom) -> tuple:
-        """Mini charts the page did not draw up front, once searched for or asked for."""
-        bodies = [o["id"]["panel"] for o in ctx.outputs_list[0]]
-        wanted = (query or "").strip().lower()
-        everything = ctx.triggered_id == ids.RUN_MINIS_ALL
-        if not plan or not state or not (wanted or everything):
-            raise PreventUpdate
-        names = plan["minis"]
-        needed = [
-            p
-            for p in bodies
-            if p not in state["traces"] and (everything or wanted in names.get(p, "").lower())
-        ]
-        if not needed:
-            raise PreventUpdate
-        try:
-            series = run_data.read_drawn_series(
-                client, run_id, plan, float(smooth or 0), zoom, needed, xmode
-            )
-            alerts = client.list_alerts(run_id).data
-        except ApiError:
-            raise PreventUpdate from None
-        view = view_from(smooth, log_on, xmode, theme, zoom, state["t0"])
-        built, part = run_data.draw(needed, plan, series, alerts, view, frozen=bool(zoom))
-        for field in ("cursor", "traces", "tails"):
-            state[field] = {**state[field], **part[field]}
-        drawn = dict(zip(needed, built, strict=True))
-        return [mini_graph(p, drawn) if p in drawn else no_update for p in bodies], state
-
-    @app.callback(
-        Output({"type": ids.MINI_CARD, "panel": ALL}, "style"),
-        Input(ids.RUN_KEY_SEARCH, "value"),
-        State(ids.RUN_PLAN, "data"),
-        prevent_initial_call=True,
-    )
-    def filter_keys(query: str | None, plan: dict[str, Any] | None) -> list[dict[str, str]]:
-        names = [(plan or {}).get("minis", {}).get(o["id"]["panel"], "") for o in ctx.outputs_list]
-        return [run_callbacks.key_style(name, query) for name in names]
-
-    @app.callback(
         Output(ids.RUN_QUERY, "data"),
         Input(smoothing, "value"),
         Input(log, "value"),
         Input(xaxis, "value"),
         Input(ids.RUN_ZOOM, "data"),
         Input(ids.RUN_KEY_SEARCH, "value"),
+        Input(ids.RUN_PICKED, "data"),
         State(ids.THEME, "data"),  # carried into the link with the next change of view
         State(ids.URL, "search"),
         State(ids.RUN_ID, "data"),
@@ -396,6 +323,8 @@ def register(app: Dash, client: ApiClient) -> None:
         return url_state.url_for(shown, values[-2], f"/runs/{values[-1]}")
 
     url_state.push_to_url(app, ids.RUN_QUERY)
+
+    run_keys.register(app, client, {"smoothing": smoothing, "log": log, "xaxis": xaxis})
 
     run_alerts.register(app, client, xaxis)
     run_commands.register(app, client)
