@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "db": ("rlguard_backend.core.serve", "database schema: upgrade, downgrade, current"),
     "token": ("rlguard_backend.core.token_cli", "API tokens: create, list, revoke"),
     "demo": ("rlguard.demo.cli", "run the tiny GRPO trainer and stream it into a service"),
+    "watch": ("rlguard._watch", "run a command with every W&B run it starts watched"),
     "sync": ("rlguard._cli_hook", "replay batches left in a spool directory"),
     "follow": ("rlguard._cli_hook", "follow a trainer's logs live (verl JSONL, TensorBoard dir)"),
     "import": ("rlguard._cli_hook", "import a finished run from logs"),
