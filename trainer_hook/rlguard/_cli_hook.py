@@ -183,6 +183,8 @@ def import_run(args: argparse.Namespace) -> int:
     from rlguard.integrations.importers import READERS, detect_format
 
     fmt = detect_format(args.path) if args.format == "auto" else args.format
+    if fmt == "wandb":
+        return _import_wandb(args)
     reader = READERS[fmt]
     records = reader(args.path, args.logging_steps) if fmt == "trl-console" else reader(args.path)
     run = _start_run(args, args.path.stem)
@@ -206,6 +208,39 @@ def import_run(args: argparse.Namespace) -> int:
     )
     complete = _says_what_was_left(args.path, fmt, steps)
     return 0 if complete and status.spool_batches == 0 and status.dead_lettered == 0 else 1
+
+
+def _import_wandb(args: argparse.Namespace) -> int:
+    """A W&B run directory: read and checked whole first, then its name, config, tags,
+    history, system metrics and summary into the run a live ``rlguard watch`` would have fed."""
+    from rlguard.integrations.wandb_files import WandbFileError, read_run
+
+    try:
+        source = read_run(args.path)
+    except WandbFileError as exc:
+        _say(f"import failed, nothing imported: {exc}")
+        return 2
+    config = {**source.config, "wandb": {"id": source.id, "project": source.project}}
+    run = rlguard.init(
+        project=args.project or source.project,
+        run_id=args.run_id or source.rlguard_id,
+        name=args.name or source.name or source.id,
+        config=config,
+        tags=source.tags,
+        url=_url(args),
+        token=_token(args),
+        gpu=False,
+    )
+    for done, (step, values) in enumerate(sorted(source.steps.items()), start=1):
+        run.log(values, step=step)
+        if done % IMPORT_FLUSH_EVERY_STEPS == 0:
+            run.flush()
+    status = run.finish(summary=source.summary)
+    _say(
+        f"imported {len(source.steps)} step(s), {status.logged} point(s) of W&B run "
+        f"{source.project}/{source.id} into run {run.id}"
+    )
+    return 0 if status.spool_batches == 0 and status.dead_lettered == 0 else 1
 
 
 def _says_what_was_left(path: Path, fmt: str, steps: int) -> bool:

@@ -3,9 +3,10 @@
 Formats: verl console logs (3-decimal and full-repr values, ``np.float64(...)``, ANSI-coloured
 Ray prefixes), verl ``file`` logger JSONL, TRL/transformers console dicts (and ms-swift's, printed
 as JSON objects) and ``trainer_state.json`` log history, OpenRLHF ``✨ Global step N: {...}``
-lines, TensorBoard event directories and CSV. ``detect_format`` picks one from the path and, for
-text logs, from which reader would take the most lines of the file as steps (a verl log opens
-with its printed config, dict-shaped lines that alone would pass for TRL's).
+lines, TensorBoard event directories, W&B run directories and CSV. ``detect_format`` picks one
+from the path and, for text logs, from which reader would take the most lines of the file as
+steps (a verl log opens with its printed config, dict-shaped lines that alone would pass for
+TRL's).
 """
 
 from __future__ import annotations
@@ -146,7 +147,15 @@ def read_csv(path: Path) -> Iterator[Record]:
             yield int(float(step)), {k: v for k, v in values.items() if v is not None}
 
 
+def read_wandb(path: Path) -> Iterator[Record]:
+    """A W&B run directory (or its ``run-*.wandb``): history and system stats, by step."""
+    from rlguard.integrations.wandb_files import read_run
+
+    yield from sorted(read_run(path).steps.items())
+
+
 READERS: dict[str, Callable[..., Iterator[Record]]] = {
+    "wandb": read_wandb,
     "verl-console": read_verl_console,
     "verl-jsonl": read_verl_jsonl,
     "trl-console": read_trl_console,
@@ -163,6 +172,10 @@ TEXT_FORMATS = ("verl-jsonl", "openrlhf-console", "verl-console", "trl-console")
 def detect_format(path: Path) -> str:
     """The reader for ``path``: from its kind and suffix, else the text reader that would take
     the most of its lines as steps."""
+    from rlguard.integrations.wandb_files import is_wandb_run
+
+    if is_wandb_run(path):
+        return "wandb"
     if path.is_dir():
         return "tensorboard"
     if path.suffix == ".csv":

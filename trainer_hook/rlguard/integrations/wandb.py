@@ -102,7 +102,9 @@ class StepAxes:
             self.exact[name] = axis
 
     def split(self, step: int, row: dict[str, Any]) -> dict[int, dict[str, Any]]:
-        """The row's keys grouped by the step each is stored at (``step`` without an axis)."""
+        """The row's keys grouped by the step each is stored at (``step`` without an axis).
+
+        As W&B's ``step_sync``, an axis the row lacks is added at its last value."""
         for name in {*self.exact.values(), *(a for _, a in self.globs)}:
             position = _integral(row.get(name))
             if position is not None:
@@ -110,8 +112,12 @@ class StepAxes:
         groups: dict[int, dict[str, Any]] = {}
         for key, value in row.items():
             axis = self.axis_of(key)
-            at = self.last.get(axis, step) if axis is not None and axis != key else step
-            groups.setdefault(at, {})[key] = value
+            if axis is None or axis == key or axis not in self.last:
+                groups.setdefault(step, {})[key] = value
+                continue
+            groups.setdefault(self.last[axis], {})[key] = value
+            if axis not in row:
+                groups.setdefault(step, {})[axis] = self.last[axis]
         return groups
 
     def axis_of(self, key: str) -> str | None:
@@ -349,6 +355,12 @@ def attach() -> None:
     if wandb.run is not None:  # attached late: tee the live run, and route wandb.log through us
         _tee_for(wandb.run)
         wandb.log = wandb.run.log
+
+
+def tee_of(wandb_run: Any) -> rlguard.Run | None:
+    """The rlguard run a W&B run is teed into (e.g. for ``log_samples`` or ``should_stop``)."""
+    tee = _tees.get(wandb_run)
+    return None if tee is None else tee.run
 
 
 def detach() -> None:
