@@ -9,8 +9,8 @@ temporary SQLite file in a subprocess. Per round, alternating:
   in place of W&B's, on the teed run (the wrapper, the run's lookup, the step rules and
   ``rlguard``'s ``run.log()``).
 
-Medians and p99 per call in µs over ``--steps`` calls; the goal: ``tee`` at most 5 % of
-``wandb_alone``. ``delivered_points`` checks that the teed runs reached the service whole.
+Median and p99 per call in µs over ``--steps`` calls, each the median of the rounds'; the
+goal: ``tee`` at most 5 % of ``wandb_alone``. ``delivered_points`` checks that the teed runs reached the service whole.
 Prints one JSON object.
 """
 
@@ -22,8 +22,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,54 +30,36 @@ for folder in ("trainer_hook", "backend", "frontend"):
     sys.path.insert(0, str(ROOT / folder))
 
 from benchmarks._support import service, sqlite_url  # noqa: E402
+from benchmarks.hook_overhead import measure  # noqa: E402
 
 KEYS = 20
 GOAL_SHARE = 0.05
 
 
-def per_call_us(call: Callable[[int], object], steps: int) -> list[float]:
-    """Each call's cost in µs."""
-    costs = []
-    clock = time.perf_counter_ns
-    for step in range(steps):
-        started = clock()
-        call(step)
-        costs.append((clock() - started) / 1000)
-    return costs
-
-
-def summary(costs: list[float]) -> dict[str, float]:
-    """Median and p99 of per-call costs."""
-    ordered = sorted(costs)
-    return {
-        "median_us": round(statistics.median(ordered), 3),
-        "p99_us": round(ordered[int(0.99 * (len(ordered) - 1))], 3),
-    }
-
-
-def one_round(steps: int, rows: list[dict[str, float]]) -> dict[str, list[float]]:
-    """W&B alone, W&B teed, and the tee alone, each over ``steps`` calls."""
+def one_round(steps: int, rows: list[dict[str, float]]) -> dict[str, Any]:
+    """W&B alone, W&B teed, and the tee alone (median and p99 µs of ``steps`` calls each), and
+    the points the teed run delivered."""
     import wandb
 
     from rlguard.integrations import wandb as tee
 
-    costs: dict[str, list[float]] = {}
+    costs: dict[str, Any] = {}
     run = wandb.init(project="bench-alone")
-    costs["wandb_alone"] = per_call_us(lambda step: wandb.log(rows[step % len(rows)]), steps)
+    costs["wandb_alone"] = measure(lambda step: wandb.log(rows[step % len(rows)]), steps)
     run.finish()
     tee.attach()
     try:
         run = wandb.init(project="bench-teed")
-        costs["wandb_with_tee"] = per_call_us(lambda s: wandb.log(rows[s % len(rows)]), steps)
+        costs["wandb_with_tee"] = measure(lambda s: wandb.log(rows[s % len(rows)]), steps)
         teed_log = tee._after("log", tee._tee_log)(lambda self, *args, **kwargs: None)
-        costs["tee"] = per_call_us(lambda step: teed_log(run, rows[step % len(rows)]), steps)
+        costs["tee"] = measure(lambda step: teed_log(run, rows[step % len(rows)]), steps)
         rlguard_run = tee.tee_of(run)
         run.finish()
     finally:
         tee.detach()
     assert rlguard_run is not None
     status = rlguard_run.status()
-    costs["delivered_points"] = [float(status.sent + status.replayed)]
+    costs["delivered_points"] = status.sent + status.replayed
     return costs
 
 
@@ -95,12 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     import wandb
 
     rows = [{f"actor/metric_{i}": 0.001 * i + step for i in range(KEYS)} for step in range(64)]
-    costs: dict[str, list[float]] = {}
+    rounds: list[dict[str, Any]] = []
     with service(sqlite_url(tmp, "wandb.db")) as url:
         os.environ["RLGUARD_URL"] = url
-        for _ in range(args.rounds):
-            for case, values in one_round(args.steps, rows).items():
-                costs.setdefault(case, []).extend(values)
+        rounds = [one_round(args.steps, rows) for _ in range(args.rounds)]
     wandb.teardown()
     results: dict[str, Any] = {
         "python": sys.version.split()[0],
@@ -111,12 +89,15 @@ def main(argv: list[str] | None = None) -> int:
         "keys": KEYS,
     }
     for case in ("wandb_alone", "wandb_with_tee", "tee"):
-        results[case] = summary(costs[case])
+        results[case] = {
+            figure: round(statistics.median(r[case][figure] for r in rounds), 3)
+            for figure in ("median_us", "p99_us")
+        }
     share = results["tee"]["median_us"] / results["wandb_alone"]["median_us"]
     results["tee_share_of_wandb"] = round(share, 4)
     results["goal_share"] = GOAL_SHARE
     results["goal_met"] = share <= GOAL_SHARE
-    results["delivered_points"] = int(sum(costs["delivered_points"]))
+    results["delivered_points"] = sum(r["delivered_points"] for r in rounds)
     results["expected_points"] = 2 * args.rounds * args.steps * KEYS  # teed run + tee alone
     sys.stdout.write(json.dumps(results) + "\n")
     return 0
