@@ -10,8 +10,8 @@ temporary SQLite file in a subprocess. Per round, alternating:
   ``rlguard``'s ``run.log()``).
 
 Median and p99 per call in µs over ``--steps`` calls, each the median of the rounds'; the
-goal: ``tee`` at most 5 % of ``wandb_alone``. ``delivered_points`` checks that the teed runs reached the service whole.
-Prints one JSON object.
+goal: ``tee`` at most 5 % of ``wandb_alone``. ``delivered_points`` checks that the teed runs
+reached the service whole. Prints one JSON object.
 """
 
 from __future__ import annotations
