@@ -312,6 +312,40 @@ def _stored_steps(url: str, run_id: str) -> int:
         return 0
 
 
+FOLLOWED_STEPS = 2000  # enough rows for W&B to write blocks of its log before finishing
+
+
+def test_follow_wandb_tails_a_live_run_and_its_resumption(tmp_path: Path, service: Any) -> None:
+    wandb_id = uuid.uuid4().hex[:8]
+    command = ["follow", "wandb", str(tmp_path / "wandb"), "--url", service.url, "--poll-s", "0.1"]
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "rlguard", *command],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        done = run_loop(tmp_path, service.url, "grow", wandb_id, service.url, str(FOLLOWED_STEPS))
+        assert done.returncode == 0, done.stdout + done.stderr  # rlguard had rows mid-run
+        resumed = [str(FOLLOWED_STEPS), "3", "followed"]
+        done = run_loop(tmp_path, service.url, "steps", wandb_id, *resumed, watch=False)
+        assert done.returncode == 0, done.stderr
+        run_id = f"wandb-followed-{wandb_id}"
+        wait_for(
+            lambda: len(stored_series(service.url, run_id).get("score", {})) == 3,
+            120,
+            "the resumed run's rows",
+        )
+        follow.send_signal(signal.SIGINT)
+        assert follow.wait(timeout=120) == 0
+    finally:
+        follow.kill()
+    stored = series_without_system(service.url, run_id)
+    assert stored["k3"] == {step: float(3 * step) for step in range(FOLLOWED_STEPS)}
+    assert stored["score"] == {step: float(step) for step in range(FOLLOWED_STEPS, 2003)}
+    assert api(service.url, "GET", f"/runs/{run_id}")["status"] == "finished"
+
+
 @pytest.fixture(scope="module")
 def plain_run_dir(tmp_path_factory: pytest.TempPathFactory, service: Any) -> Path:
     """A W&B run written without rlguard: the step rules' loop, offline."""

@@ -3,7 +3,9 @@ processes, with and without ``rlguard watch``.
 
     python wandb_loop.py semantics RUN_ID      every step rule of W&B's history, once each
     python wandb_loop.py collapse RUN_ID URL   entropy collapsing; waits for rlguard's alert
-    python wandb_loop.py steps RUN_ID FIRST N  N implicit steps, resuming RUN_ID at FIRST
+    python wandb_loop.py steps RUN_ID FIRST N  N steps, resuming RUN_ID at FIRST
+    python wandb_loop.py grow RUN_ID URL N     N steps of 20 keys; finishes once rlguard has
+                                               some (read by `rlguard follow wandb`)
     python wandb_loop.py wait-signal           prints "ready", exits 42 on SIGTERM
 """
 
@@ -79,35 +81,54 @@ def collapse(wandb: Any, run_id: str, url: str) -> int:
     wandb.init(project="collapse", id=run_id, config=config)
     for step, values in s2(random.Random(7), 300)[:COLLAPSE_STEPS]:
         wandb.log(values, step=step)
-    alert = _wait_for_alert(f"{url}/api/v1/runs/wandb-collapse-{run_id}/alerts")
-    print("alert", json.dumps(alert), flush=True)
+    alerts = _wait_for(f"{url}/api/v1/runs/wandb-collapse-{run_id}/alerts", _collapse)
+    print("alert", json.dumps(alerts[0] if alerts else None), flush=True)
     wandb.finish()
-    return 0 if alert else 1
+    return 0 if alerts else 1
 
 
-def _wait_for_alert(alerts_url: str) -> dict[str, Any] | None:
+def _collapse(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        alert
+        for alert in answer["data"]
+        if alert["detector"] == "entropy_collapse" and alert["severity"] == "critical"
+    ]
+
+
+def grow(wandb: Any, run_id: str, url: str, count: int) -> int:
+    """``count`` steps of 20 keys (W&B writes its log in buffered blocks, a few hundred such
+    steps each); finish only once rlguard stored some of them, read from the open file."""
+    wandb.init(project="followed", id=run_id)
+    for step in range(count):
+        wandb.log({f"k{j}": float(step * j) for j in range(20)})
+    series_url = f"{url}/api/v1/runs/wandb-followed-{run_id}/series?keys=k1"
+    seen = _wait_for(series_url, lambda answer: answer["series"].get("k1", {}).get("steps"))
+    print("stored while running:", len(seen or []), flush=True)
+    wandb.finish()
+    return 0 if seen else 1
+
+
+def _wait_for(url: str, found: Any) -> Any:
+    """``found(answer)`` of the first GET of ``url`` for which it is truthy (404 until the run
+    exists), or None after ``ALERT_TIMEOUT_S``."""
     deadline = time.monotonic() + ALERT_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(alerts_url, timeout=30) as response:
-                found = [a for a in json.loads(response.read())["data"] if _collapse(a)]
-        except urllib.error.HTTPError as exc:  # 404 until the sender has created the run
+            with urllib.request.urlopen(url, timeout=30) as response:
+                result = found(json.loads(response.read()))
+        except urllib.error.HTTPError as exc:
             if exc.code != 404:
                 raise
-            found = []
-        if found:
-            return found[0]
+            result = None
+        if result:
+            return result
         threading.Event().wait(0.2)  # polling the service, not pacing the test
     return None
 
 
-def _collapse(alert: dict[str, Any]) -> bool:
-    return alert["detector"] == "entropy_collapse" and alert["severity"] == "critical"
-
-
-def steps(wandb: Any, run_id: str, first: int, count: int) -> None:
+def steps(wandb: Any, run_id: str, first: int, count: int, project: str = "resumed") -> None:
     """``count`` steps of one key from ``first`` on, in a run resumed if it exists."""
-    wandb.init(project="resumed", id=run_id, resume="allow")
+    wandb.init(project=project, id=run_id, resume="allow")
     for step in range(first, first + count):
         wandb.log({"score": float(step)}, step=step)
     wandb.finish()
@@ -130,8 +151,10 @@ def main(argv: list[str]) -> int:
         log_step_semantics(wandb, argv[1])
     elif argv[0] == "collapse":
         return collapse(wandb, argv[1], argv[2])
+    elif argv[0] == "grow":
+        return grow(wandb, argv[1], argv[2], int(argv[3]))
     elif argv[0] == "steps":
-        steps(wandb, argv[1], int(argv[2]), int(argv[3]))
+        steps(wandb, argv[1], int(argv[2]), int(argv[3]), *argv[4:])
     return 0
 
 

@@ -21,7 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("rlguard.demo.cli", "run the tiny GRPO trainer and stream it into a service"),
     "watch": ("rlguard._watch", "run a command with every W&B run it starts watched"),
     "sync": ("rlguard._cli_hook", "replay batches left in a spool directory"),
-    "follow": ("rlguard._cli_hook", "follow a trainer's logs live (verl JSONL, TensorBoard dir)"),
+    "follow": ("rlguard._cli_hook", "follow a trainer's logs live (verl, TensorBoard, W&B)"),
     "import": ("rlguard._cli_hook", "import a finished run from logs"),
     "export": ("rlguard._cli_hook", "export a run's series as CSV"),
     "detect": ("rlguard._cli_hook", "re-run the detectors over a stored run"),

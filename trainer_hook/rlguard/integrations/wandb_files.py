@@ -16,7 +16,7 @@ import json
 import re
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,69 +93,105 @@ def run_file(path: Path) -> Path:
     )
 
 
-def chunks(data: bytes, path: Path, complete: bool = True) -> Iterator[bytes]:
-    """Each whole record's bytes; a bad header, CRC or a cut record raises ``WandbFileError``
-    (a cut last record only when ``complete``: a live file may end in one)."""
-    if not data.startswith(MAGIC):
-        if data[:4] == MAGIC[:4]:
-            raise WandbFileError(
-                f"{path}: .wandb log version {data[6]} is not supported (rlguard reads "
-                "version 0, written by wandb up to 0.31); import a W&B export instead"
-            )
-        raise WandbFileError(f"{path} is not a W&B transaction log (no :W&B header)")
-    pos, parts = len(MAGIC), b""
-    while pos < len(data):
-        left_in_block = BLOCK_BYTES - pos % BLOCK_BYTES
-        if left_in_block < CHUNK_HEADER.size:
-            pos += left_in_block  # the block's zero padding
-            continue
-        if pos + CHUNK_HEADER.size > len(data):
-            break
-        crc, length, kind = CHUNK_HEADER.unpack_from(data, pos)
-        body = data[pos + CHUNK_HEADER.size : pos + CHUNK_HEADER.size + length]
-        if kind == 0 and length == 0 and crc == 0:
-            pos += left_in_block  # an unwritten rest of a block
-            continue
-        if len(body) < length:
-            break
-        if zlib.crc32(body, zlib.crc32(bytes([kind]))) != crc or kind not in (1, 2, 3, 4):
-            raise WandbFileError(f"{path}: corrupt record at byte {pos} (checksum mismatch)")
-        pos += CHUNK_HEADER.size + length
-        parts = body if kind in (FULL, FIRST) else parts + body
-        if kind in (FULL, LAST):
-            yield parts
-            parts = b""
-    if complete and (pos < len(data) or parts):
+def chunks(data: bytes, path: Path) -> list[bytes]:
+    """Each record's bytes in a whole ``.wandb`` file; a bad header, a bad CRC or a cut record
+    raises ``WandbFileError``."""
+    check_header(data, path)
+    records, end = whole_records(data[len(MAGIC) :], len(MAGIC), path)
+    if end < len(data):
         raise WandbFileError(
-            f"{path} is truncated at byte {pos} of {len(data)} (the run was cut off, or is still "
+            f"{path} is truncated at byte {end} of {len(data)} (the run was cut off, or is still "
             "being written: `rlguard follow wandb DIR` reads a live run)"
         )
+    return records
+
+
+def check_header(data: bytes, path: Path) -> None:
+    """Refuse a file that is not a version-0 W&B transaction log, saying which it is."""
+    if data.startswith(MAGIC):
+        return
+    if data[:4] == MAGIC[:4]:
+        raise WandbFileError(
+            f"{path}: .wandb log version {data[6]} is not supported (rlguard reads version 0, "
+            "written by wandb up to 0.31); import a W&B export instead"
+        )
+    raise WandbFileError(f"{path} is not a W&B transaction log (no :W&B header)")
+
+
+def whole_records(data: bytes, start: int, path: Path) -> tuple[list[bytes], int]:
+    """The whole records in ``data``, the file's bytes from offset ``start`` (a record's end),
+    and the offset up to which it was read: a record still being written is left for later."""
+    records: list[bytes] = []
+    pos = done = start
+    end = start + len(data)
+    parts = b""
+    while pos < end:
+        left_in_block = BLOCK_BYTES - pos % BLOCK_BYTES
+        header = data[pos - start : pos - start + CHUNK_HEADER.size]
+        if left_in_block < CHUNK_HEADER.size or header == bytes(CHUNK_HEADER.size):
+            pos = min(pos + left_in_block, end)  # a block's zero padding, or its unwritten rest
+        elif len(header) < CHUNK_HEADER.size:
+            break
+        else:
+            body = _chunk_body(data, pos - start, path, pos)
+            if body is None:
+                break
+            pos += CHUNK_HEADER.size + len(body)
+            kind = header[-1]
+            parts = body if kind in (FULL, FIRST) else parts + body
+            if kind in (FULL, LAST):
+                records.append(parts)
+                parts = b""
+        if not parts:
+            done = pos
+    return records, done
+
+
+def _chunk_body(data: bytes, at: int, path: Path, offset: int) -> bytes | None:
+    """The body of the chunk at ``data[at]``; None when it is not all written yet."""
+    crc, length, kind = CHUNK_HEADER.unpack_from(data, at)
+    body = data[at + CHUNK_HEADER.size : at + CHUNK_HEADER.size + length]
+    if len(body) < length:
+        return None
+    if (
+        kind not in (FULL, FIRST, MIDDLE, LAST)
+        or zlib.crc32(body, zlib.crc32(bytes([kind]))) != crc
+    ):
+        raise WandbFileError(f"{path}: corrupt record at byte {offset} (checksum mismatch)")
+    return body
 
 
 def read_run(path: Path) -> WandbRun:
     """A whole W&B run from its directory or ``.wandb`` file; nothing is returned on error."""
-    try:
-        from wandb.proto import wandb_internal_pb2
-    except ImportError as exc:
-        raise WandbFileError(f"reading {path} needs wandb: pip install 'rlguard[wandb]'") from exc
     source = run_file(path)
     reader = RecordReader()
     for raw in chunks(source.read_bytes(), source):
-        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
-        try:
-            record.ParseFromString(raw)
-        except Exception as exc:  # protobuf's DecodeError
-            raise WandbFileError(f"{source}: a record does not decode ({exc})") from exc
-        reader.add(record)
+        reader.add(decode(raw, source))
     if reader.run is None:
         raise WandbFileError(f"{source} has no run record; is the run's first write missing?")
     return reader.run
 
 
-class RecordReader:
-    """Folds a run's records, in file order, into a ``WandbRun``."""
+def decode(raw: bytes, path: Path) -> Any:
+    """One record's bytes as wandb's own ``Record`` message."""
+    try:
+        from wandb.proto import wandb_internal_pb2
+    except ImportError as exc:
+        raise WandbFileError(f"reading {path} needs wandb: pip install 'rlguard[wandb]'") from exc
+    record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
+    try:
+        record.ParseFromString(raw)
+    except Exception as exc:  # protobuf's DecodeError
+        raise WandbFileError(f"{path}: a record does not decode ({exc})") from exc
+    return record
 
-    def __init__(self) -> None:
+
+class RecordReader:
+    """Folds a run's records, in file order, into a ``WandbRun`` (its ``steps``), or hands
+    each row to ``on_row(step, values)`` as it comes."""
+
+    def __init__(self, on_row: Callable[[int, dict[str, Any]], None] | None = None) -> None:
+        self.on_row = on_row
         self.run: WandbRun | None = None
         self.axes = StepAxes()
         self.last_step = 0
@@ -213,7 +249,11 @@ class RecordReader:
         self._put(self.last_step, system_values(dict(_items(stats.item))))
 
     def _put(self, step: int, values: dict[str, Any]) -> None:
-        if self.run is not None and values:
+        if self.run is None or not values:
+            return
+        if self.on_row is not None:
+            self.on_row(step, values)
+        else:
             self.run.steps.setdefault(step, {}).update(values)
 
 
