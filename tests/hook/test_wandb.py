@@ -220,6 +220,34 @@ def test_watch_exit_status_is_the_commands_and_the_hidden_sitecustomize_runs(
     assert (done.returncode, done.stdout.split()) == (7, ["True", "True"]), done.stderr
 
 
+def test_watch_run_left_unfinished_is_finished_at_exit_with_its_pending_row(
+    tmp_path: Path, service: Any
+) -> None:
+    wandb_id = uuid.uuid4().hex[:8]
+    script = (
+        "import wandb\n"
+        f"wandb.init(project='unfinished', id={wandb_id!r})\n"
+        "for step in range(3):\n"
+        "    wandb.log({'x': float(step)})\n"
+        "wandb.log({'late': 1.0}, step=10)  # pending: W&B commits it at exit\n"
+    )
+    env = child_env(RLGUARD_URL=service.url, RLGUARD_GPU="0", **wandb_settings(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-m", "rlguard", "watch", "--", sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WANDB_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    run_id = f"wandb-unfinished-{wandb_id}"
+    assert series_without_system(service.url, run_id) == {
+        "x": {0: 0.0, 1: 1.0, 2: 2.0},
+        "late": {10: 1.0},
+    }
+    assert api(service.url, "GET", f"/runs/{run_id}")["status"] == "finished"
+
+
 def test_watch_signals_reach_the_command(tmp_path: Path, service: Any) -> None:
     command = [sys.executable, "-m", "rlguard", "watch", "--", sys.executable, LOOP, "wait-signal"]
     proc = subprocess.Popen(

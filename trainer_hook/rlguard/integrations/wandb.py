@@ -176,7 +176,10 @@ class WandbTee:
         self.run.finish(status="failed" if exit_code else "finished", summary=summary)
 
     def _flush_at_exit(self) -> None:
-        _guarded("flush at exit", self.mirror.flush)
+        """W&B commits its pending row at exit; so does the tee, unless the rlguard run was
+        finished already (an uncaught exception: rlguard's excepthook marked it failed)."""
+        if not getattr(self.run, "_finished", False):
+            _guarded("flush at exit", self.mirror.flush)
 
 
 def run_settings(wandb_run: Any) -> dict[str, Any]:
