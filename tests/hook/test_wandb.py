@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from rlguard._report import Warnings
+from rlguard.integrations import importers
 from rlguard.integrations import wandb as wandb_tee
 from rlguard.integrations.wandb_files import (
     WandbFileError,
@@ -442,6 +443,43 @@ def test_import_wandb_bad_input_says_why_and_imports_nothing(
     with pytest.raises(urllib.error.HTTPError) as refused:
         api(service.url, "GET", f"/runs/{run_id}")
     assert refused.value.code == 404
+
+
+SCAN_HISTORY = (
+    '{"_step": 0, "_runtime": 1.2, "loss": 1.0, "eval/acc": null, "train": {"kl": 0.01}}\n'
+    '{"_step": 1, "_timestamp": 1.7e9, "loss": 0.5, "img": {"_type": "image-file", "width": 8}}\n'
+    "not json\n"
+    '{"_step": 2, "eval/acc": 0.7, "note": "text"}\n'
+)
+CHART_CSV = (
+    '"Step","run-a - loss","run-a - loss__MIN","run-a - loss__MAX"\n'
+    '"0","1.0","0.9","1.1"\n'
+    '"5","0.5","0.4","0.6"\n'
+    '"6","",""\n'
+)
+TWO_RUNS_CSV = '"Step","run-a - loss","run-b - loss"\n"0","1.0","2.0"\n'
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "fmt", "records"),
+    [
+        (
+            "history.jsonl",
+            SCAN_HISTORY,
+            "wandb-history",
+            [(0, {"loss": 1.0, "train.kl": 0.01}), (1, {"loss": 0.5}), (2, {"eval/acc": 0.7})],
+        ),
+        ("chart.csv", CHART_CSV, "wandb-csv", [(0, {"loss": 1.0}), (5, {"loss": 0.5}), (6, {})]),
+        ("two.csv", TWO_RUNS_CSV, "wandb-csv", [(0, {"run-a - loss": 1.0, "run-b - loss": 2.0})]),
+    ],
+)
+def test_import_wandb_history_exports(
+    tmp_path: Path, name: str, text: str, fmt: str, records: list[Any]
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    assert importers.detect_format(path) == fmt
+    assert list(importers.READERS[fmt](path)) == records
 
 
 @pytest.mark.parametrize(
