@@ -262,17 +262,26 @@ def test_watch_signals_reach_the_command(tmp_path: Path, service: Any) -> None:
         proc.kill()
 
 
-def test_watch_bad_setting_is_refused_before_the_command_starts(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("env", "command", "message"),
+    [
+        ({"RLGUARD_FLUSH_INTERVAL_S": "soon"}, True, "RLGUARD_FLUSH_INTERVAL_S='soon'"),
+        ({}, False, "name the command, e.g. rlguard watch -- python train.py"),
+    ],
+)
+def test_watch_bad_input_is_refused_before_a_command_starts(
+    tmp_path: Path, env: dict[str, str], command: bool, message: str
+) -> None:
     marker = tmp_path / "started"
-    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    argv = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"] if command else ["--"]
     done = subprocess.run(
-        [sys.executable, "-m", "rlguard", "watch", "--", *command],
-        env=child_env(RLGUARD_FLUSH_INTERVAL_S="soon"),
+        [sys.executable, "-m", "rlguard", "watch", *argv],
+        env=child_env(**env),
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert done.returncode == 2 and "RLGUARD_FLUSH_INTERVAL_S='soon'" in done.stderr
+    assert done.returncode == 2 and message in done.stderr
     assert not marker.exists()
 
 
