@@ -99,8 +99,9 @@ def series_without_system(url: str, run_id: str) -> dict[str, dict[int, Any]]:
 
 
 def recorded_by_wandb(run_dir: Path) -> dict[str, Any]:
-    """What W&B's transaction log holds, less timestamps: history rows, metric definitions,
-    config, tags, name and the final summary (decoded by wandb's own protobuf classes)."""
+    """What W&B wrote for a run, less timestamps: its files' names, the console it captured,
+    and from its transaction log (decoded by wandb's own protobuf classes) the history rows,
+    metric definitions, config, tags, name and final summary."""
     from wandb.proto import wandb_internal_pb2
 
     history, metrics, summary = [], [], {}
@@ -119,7 +120,10 @@ def recorded_by_wandb(run_dir: Path) -> dict[str, Any]:
         elif kind == "run":
             run = record.run
     config = {_key(i): i.value_json for i in run.config.update}
+    files = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file())
     return {
+        "files": files,
+        "console": [p.read_text() for p in run_dir.glob("files/output.log")],
         "history": [_stable(row) for row in history],
         "metrics": metrics,
         "summary": _stable(summary),
@@ -169,9 +173,10 @@ def test_wandb_files_are_the_same_with_and_without_rlguard(tmp_path: Path, servi
         folder = tmp_path / ("watched" if watch else "plain")
         done = run_loop(folder, service.url, "semantics", wandb_id, watch=watch)
         assert done.returncode == 0, done.stderr
-        recorded[watch] = recorded_by_wandb(folder / "wandb" / "latest-run")
+        recorded[watch] = recorded_by_wandb((folder / "wandb" / "latest-run").resolve())
     assert recorded[True] == recorded[False]
     assert len(recorded[False]["history"]) == 9  # steps 0-2, 5-9 and 12
+    assert f"run-{wandb_id}.wandb" in recorded[False]["files"]
     stored = series_without_system(service.url, f"wandb-semantics-{wandb_id}")
     assert stored == wandb_loop.EXPECTED_SERIES  # only the watched run reached rlguard
 
