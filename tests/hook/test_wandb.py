@@ -166,6 +166,29 @@ def test_wandb_tee_stores_the_rows_wandb_commits(wandb_dir: Path, service: Any, 
     assert stored["summary"]["best_reward"] == 0.9 and stored["summary"]["late"] == 1.0
 
 
+def test_wandb_attach_after_init_tees_the_live_run_and_detach_stops_teeing(
+    wandb_dir: Path, service: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import wandb
+
+    monkeypatch.setenv("RLGUARD_URL", service.url)
+    monkeypatch.setenv("RLGUARD_GPU", "0")
+    run = wandb.init(project="late")
+    wandb.log({"x": 0.0})  # before attach: W&B only
+    wandb_tee.attach()
+    try:
+        wandb.log({"x": 1.0})
+        run.log({"x": 2.0})
+        wandb.finish()
+    finally:
+        wandb_tee.detach()
+    later = wandb.init(project="late")
+    wandb.log({"x": 9.0})
+    wandb.finish()
+    assert wandb_tee.tee_of(later) is None
+    assert stored_series(service.url, f"wandb-late-{run.id}") == {"x": {1: 1.0, 2: 2.0}}
+
+
 def test_wandb_files_are_the_same_with_and_without_rlguard(tmp_path: Path, service: Any):
     wandb_id = uuid.uuid4().hex[:8]
     recorded = {}

@@ -131,11 +131,13 @@ class StepAxes:
 class WandbTee:
     """One W&B run's rlguard counterpart."""
 
-    def __init__(self, wandb_run: Any) -> None:
+    def __init__(self, wandb_run: Any, start_step: int | None = None) -> None:
         self.axes = StepAxes()
         self.summary: dict[str, Any] = {}
         self.run = rlguard.init(**run_settings(wandb_run))
-        self.mirror = StepMirror(int(getattr(wandb_run, "starting_step", 0) or 0), self._store)
+        if start_step is None:
+            start_step = int(getattr(wandb_run, "starting_step", 0) or 0)
+        self.mirror = StepMirror(start_step, self._store)
         self.finished = False
         atexit.register(self._flush_at_exit)  # runs before rlguard's own atexit finish
 
@@ -274,8 +276,9 @@ def _guarded(what: str, action: Callable[[], Any]) -> Any:
         return None
 
 
-def _tee_for(wandb_run: Any) -> WandbTee | None:
-    """The run's tee, started on first use; None when it could not start (warned once)."""
+def _tee_for(wandb_run: Any, start_step: int | None = None) -> WandbTee | None:
+    """The run's tee, started on first use (at ``start_step``, default the run's first step);
+    None when it could not start (warned once)."""
     try:
         return _tees[wandb_run]
     except KeyError:
@@ -284,11 +287,11 @@ def _tee_for(wandb_run: Any) -> WandbTee | None:
         return None
     with _attach_lock:
         if wandb_run not in _tees:
-            disabled = getattr(wandb_run, "disabled", False)  # mode="disabled": nothing to mirror
-            start = (
-                None if disabled else _guarded("start an rlguard run", lambda: WandbTee(wandb_run))
-            )
-            _tees[wandb_run] = start
+            if getattr(wandb_run, "disabled", False):  # mode="disabled": nothing to mirror
+                _tees[wandb_run] = None
+            else:
+                start = lambda: WandbTee(wandb_run, start_step)  # noqa: E731
+                _tees[wandb_run] = _guarded("start an rlguard run", start)
         return _tees[wandb_run]
 
 
@@ -355,9 +358,10 @@ def attach() -> None:
         for module in (wandb, wandb.sdk, wandb_init):
             _originals[(module, "init")] = module.init
             module.init = _init_then_tee(module.init)  # type: ignore[attr-defined]
-    if wandb.run is not None:  # attached late: tee the live run, and route wandb.log through us
-        _tee_for(wandb.run)
-        wandb.log = wandb.run.log
+    live = wandb.run
+    if live is not None:  # attached late: tee the live run from W&B's current step on
+        _tee_for(live, _guarded("read the W&B step", lambda: int(live.step)))
+        wandb.log = live.log  # wandb.log was bound to the unwrapped method
 
 
 def tee_of(wandb_run: Any) -> rlguard.Run | None:
