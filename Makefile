@@ -50,7 +50,7 @@ docs-serve: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict
 
 BENCHMARKS := ingest query hook_overhead demo_overhead detectors dashboard samples public_logs \
-	stop_latency hook_memory
+	stop_latency hook_memory wandb_tee
 
 bench: setup services
 	for b in $(BENCHMARKS); do echo "== $$b"; $(PY) -m benchmarks.$$b || exit 1; done

@@ -24,5 +24,6 @@ setup(
     package_data={
         "rlguard_backend.migrations": ["script.py.mako"],
         "rlguard_frontend": ["assets/*", "plotlyjs/*"],
+        "rlguard.integrations": ["wandb_site/sitecustomize.py"],  # not a package: `rlguard watch`
     },
 )

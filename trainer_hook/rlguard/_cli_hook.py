@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--spool-dir", default=None, help="default RLGUARD_SPOOL_DIR")
     elif command in ("follow", "import"):
         if command == "follow":
-            parser.add_argument("framework", choices=["verl", "tensorboard"])
+            parser.add_argument("framework", choices=["verl", "tensorboard", "wandb"])
         parser.add_argument("path", type=Path)
         parser.add_argument("--project", default=None)
         parser.add_argument("--run-id", default=None)
@@ -184,6 +184,8 @@ def follow(args: argparse.Namespace) -> int:
     until interrupted (or idle)."""
     from rlguard.integrations.verl import JsonlFollower, RolloutDirFollower, follow_all
 
+    if args.framework == "wandb":
+        return _follow_wandb(args)
     run = _start_run(args, args.path.stem)
     follower: Any = JsonlFollower(args.path, run)
     if args.framework == "tensorboard":
@@ -213,6 +215,8 @@ def import_run(args: argparse.Namespace) -> int:
     if not args.path.exists():  # before a run is created for it
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(args.path))
     fmt = detect_format(args.path) if args.format == "auto" else args.format
+    if fmt == "wandb":
+        return _import_wandb(args)
     reader = READERS[fmt]
     records = reader(args.path, args.logging_steps) if fmt == "trl-console" else reader(args.path)
     config = read_verl_config(args.path) if fmt == "verl-console" else None
@@ -237,6 +241,64 @@ def import_run(args: argparse.Namespace) -> int:
     )
     complete = _says_what_was_left(args.path, fmt, steps)
     return 0 if complete and status.spool_batches == 0 and status.dead_lettered == 0 else 1
+
+
+def _import_wandb(args: argparse.Namespace) -> int:
+    """A W&B run directory: read and checked whole first, then its name, config, tags,
+    history, system metrics and summary into the run a live ``rlguard watch`` would have fed."""
+    from rlguard.integrations.wandb_files import WandbFileError, read_run
+
+    try:
+        source = read_run(args.path)
+    except WandbFileError as exc:
+        _say(f"import failed, nothing imported: {exc}")
+        return 2
+    run = _start_wandb_run(args, source)
+    for done, (step, values) in enumerate(sorted(source.steps.items()), start=1):
+        run.log(values, step=step)
+        if done % IMPORT_FLUSH_EVERY_STEPS == 0:
+            run.flush()
+    status = run.finish(summary=source.summary)
+    _say(
+        f"imported {len(source.steps)} step(s), {status.logged} point(s) of W&B run "
+        f"{source.project}/{source.id} into run {run.id}"
+    )
+    return 0 if status.spool_batches == 0 and status.dead_lettered == 0 else 1
+
+
+def _follow_wandb(args: argparse.Namespace) -> int:
+    """Tail a W&B run directory (or ``wandb/``, following its latest run) until interrupted."""
+    from rlguard.integrations.verl import follow_all
+    from rlguard.integrations.wandb_files import WandbFileError
+    from rlguard.integrations.wandb_follow import WandbFollower
+
+    follower = WandbFollower(args.path, lambda source: _start_wandb_run(args, source))
+    _say(f"following W&B runs under {args.path}")
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            follow_all([follower], threading.Event(), args.poll_s, args.exit_after_idle_s)
+    except WandbFileError as exc:
+        _say(f"follow stopped: {exc}")
+        follower.finish()
+        return 2
+    status = follower.finish()
+    sent = 0 if status is None else status.sent + status.replayed
+    _say(f"{follower.steps} row(s), {sent} point(s) sent")
+    return 0 if status is None or status.spool_batches == 0 else 1
+
+
+def _start_wandb_run(args: argparse.Namespace, source: Any) -> rlguard.Run:
+    """The rlguard run of a W&B run read from its files (``WandbRun``), as the live tee names it."""
+    return rlguard.init(
+        project=args.project or source.project,
+        run_id=args.run_id or source.rlguard_id,
+        name=args.name or source.name or source.id,
+        config={**source.config, "wandb": {"id": source.id, "project": source.project}},
+        tags=source.tags,
+        url=_url(args),
+        token=_token(args),
+        gpu=False,
+    )
 
 
 def _says_what_was_left(path: Path, fmt: str, steps: int) -> bool:

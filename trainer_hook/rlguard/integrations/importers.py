@@ -3,9 +3,10 @@
 Formats: verl console logs (3-decimal and full-repr values, ``np.float64(...)``, ANSI-coloured
 Ray prefixes), verl ``file`` logger JSONL, TRL/transformers console dicts (and ms-swift's, printed
 as JSON objects) and ``trainer_state.json`` log history, OpenRLHF ``✨ Global step N: {...}``
-lines, TensorBoard event directories and CSV. ``detect_format`` picks one from the path and, for
-text logs, from which reader would take the most lines of the file as steps (a verl log opens
-with its printed config, dict-shaped lines that alone would pass for TRL's).
+lines, TensorBoard event directories, W&B run directories, W&B history exports
+(``scan_history()`` JSON lines, a chart's CSV) and CSV. ``detect_format`` picks one from the
+path and, for text logs, from which reader would take the most lines of the file as steps (a
+verl log opens with its printed config, dict-shaped lines that alone would pass for TRL's).
 """
 
 from __future__ import annotations
@@ -169,7 +170,57 @@ def read_csv(path: Path) -> Iterator[Record]:
             yield int(float(step)), {k: v for k, v in values.items() if v is not None}
 
 
+def read_wandb_history(path: Path) -> Iterator[Record]:
+    """W&B history as JSON lines, one ``run.scan_history()`` row each: ``_step`` and the
+    values; nulls (keys the row lacks), media and ``_``-keys left out, nested dicts dotted."""
+    for line in _lines(path):
+        row = _json_line(line)
+        if row is not None and isinstance(row.get("_step"), int):
+            yield row["_step"], _wandb_numbers(row)
+
+
+def _wandb_numbers(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key, value in row.items():
+        if key.startswith("_"):
+            continue
+        if isinstance(value, dict) and "_type" not in value:  # a W&B media value has _type
+            values.update(_wandb_numbers(value, f"{prefix}{key}."))
+        elif type(value) in (int, float, bool):
+            values[f"{prefix}{key}"] = value
+    return values
+
+
+def read_wandb_csv(path: Path) -> Iterator[Record]:
+    """A W&B chart's CSV export: ``Step`` and ``<run name> - <key>`` columns (``__MIN`` and
+    ``__MAX`` band columns left out); the run name is dropped when the file holds one run."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        columns = [c for c in reader.fieldnames or [] if " - " in c and not c.endswith(BANDS)]
+        runs = {c.split(" - ", 1)[0] for c in columns}
+        names = {c: c.split(" - ", 1)[1] if len(runs) == 1 else c for c in columns}
+        for row in reader:
+            step = parse_number(row.get("Step") or "")
+            if step is None:
+                continue
+            values = {names[c]: parse_number(row[c]) for c in columns if row.get(c)}
+            yield int(step), {k: v for k, v in values.items() if v is not None}
+
+
+BANDS = ("__MIN", "__MAX")
+
+
+def read_wandb(path: Path) -> Iterator[Record]:
+    """A W&B run directory (or its ``run-*.wandb``): history and system stats, by step."""
+    from rlguard.integrations.wandb_files import read_run
+
+    yield from sorted(read_run(path).steps.items())
+
+
 READERS: dict[str, Callable[..., Iterator[Record]]] = {
+    "wandb": read_wandb,
+    "wandb-history": read_wandb_history,
+    "wandb-csv": read_wandb_csv,
     "verl-console": read_verl_console,
     "verl-jsonl": read_verl_jsonl,
     "trl-console": read_trl_console,
@@ -186,12 +237,18 @@ TEXT_FORMATS = ("verl-jsonl", "openrlhf-console", "verl-console", "trl-console")
 def detect_format(path: Path) -> str:
     """The reader for ``path``: from its kind and suffix, else the text reader that would take
     the most of its lines as steps."""
+    from rlguard.integrations.wandb_files import is_wandb_run
+
+    if is_wandb_run(path):
+        return "wandb"
     if path.is_dir():
         return "tensorboard"
     if path.suffix == ".csv":
-        return "csv"
+        return "wandb-csv" if _is_wandb_csv(path) else "csv"
     if path.suffix == ".json":
         return "trainer-state"
+    if _is_wandb_history(path):
+        return "wandb-history"
     counts = count_step_lines(path)
     best = max(TEXT_FORMATS, key=lambda fmt: (counts[fmt], -TEXT_FORMATS.index(fmt)))
     if counts[best] == 0:
@@ -209,6 +266,20 @@ def count_step_lines(path: Path, max_lines: int = DETECT_MAX_LINES) -> dict[str,
         if fmt is not None:
             counts[fmt] += 1
     return counts
+
+
+def _is_wandb_history(path: Path) -> bool:
+    """A first line that is a ``scan_history()`` row: a JSON object with an integer ``_step``."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        first = handle.readline()
+    row = _json_line(first) if '"_step"' in first else None
+    return row is not None and isinstance(row.get("_step"), int)
+
+
+def _is_wandb_csv(path: Path) -> bool:
+    with open(path, newline="", encoding="utf-8") as handle:
+        header = next(csv.reader(handle), [])
+    return "Step" in header and any(" - " in column for column in header)
 
 
 def _step_format(line: str) -> str | None:
