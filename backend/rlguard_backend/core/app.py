@@ -17,7 +17,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from rlguard_backend import __version__
-from rlguard_backend.api import alerts, groups, health, points, runs, samples, series, tokens
+from rlguard_backend.api import (
+    alerts,
+    groups,
+    health,
+    points,
+    runs,
+    samples,
+    series,
+    tokens,
+    webhooks,
+)
 from rlguard_backend.api.bodies import exact_integer_bounds, hoist_body_definitions
 from rlguard_backend.api.deps import ACCESS
 from rlguard_backend.core import migrate
@@ -45,6 +55,7 @@ ROUTERS = (
     (samples.router, True),
     (alerts.router, True),
     (tokens.router, True),
+    (webhooks.router, True),
     (health.router, True),
     (health.metrics_router, False),
 )
@@ -78,9 +89,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         workers: list[WebhookWorker | LivenessWatch | Checkpointer] = [
             LivenessWatch(session_factory, settings),
             checkpointer,
+            WebhookWorker(session_factory, settings),  # hooks may be added over REST any time
         ]
-        if settings.webhooks:
-            workers.append(WebhookWorker(session_factory, settings))
         for worker in workers:
             worker.start()
         yield
