@@ -104,3 +104,13 @@ COMPARE_CONFIG = "compare-config"
 COMPARE_QUERY = "compare-query"
 COMPARE_SIGNALS = "compare-signals"
 ALERT_SAMPLES = "run-alert-samples"
+
+WEBHOOKS_URL = "webhooks-url"
+WEBHOOKS_FORMAT = "webhooks-format"
+WEBHOOKS_PROJECT = "webhooks-project"
+WEBHOOKS_SEVERITY = "webhooks-severity"
+WEBHOOKS_ADD = "webhooks-add"
+WEBHOOKS_LIST = "webhooks-list"
+WEBHOOKS_STATUS = "webhooks-status"
+WEBHOOKS_SECRET = "webhooks-secret"
+WEBHOOKS_ACTION = "webhooks-action"  # pattern-matching: {"type", "action", "hook"}

@@ -14,7 +14,7 @@ from dash import html
 from dash.exceptions import PreventUpdate
 
 from rlguard_frontend.api_client import ApiClient
-from rlguard_frontend.pages import inbox, not_found_404
+from rlguard_frontend.pages import inbox, not_found_404, webhooks
 from rlguard_frontend.pages.compare import page as compare
 from rlguard_frontend.pages.run import page as run_detail
 from rlguard_frontend.pages.runs import page as runs
@@ -44,6 +44,8 @@ def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
         return inbox.layout()
     if path.rstrip("/") == "/compare":
         return compare.layout(query, client, theme)
+    if path.rstrip("/") == webhooks.PATH:
+        return webhooks.layout(client)
     return not_found_404.layout(path)
 
 
