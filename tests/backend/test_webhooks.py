@@ -26,6 +26,7 @@ from tests.webhook_receiver import Receiver, ReceiverServer, wait_until
 
 API = "/api/v1"
 PUBLIC_URL = "https://rlguard.example.com"
+SLACK_URL = "https://hooks.slack.com/services/T0001/B0001/TOKENPART"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "webhooks.md"
 
 
@@ -85,7 +86,7 @@ def test_webhooks_create_answers_the_secret_once_then_only_its_prefix(
     db_server: RunningServer,
 ) -> None:
     with _http(db_server) as http:
-        made = http.post("/webhooks", json={"url": "https://example.com/h", "project": "p"})
+        made = http.post("/webhooks", json={"url": SLACK_URL, "project": "p"})
         assert made.status_code == 201, made.text
         created = made.json()
         secret = created["secret"]
@@ -100,6 +101,9 @@ def test_webhooks_create_answers_the_secret_once_then_only_its_prefix(
         )
         assert created["events"] == ["opened", "escalated", "resolved"]
         listed, read = http.get("/webhooks"), http.get(f"/webhooks/{created['id']}")
+        for answer in (made, listed, read):
+            assert "TOKENPART" not in answer.text  # a Slack url's token is its path
+        assert created["url"] == "https://hooks.slack.com/services/T0…"
         for answer in (listed, read):
             assert answer.status_code == 200 and secret not in answer.text
         assert "secret" not in read.json() and "secret" not in listed.json()["data"][0]

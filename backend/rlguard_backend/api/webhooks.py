@@ -42,10 +42,10 @@ HookId = Annotated[int, Path(ge=1, le=MAX_ALERT_ID, description="the webhook's i
 
 
 def to_public(hook: StoredWebhook) -> WebhookPublic:
-    """A hook as listed: the secret by its first characters only, times in UTC."""
+    """A hook as listed: its url cut, its secret by its first characters, times in UTC."""
     return WebhookPublic(
         id=hook.id,
-        url=hook.url,
+        url=webhook_messages.shown_url(hook.url),
         format=hook.format,  # type: ignore[arg-type]
         project=hook.project,
         min_severity=hook.min_severity,  # type: ignore[arg-type]
@@ -120,13 +120,11 @@ async def test_webhook(
     hook_id: HookId, db: DatabaseDep, settings: SettingsDep
 ) -> WebhookTestResult:
     """Send the hook a sample message now, signed and in its format; what the receiver said."""
-    hook = await db.read(lambda session: to_public_with_secret(session, hook_id))
-    public, secret = hook
-    body = webhook_messages.render(
-        sample_message(public.project, settings.public_url).model_dump(mode="json"), public.format
-    )
+    url, fmt, project, secret = await db.read(lambda session: _sending(session, hook_id))
+    message = sample_message(project, settings.public_url).model_dump(mode="json")
+    body = webhook_messages.render(message, fmt)
     answer = await run_in_threadpool(
-        send, public.url, body, secret, settings.webhook_timeout_s, event="test", delivery="test"
+        send, url, body, secret, settings.webhook_timeout_s, event="test", delivery="test"
     )
     return WebhookTestResult(
         delivered=answer.delivered,
@@ -136,10 +134,10 @@ async def test_webhook(
     )
 
 
-def to_public_with_secret(session: Session, hook_id: int) -> tuple[WebhookPublic, str]:
-    """The hook as listed, and its secret (to sign a test with)."""
+def _sending(session: Session, hook_id: int) -> tuple[str, str, str | None, str]:
+    """What a test needs of the hook: its url, format, project and secret."""
     hook = store.get_hook(session, hook_id)
-    return to_public(hook), hook.secret
+    return hook.url, hook.format, hook.project, hook.secret
 
 
 def sample_message(project: str | None, public_url: str) -> WebhookMessage:

@@ -12,7 +12,7 @@ import hmac
 import json
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from rlguard_backend.models import Run
 from rlguard_backend.schemas import AlertPublic
@@ -27,6 +27,7 @@ SEVERITY_ICON = {
 DISCORD_COLOUR = {"info": 0x3498DB, "warn": 0xF1C40F, "critical": 0xE74C3C, "resolved": 0x2ECC71}
 SLACK_TEXT_CHARS = 2900  # a section block holds 3000
 DISCORD_TEXT_CHARS = 4000  # an embed's description holds 4096
+PATH_SHOWN_CHARS = 12  # of a hook url's path, shown after creation
 SIGNATURE_HEADER = "X-Rlguard-Signature"
 TIMESTAMP_HEADER = "X-Rlguard-Timestamp"
 
@@ -42,6 +43,22 @@ def run_url(public_url: str, run_id: str, first_step: int, last_step: int) -> st
         return None
     lo, hi = max(0, first_step - LINK_MARGIN_STEPS), last_step + LINK_MARGIN_STEPS
     return f"{public_url}/runs/{quote(run_id, safe='')}?from={lo}&to={hi}"
+
+
+def shown_url(url: str) -> str:
+    """A hook's url as listed and logged: a Slack or Discord hook's url carries its token in
+    the path, so the path is cut (and credentials and the query left out).
+
+    >>> shown_url("https://hooks.slack.com/services/T0001/B0001/XXXXXXXX")
+    'https://hooks.slack.com/services/T0…'
+    >>> shown_url("http://127.0.0.1:8080/hook")
+    'http://127.0.0.1:8080/hook'
+    """
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    path = parts.path[:PATH_SHOWN_CHARS]
+    cut = len(parts.path) > PATH_SHOWN_CHARS or parts.query or parts.fragment
+    return f"{parts.scheme}://{host}{path}{'…' if cut else ''}"
 
 
 def alert_message(

@@ -169,7 +169,10 @@ class WebhookWorker:
                 row.last_error = error[:2000]
                 row.next_attempt_at = utcnow() + timedelta(seconds=self._backoff(row.attempts))
                 log.warning(
-                    "webhook %s attempt %d failed: %s", _shown(outgoing.url), row.attempts, error
+                    "webhook %s attempt %d failed: %s",
+                    webhook_messages.shown_url(outgoing.url),
+                    row.attempts,
+                    error,
                 )
             session.commit()
 
@@ -179,12 +182,6 @@ class WebhookWorker:
             self.settings.webhook_backoff_cap_s,
         )
         return capped * random.uniform(0.5, 1.0)
-
-
-def _shown(url: str) -> str:
-    """A hook's url for the log: Slack and Discord hook urls carry their token in the path."""
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://{rest.partition('/')[0]}/…"
 
 
 def send(

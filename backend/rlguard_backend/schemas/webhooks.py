@@ -101,7 +101,10 @@ class WebhookPublic(BaseModel):
     """A hook as listed: its secret only by its first characters."""
 
     id: int
-    url: str
+    url: str = Field(
+        description="the url, its path cut after 12 characters and its query left out: a "
+        "Slack or Discord hook's url holds its token"
+    )
     format: WebhookFormat
     project: str | None
     min_severity: Severity
