@@ -215,8 +215,34 @@ class Alert(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class StoredWebhook(Base):
+    """A webhook managed over REST: where a project's (or every project's) alert changes go.
+
+    ``secret`` signs each message (HMAC-SHA256); the API shows it once, then a prefix only.
+    """
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project: Mapped[str | None] = mapped_column(String(128))
+    url: Mapped[str] = mapped_column(String(2048))
+    format: Mapped[str] = mapped_column(String(16))
+    min_severity: Mapped[str] = mapped_column(String(16))
+    events: Mapped[list[Any]] = mapped_column(default=list)
+    secret: Mapped[str] = mapped_column(String(128))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_by: Mapped[str] = mapped_column(String(128))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class WebhookDelivery(Base):
-    """The durable outbox: one message per alert state change and webhook target."""
+    """The durable outbox: one message per alert state change and webhook target.
+
+    ``hook_id`` names a stored webhook (``target`` is then ``hook:<id>``; delivery reads the
+    hook's url, format and secret as they are then), or is null for a server-wide one of
+    ``RLGUARD_WEBHOOKS`` (``target`` is its url). Deleting a hook deletes its waiting rows.
+    """
 
     __tablename__ = "webhook_outbox"
     __table_args__ = (UniqueConstraint("alert_id", "change", "target"),)
@@ -225,6 +251,9 @@ class WebhookDelivery(Base):
     alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"))
     change: Mapped[str] = mapped_column(String(64))
     target: Mapped[str] = mapped_column(String(512))
+    hook_id: Mapped[int | None] = mapped_column(
+        ForeignKey("webhooks.id", ondelete="CASCADE"), index=True
+    )
     format: Mapped[str] = mapped_column(String(16))
     payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

@@ -28,6 +28,12 @@ from rlguard_backend.schemas import (
     SeriesResponse,
     TokenAccess,
 )
+from rlguard_backend.schemas.webhooks import (
+    WebhookCreated,
+    WebhookList,
+    WebhookPublic,
+    WebhookTestResult,
+)
 
 TIMEOUT_S = 10.0
 MAX_KNOWN_TOKENS = 256  # viewers' tokens whose scope a dashboard process remembers
@@ -296,6 +302,28 @@ class ApiClient:
         return AlertPublic.model_validate(
             self._send("PATCH", f"/v1/alerts/{alert_id}", json=change)
         )
+
+    def list_webhooks(self) -> WebhookList:
+        """Every stored webhook (admin scope)."""
+        return WebhookList.model_validate(self._get("/v1/webhooks"))
+
+    def create_webhook(self, hook: dict[str, Any]) -> WebhookCreated:
+        """Add a webhook; the answer carries its secret, this once."""
+        return WebhookCreated.model_validate(self._send("POST", "/v1/webhooks", json=hook))
+
+    def update_webhook(self, hook_id: int, change: dict[str, Any]) -> WebhookPublic:
+        """Change a webhook, e.g. ``{"enabled": false}``."""
+        return WebhookPublic.model_validate(
+            self._send("PATCH", f"/v1/webhooks/{hook_id}", json=change)
+        )
+
+    def delete_webhook(self, hook_id: int) -> WebhookPublic:
+        """Delete a webhook."""
+        return WebhookPublic.model_validate(self._send("DELETE", f"/v1/webhooks/{hook_id}"))
+
+    def test_webhook(self, hook_id: int) -> WebhookTestResult:
+        """Send a webhook a test message; what its receiver answered."""
+        return WebhookTestResult.model_validate(self._send("POST", f"/v1/webhooks/{hook_id}/test"))
 
 
 def _segment(text: str) -> str:

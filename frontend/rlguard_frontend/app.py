@@ -18,7 +18,7 @@ from dash.exceptions import PreventUpdate
 from rlguard_frontend import ids, plotly_bundle, routing, signin
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.page_prefetch import Key, PagePrefetch
-from rlguard_frontend.pages import inbox, policies
+from rlguard_frontend.pages import inbox, policies, webhooks
 from rlguard_frontend.pages.compare import page as compare
 from rlguard_frontend.pages.run import page as run_detail
 from rlguard_frontend.pages.runs import page as runs
@@ -151,6 +151,7 @@ def create_dash_app(
                                 dcc.Link("Alerts", href="/alerts"),
                                 dcc.Link("Compare", href="/compare"),
                                 dcc.Link("Policies", href="/policies"),
+                                dcc.Link("Webhooks", href=webhooks.PATH),
                             ]
                         ),
                         html.Button("◐ theme", id=ids.THEME_TOGGLE, className="button-small"),
@@ -215,6 +216,6 @@ def create_dash_app(
         Input(ids.THEME, "data"),
     )
 
-    for page in (runs, run_detail, compare, samples, inbox, policies):
+    for page in (runs, run_detail, compare, samples, inbox, policies, webhooks):
         page.register(app, client)
     return app

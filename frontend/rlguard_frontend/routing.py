@@ -18,7 +18,7 @@ from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import RunPublic
 from rlguard_frontend.api_client import ApiClient, ApiError
-from rlguard_frontend.pages import inbox, not_found_404, policies
+from rlguard_frontend.pages import inbox, not_found_404, policies, webhooks
 from rlguard_frontend.pages.compare import page as compare
 from rlguard_frontend.pages.run import page as run_detail
 from rlguard_frontend.pages.runs import page as runs
@@ -48,6 +48,8 @@ def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
         return compare.layout(query, client, theme)
     if path.rstrip("/") == "/policies":
         return policies.layout(query)
+    if path.rstrip("/") == webhooks.PATH:
+        return webhooks.layout(client)
     return not_found_404.layout(path)
 
 

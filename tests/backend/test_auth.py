@@ -19,10 +19,13 @@ from rlguard_backend.core.app import access_table, create_app
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.db import make_engine, make_session_factory, write_session
 from rlguard_backend.core.serve import ServerThread, settings_for_host
+from rlguard_backend.schemas.webhooks import WebhookCreate
+from rlguard_backend.store import webhooks as webhook_store
 from tests.conftest import new_run_id
 from tests.hook.hookutil import child_env, wait_for
 
 API = "/api/v1"
+UNREACHABLE = "http://127.0.0.1:9/hook"
 LOWER = {"write": "read", "admin": "write"}
 
 
@@ -104,6 +107,13 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         )
         assert made.status_code == 201
         return f"{API}/projects/auth/policies/{made.json()['id']}", None
+
+    def new_hook_path(suffix: str = "") -> str:
+        with write_session(svc.app.state.session_factory) as session:
+            # Nothing listens on port 9 (discard): a test of it answers delivered: false.
+            hook = webhook_store.add_hook(session, WebhookCreate(url=UNREACHABLE), "auth-test")
+            session.commit()
+            return f"{API}/webhooks/{hook.id}{suffix}"
 
     def new_project_path() -> tuple[str, None]:
         project = new_run_id("project")
@@ -194,6 +204,12 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
         ("POST", "/api/v1/tokens"): lambda: (f"{API}/tokens", {"name": "t", "scope": "read"}),
         ("GET", "/api/v1/tokens"): lambda: (f"{API}/tokens", None),
         ("DELETE", "/api/v1/tokens/{token_id}"): new_token_path,
+        ("POST", "/api/v1/webhooks"): lambda: (f"{API}/webhooks", {"url": UNREACHABLE}),
+        ("GET", "/api/v1/webhooks"): lambda: (f"{API}/webhooks", None),
+        ("GET", "/api/v1/webhooks/{hook_id}"): lambda: (new_hook_path(), None),
+        ("PATCH", "/api/v1/webhooks/{hook_id}"): lambda: (new_hook_path(), {"enabled": False}),
+        ("DELETE", "/api/v1/webhooks/{hook_id}"): lambda: (new_hook_path(), None),
+        ("POST", "/api/v1/webhooks/{hook_id}/test"): lambda: (new_hook_path("/test"), None),
         ("GET", "/api/v1/health"): lambda: (f"{API}/health", None),
         ("GET", "/metrics"): lambda: ("/metrics", None),
     }
@@ -223,6 +239,9 @@ LISTS |= {("GET", "/api/v1/projects"), ("GET", "/api/v1/run-fields")}
 LISTS |= {("GET", "/api/v1/token-access")}  # its own token's, whatever its project
 SERVICE_WIDE = {("POST", "/api/v1/tokens"), ("GET", "/api/v1/tokens"), ("GET", "/metrics")}
 SERVICE_WIDE |= {("DELETE", "/api/v1/tokens/{token_id}")}
+SERVICE_WIDE |= {(m, "/api/v1/webhooks") for m in ("GET", "POST")}
+SERVICE_WIDE |= {(m, "/api/v1/webhooks/{hook_id}") for m in ("GET", "PATCH", "DELETE")}
+SERVICE_WIDE |= {("POST", "/api/v1/webhooks/{hook_id}/test")}
 
 
 def test_auth_project_tokens_reach_only_their_project(service: Service) -> None:

@@ -20,6 +20,7 @@ from rlguard_backend.store.points import read_points
 
 TABLES = {
     "webhook_outbox",
+    "webhooks",
     "alembic_version",
     "alerts",
     "run_events",

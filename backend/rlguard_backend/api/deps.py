@@ -103,7 +103,7 @@ async def identify(request: Request) -> Identity:
 IdentityDep = Annotated[Identity, Depends(identify)]
 
 # Routes about the whole service, which a token limited to one project may not use.
-SERVICE_WIDE = ("/v1/tokens", "/metrics")
+SERVICE_WIDE = ("/v1/tokens", "/v1/webhooks", "/metrics")
 
 
 def _outside_project(identity: Identity, what: str) -> Forbidden:

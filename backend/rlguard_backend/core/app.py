@@ -27,6 +27,7 @@ from rlguard_backend.api import (
     samples,
     series,
     tokens,
+    webhooks,
 )
 from rlguard_backend.api.bodies import exact_integer_bounds, hoist_body_definitions
 from rlguard_backend.api.deps import ACCESS
@@ -62,6 +63,7 @@ ROUTERS = (
     (policies.router, True),
     (tokens.router, True),
     (tokens.access_router, True),
+    (webhooks.router, True),
     (health.router, True),
     (health.metrics_router, False),
 )
@@ -97,9 +99,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             LivenessWatch(session_factory, settings),
             checkpointer,
             StallWatch(database.writes),
+            WebhookWorker(session_factory, settings),  # hooks may be added over REST any time
         ]
-        if settings.webhooks:
-            workers.append(WebhookWorker(session_factory, settings))
         for worker in workers:
             worker.start()
         yield

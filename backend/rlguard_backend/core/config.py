@@ -9,6 +9,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rlguard_backend.schemas.webhooks import ALERT_CHANGES, AlertChange, WebhookFormat
+from rlguard_backend.schemas.wire import Severity
+
 DEFAULT_DATA_DIR = Path(".rlguard")
 # Threads outside the request pools that hold a connection: the liveness watch, the webhook
 # worker and the WAL checkpointer.
@@ -16,11 +19,15 @@ BACKGROUND_CONNECTIONS = 3
 
 
 class Webhook(BaseModel):
-    """Where alert state changes are posted: generic JSON or a Slack-compatible payload."""
+    """A server-wide hook (``RLGUARD_WEBHOOKS``): where alert state changes are posted, as
+    generic JSON or a Slack- or Discord-compatible message; ``secret`` signs them."""
 
     url: str = Field(pattern=r"^https?://")
-    format: Literal["json", "slack"] = "json"
+    format: WebhookFormat = "json"
     project: str | None = None
+    min_severity: Severity = "info"
+    events: list[AlertChange] = Field(default_factory=lambda: list(ALERT_CHANGES))
+    secret: str | None = Field(default=None, repr=False)
 
 
 class Settings(BaseSettings):
@@ -151,8 +158,14 @@ class Settings(BaseSettings):
     )
     webhooks: list[Webhook] = Field(
         default_factory=list,
-        description='alert webhooks, e.g. [{"url": "https://hooks.slack.com/...", '
-        '"format": "slack", "project": "grpo"}]; project limits a hook to one project',
+        description='server-wide alert webhooks, e.g. [{"url": "https://hooks.slack.com/...", '
+        '"format": "slack", "project": "grpo"}]; project limits a hook to one project; hooks '
+        "managed over REST (/api/v1/webhooks) need no restart",
+    )
+    public_url: str = Field(
+        default="",
+        description="the dashboard's address as readers open it, e.g. https://rlguard.example.com; "
+        "webhook messages then link to the run page at the alert's steps",
     )
     webhook_poll_interval_s: float = Field(default=1.0, gt=0)
     webhook_backoff_base_s: float = Field(default=2.0, gt=0)
@@ -203,6 +216,17 @@ class Settings(BaseSettings):
             )
         except ValueError as exc:
             raise ValueError(f"RLGUARD_TRUSTED_PROXIES: {exc}") from exc
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url_is_http(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError(
+                f"RLGUARD_PUBLIC_URL={value!r} is not an http(s) address; set it to where "
+                "readers open the dashboard, e.g. https://rlguard.example.com"
+            )
+        return value
 
     @field_validator("database_url")
     @classmethod

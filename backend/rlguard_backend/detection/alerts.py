@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import orjson
 from sqlalchemy import func, select
@@ -11,16 +10,11 @@ from sqlalchemy.orm import Session
 
 from rlguard_backend.core.config import Webhook
 from rlguard_backend.core.errors import NotFound
-from rlguard_backend.models import Alert, Run, WebhookDelivery, as_utc, utcnow
+from rlguard_backend.detection.webhook_messages import alert_message
+from rlguard_backend.models import Alert, Run, StoredWebhook, WebhookDelivery, as_utc, utcnow
 from rlguard_backend.schemas import AlertPublic
 from rlguard_backend.stability import AlertEvent
 from rlguard_backend.store import sql
-
-SEVERITY_ICON = {
-    "info": ":information_source:",
-    "warn": ":warning:",
-    "critical": ":rotating_light:",
-}
 
 
 def to_public(alert: Alert, run_name: str | None, project: str) -> AlertPublic:
@@ -113,18 +107,26 @@ def update_open(session: Session, run_id: str, events: Iterable[AlertEvent]) -> 
 
 
 def apply_events(
-    session: Session, run_id: str, events: Iterable[AlertEvent], webhooks: Sequence[Webhook]
+    session: Session,
+    run_id: str,
+    events: Iterable[AlertEvent],
+    webhooks: Sequence[Webhook] | None,
 ) -> list[Alert]:
     """Store detector events; returns the alerts opened or escalated (for the batch answer).
 
+    Each change is queued for ``webhooks`` (the server-wide ones) and the stored hooks of the
+    run's project; ``None``: for no hook at all (a backtest's replay).
+
     The run's open alerts are read once per batch, and the session is flushed only where an
     outbox row needs its alert's id: a batch of an alerting run costs one query, not one
-    query and one flush per event. The run itself is loaded only for a webhook's payload.
+    query and one flush per event. The run and its stored hooks are loaded only at the first
+    change, once.
     """
     events = list(events)
     if not events:
         return []
     run: Run | None = None
+    stored: list[StoredWebhook] = []
     query = select(Alert).where(Alert.run_id == run_id, Alert.status == "open")
     current = {(alert.detector, alert.key): alert for alert in session.scalars(query)}
     changed: dict[int, Alert] = {}  # by object identity: new alerts have no id before a flush
@@ -152,11 +154,14 @@ def apply_events(
             del current[slot]
         if change in ("opened", "escalated"):
             changed.setdefault(id(alert), alert)
-        if change and webhooks:
-            session.flush()  # the outbox row names the alert by id
-            run = run or session.get(Run, run_id)
-            assert run is not None  # its row is locked by the batch (or held by the caller)
-            _enqueue(session, run, alert, change, webhooks)
+        if change and webhooks is not None:
+            if run is None:
+                run = session.get(Run, run_id)
+                assert run is not None  # its row is locked by the batch (or held by the caller)
+                stored = _stored_hooks(session, run.project)
+            if webhooks or stored:
+                session.flush()  # the outbox row names the alert by id
+                _enqueue(session, run, alert, change, webhooks, stored)
     session.flush()
     return list(changed.values())
 
@@ -174,50 +179,66 @@ def _copy_event(alert: Alert, event: AlertEvent) -> None:
     alert.updated_at = utcnow()
 
 
+SEVERITY_RANK = {"info": 0, "warn": 1, "critical": 2}
+
+
+def _wants(hook: Webhook | StoredWebhook, change: str, severity: str) -> bool:
+    """Whether a hook takes this change of an alert of this severity."""
+    return change in hook.events and SEVERITY_RANK[severity] >= SEVERITY_RANK[hook.min_severity]
+
+
+def _stored_hooks(session: Session, project: str) -> list[StoredWebhook]:
+    """The enabled stored hooks of a project (or of every project)."""
+    query = select(StoredWebhook).where(
+        StoredWebhook.enabled.is_(True),
+        (StoredWebhook.project.is_(None)) | (StoredWebhook.project == project),
+    )
+    return list(session.scalars(query.order_by(StoredWebhook.id)))
+
+
 def _enqueue(
-    session: Session, run: Run, alert: Alert, change: str, webhooks: Sequence[Webhook]
+    session: Session,
+    run: Run,
+    alert: Alert,
+    change: str,
+    webhooks: Sequence[Webhook],
+    stored: Sequence[StoredWebhook],
 ) -> None:
-    """One outbox row per state change and target, written in the alert's own transaction."""
+    """One outbox row per state change and target, written in the alert's own transaction.
+
+    The row holds the ``json`` message without its link: the worker adds the link and draws
+    the hook's format when it sends it (``detection.webhooks``).
+    """
     tag = f"{change}:{alert.severity}:{alert.last_step}"
-    for hook in webhooks:
-        if hook.project is not None and hook.project != run.project:
-            continue
+    targets: list[tuple[str, int | None, str]] = [
+        (hook.url, None, hook.format)
+        for hook in webhooks
+        if hook.project in (None, run.project) and _wants(hook, change, alert.severity)
+    ]
+    targets += [
+        (f"hook:{hook.id}", hook.id, hook.format)
+        for hook in stored
+        if _wants(hook, change, alert.severity)
+    ]
+    if not targets:
+        return
+    public = to_public(alert, run.name, run.project)
+    message = alert_message(run, public, f"alert.{change}", "", public.updated_at)
+    payload = message.model_dump(mode="json")
+    for target, hook_id, fmt in targets:
         session.add(
             WebhookDelivery(
                 alert_id=alert.id,
                 change=tag,
-                target=hook.url,
-                format=hook.format,
-                payload=webhook_payload(run, alert, change, hook.format),
+                target=target,
+                hook_id=hook_id,
+                format=fmt,
+                payload=payload,
                 attempts=0,
                 next_attempt_at=utcnow(),
                 created_at=utcnow(),
             )
         )
-
-
-def webhook_payload(run: Run, alert: Alert, change: str, fmt: str) -> dict[str, Any]:
-    """The message a webhook receives for one alert change: plain JSON, or Slack blocks."""
-    body = {
-        "event": f"alert.{change}",
-        "run": {"id": run.id, "project": run.project, "name": run.name},
-        "alert": to_public(alert, run.name, run.project).model_dump(mode="json"),
-    }
-    if fmt != "slack":
-        return body
-    title = f"{SEVERITY_ICON.get(alert.severity, '')} rlguard: {alert.detector} {change}"
-    where = (
-        f"run `{run.name or run.id}` ({run.project}), steps {alert.first_step}-{alert.last_step}"
-    )
-    advice = "\n".join(f"• {line}" for line in (alert.advice or [])[:5])
-    return {
-        "text": f"{title} — {where}",
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{title}*\n{where}"}},
-            {"type": "section", "text": {"type": "mrkdwn", "text": alert.message[:2900]}},
-            *([{"type": "section", "text": {"type": "mrkdwn", "text": advice}}] if advice else []),
-        ],
-    }
 
 
 def list_alerts(

@@ -168,7 +168,7 @@ def replace_live(
     """Replace the run's alerts and detector checkpoint with a replay's."""
     session.execute(delete(Alert).where(Alert.run_id == run_id))
     write_checkpoint(session, run_id, suite, None, generation)
-    alerts.apply_events(session, run_id, events, webhooks=[])
+    alerts.apply_events(session, run_id, events, webhooks=None)
 
 
 def fold_events(events: Iterable[AlertEvent]) -> list[BacktestAlert]:
