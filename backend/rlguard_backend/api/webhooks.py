@@ -146,7 +146,7 @@ def sample_message(project: str | None, public_url: str) -> WebhookMessage:
     alert = AlertPublic(
         id=0,
         run_id="rlguard-test",
-        run_name="an example run",
+        run_name="test message",
         project=project or "example",
         detector="entropy_collapse",
         key="",
