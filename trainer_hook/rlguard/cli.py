@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("rlguard._cli_hook", "export a run's series as CSV"),
     "detect": ("rlguard._cli_hook", "re-run the detectors over a stored run"),
     "doctor": ("rlguard._doctor", "check the service, schema, clock, token and spool from here"),
+    "mcp": ("rlguard_backend.mcp.cli", "serve the MCP tools over stdio for a coding agent"),
 }
 
 
