@@ -4,6 +4,8 @@ tokens' scopes and projects enforced as for REST."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +13,9 @@ import httpx
 import pytest
 from mcp import ClientSession
 
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.serve import ServerThread
+from rlguard_compose.serve import combined_app
 from tests.backend.mcp_clients import TOOLS, call, run_with
 from tests.backend.test_auth import Service, serve_with_tokens
 from tests.conftest import RunningServer, new_run_id
@@ -208,3 +213,28 @@ def test_mcp_tools_answer_series_samples_incident_and_comparisons(server: Runnin
         assert asked.is_error and "run_id" in asked.text
 
     run_with("http", server.url, None, scenario)
+
+
+def test_mcp_is_served_by_rlguard_up_beside_the_dashboard(sqlite_url: str) -> None:
+    app = combined_app(Settings(database_url=sqlite_url), "http://127.0.0.1")
+    with ServerThread(app) as thread:
+        run_id = make_run(thread.url, None, "up", {}, nan=False)
+
+        async def scenario(session: ClientSession) -> None:
+            runs = (await call(session, "list_runs", project="up")).data
+            assert [r["id"] for r in runs["runs"]] == [run_id]
+
+        run_with("http", thread.url, None, scenario)
+    app.state.engine.dispose()
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8000", "ftp://host", "http://"])
+def test_mcp_command_refuses_a_url_it_cannot_use(url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "rlguard", "mcp", "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1 and f"--url {url!r} must look like http://" in done.stderr
