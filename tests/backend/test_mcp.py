@@ -165,13 +165,18 @@ def test_mcp_stdio_with_a_revoked_token_gets_the_rest_401(service: Service) -> N
     run_with("stdio", service.url, service.revoked, scenario)
 
 
-def test_mcp_tools_answer_series_samples_incident_and_comparisons(server: RunningServer) -> None:
-    """Auth off (loopback): every read tool over HTTP, on a sick run and two seed siblings."""
+def test_mcp_tools_answer_series_samples_incident_and_comparisons(
+    db_server: RunningServer,
+) -> None:
+    """Auth off (loopback), both databases: every read tool over HTTP, on a sick run and two
+    seed siblings."""
     config = {"lr": 0.1, "actor": {"clip": 0.2}}
-    sick = make_run(server.url, None, "cmp", {**config, "seed": 0}, nan=True)
-    siblings = [make_run(server.url, None, "cmp", {**config, "seed": s}, nan=False) for s in (1, 2)]
-    other = make_run(server.url, None, "cmp", {"lr": 0.001, "actor": {"clip": 0.2}}, nan=False)
-    alert = first_alert(server.url, None, sick)
+    sick = make_run(db_server.url, None, "cmp", {**config, "seed": 0}, nan=True)
+    siblings = [
+        make_run(db_server.url, None, "cmp", {**config, "seed": s}, nan=False) for s in (1, 2)
+    ]
+    other = make_run(db_server.url, None, "cmp", {"lr": 0.001, "actor": {"clip": 0.2}}, nan=False)
+    alert = first_alert(db_server.url, None, sick)
 
     async def scenario(session: ClientSession) -> None:
         series = (await call(session, "get_series", run_id=sick, keys=["entropy", "nope"])).data
@@ -212,7 +217,7 @@ def test_mcp_tools_answer_series_samples_incident_and_comparisons(server: Runnin
         asked = await call(session, "get_samples", step=3)
         assert asked.is_error and "run_id" in asked.text
 
-    run_with("http", server.url, None, scenario)
+    run_with("http", db_server.url, None, scenario)
 
 
 def test_mcp_is_served_by_rlguard_up_beside_the_dashboard(sqlite_url: str) -> None:
@@ -238,3 +243,24 @@ def test_mcp_command_refuses_a_url_it_cannot_use(url: str) -> None:
         check=False,
     )
     assert done.returncode == 1 and f"--url {url!r} must look like http://" in done.stderr
+
+
+WITHOUT_MCP = """
+import sys
+sys.modules["mcp"] = None  # as if the mcp package were not installed
+import httpx
+from rlguard_backend.core.app import create_app
+from rlguard_backend.core.config import Settings
+from rlguard_backend.core.serve import ServerThread
+with ServerThread(create_app(Settings(database_url=sys.argv[1]))) as thread:
+    answer = httpx.post(thread.url + "/mcp", json={})
+    print(answer.status_code, answer.json()["detail"])
+"""
+
+
+def test_mcp_endpoint_without_the_package_names_the_extra(sqlite_url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MCP, sqlite_url], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("501 ") and "pip install 'rlguard[mcp]'" in done.stdout
