@@ -45,6 +45,11 @@ class Service:
 
 @pytest.fixture
 def service(sqlite_url: str) -> Iterator[Service]:
+    yield from serve_with_tokens(sqlite_url)
+
+
+def serve_with_tokens(sqlite_url: str) -> Iterator[Service]:
+    """The service with auth on, a token of each scope and a revoked admin token."""
     app = create_app(Settings(database_url=sqlite_url, auth="on"))
     with ServerThread(app) as server:
         svc = Service(server.url, app, {}, "")
@@ -197,6 +202,7 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
             None,
         ),
         ("GET", "/api/v1/alerts"): lambda: (f"{API}/alerts", None),
+        ("GET", "/api/v1/alerts/{alert_id}"): lambda: (f"{API}/alerts/{ids['alert_id']}", None),
         ("PATCH", "/api/v1/alerts/{alert_id}"): lambda: (
             f"{API}/alerts/{ids['alert_id']}",
             {"acknowledged": True},

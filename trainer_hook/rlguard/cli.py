@@ -35,6 +35,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("rlguard._cli_commands", "ask a running trainer to stop"),
     "checkpoint": ("rlguard._cli_commands", "ask a running trainer to save a checkpoint"),
     "doctor": ("rlguard._doctor", "check the service, schema, clock, token and spool from here"),
+    "mcp": ("rlguard_backend.mcp.cli", "serve the MCP tools over stdio for a coding agent"),
 }
 
 

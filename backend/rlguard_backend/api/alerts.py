@@ -84,6 +84,14 @@ async def read_alerts(
     return await db.read(read)
 
 
+@router.get("/alerts/{alert_id}", response_model=AlertPublic, dependencies=[READ])
+async def read_alert(alert_id: AlertId, db: DatabaseDep) -> AlertPublic:
+    """One alert by id: its run, rule, steps, message, evidence and advice."""
+    return await db.read(
+        lambda session: alerts.to_publics(session, [alerts.get_alert(session, alert_id)])[0]
+    )
+
+
 @router.patch("/alerts/{alert_id}", response_model=AlertPublic, dependencies=[WRITE])
 async def update_alert(alert_id: AlertId, data: AlertUpdate, db: WriterDep) -> AlertPublic:
     """Acknowledge an alert (it stays open) or resolve it by hand."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -14,6 +14,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Route
 
 from rlguard_backend import __version__
 from rlguard_backend.api import (
@@ -103,7 +104,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ]
         for worker in workers:
             worker.start()
-        yield
+        async with mcp_running():
+            yield
         for worker in workers:
             worker.stop()
         engine.dispose()
@@ -130,12 +132,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router, prefixed in ROUTERS:
         app.include_router(router, prefix=settings.api_prefix if prefixed else "")
     install_docs(app)
+    mcp_running = _mount_mcp(app)
     _install_error_handlers(app, settings)
     app.add_middleware(MethodCheck, table=MethodTable(access_table(settings.api_prefix)))
     app.add_middleware(BodyLimits, settings=settings, budget=body_budget)
     app.add_middleware(RequestIds, log_requests=settings.access_log)
     _resolve_documented_bodies(app)
     return app
+
+
+def _mount_mcp(app: FastAPI) -> Callable[[], AbstractAsyncContextManager[None]]:
+    """``/mcp``: the MCP server (rlguard_backend.mcp.mount), or a 501 naming the extra to
+    install; returns what the lifespan runs it in."""
+    try:
+        from rlguard_backend.mcp.mount import MCP_PATH, McpEndpoint
+    except ImportError as exc:
+        detail = f"the MCP server needs the mcp package ({exc}): pip install 'rlguard[mcp]'"
+        absent = JSONResponse({"detail": detail}, status_code=501)
+        app.router.routes.append(Route("/mcp", absent, methods=["GET", "POST", "DELETE"]))
+        return nullcontext
+    endpoint = McpEndpoint(app, app.state.auth_required)
+    app.router.routes.append(Route(MCP_PATH, endpoint, methods=["GET", "POST", "DELETE"]))
+    return endpoint.running
 
 
 def _resolve_documented_bodies(app: FastAPI) -> None:
