@@ -549,3 +549,18 @@ def test_import_rlguard_does_not_import_wandb() -> None:
         [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60
     )
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_watch_stop_asked_of_rlguard_stops_the_run_as_wandbs_own_stop_does(
+    tmp_path: Path, service: Any
+):
+    wandb_id = uuid.uuid4().hex[:8]
+    done = run_loop(tmp_path, service.url, "stoppable", wandb_id, service.url)
+    assert "asked to stop at step 5" in done.stdout, done.stdout + done.stderr
+    assert done.returncode != 0 and "KeyboardInterrupt" in done.stderr  # W&B's way: SIGINT
+    run_id = f"wandb-stoppable-{wandb_id}"
+    stored = api(service.url, "GET", f"/runs/{run_id}")
+    assert stored["status"] == "stopped" and stored["last_step"] < wandb_loop.STOPPABLE_STEPS - 1
+    [command] = api(service.url, "GET", f"/runs/{run_id}/commands")["data"]
+    assert (command["kind"], command["state"]) == ("stop", "acted")
+    assert stored["summary"]["stopped_by"]["command"] == command["id"]

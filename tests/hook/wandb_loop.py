@@ -6,6 +6,8 @@ processes, with and without ``rlguard watch``.
     python wandb_loop.py steps RUN_ID FIRST N  N steps, resuming RUN_ID at FIRST
     python wandb_loop.py grow RUN_ID URL N     N steps of 20 keys; finishes once rlguard has
                                                some (read by `rlguard follow wandb`)
+    python wandb_loop.py stoppable RUN_ID URL  logs until stopped: asks rlguard to stop it at
+                                               step 5, as an engineer on the dashboard would
     python wandb_loop.py wait-signal           prints "ready", exits 42 on SIGTERM
 """
 
@@ -134,6 +136,30 @@ def steps(wandb: Any, run_id: str, first: int, count: int, project: str = "resum
     wandb.finish()
 
 
+STOPPABLE_STEPS = 3000  # far more than a stop needs to arrive: ~30 s of logging
+
+
+def stoppable(wandb: Any, run_id: str, url: str) -> int:
+    """Log until interrupted; at step 5 ask rlguard (not W&B) to stop this run."""
+    wandb.init(project="stoppable", id=run_id)
+    for step in range(STOPPABLE_STEPS):
+        wandb.log({"actor/entropy": 1.0, "score": float(step)})
+        if step == 5:
+            run_url = f"{url}/api/v1/runs/wandb-stoppable-{run_id}"
+            _wait_for(run_url, lambda answer: answer.get("id"))  # its first batch made it
+            request = urllib.request.Request(
+                f"{run_url}/stop",
+                data=json.dumps({"reason": "seen enough"}).encode(),
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
+            urllib.request.urlopen(request, timeout=30).read()
+            print("asked to stop at step 5", flush=True)
+        threading.Event().wait(0.01)  # a training step's time
+    wandb.finish()
+    return 0
+
+
 def wait_signal() -> int:
     """Exit 42 on SIGTERM: shows the signal reached this process."""
     received = threading.Event()
@@ -153,6 +179,8 @@ def main(argv: list[str]) -> int:
         return collapse(wandb, argv[1], argv[2])
     elif argv[0] == "grow":
         return grow(wandb, argv[1], argv[2], int(argv[3]))
+    elif argv[0] == "stoppable":
+        return stoppable(wandb, argv[1], argv[2])
     elif argv[0] == "steps":
         steps(wandb, argv[1], int(argv[2]), int(argv[3]), *argv[4:])
     return 0

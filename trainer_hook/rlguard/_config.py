@@ -71,6 +71,7 @@ class HookConfig:
     enabled: bool = True
     quiet: bool = False  # no line at init() saying where the run's page is
     on_alert: Callable[[dict[str, Any]], object] | None = None
+    on_command: Callable[[dict[str, Any]], object] | None = None  # a stop or checkpoint received
     stop_on: str | None = None  # "warn" or "critical": run.should_stop after such an alert
     checkpoint_on: str | None = None  # likewise for run.checkpoint_request()
 
@@ -208,9 +209,10 @@ def _parse_resume(key: str, raw: object) -> str:
     return str(raw)
 
 
-def _parse_on_alert(key: str, raw: object) -> object:
+def _parse_callback(key: str, raw: object) -> object:
     if raw is not None and not callable(raw):
-        raise ConfigError(f"{key}={raw!r}: expected a function taking one alert dict")
+        what = key.removeprefix("on_")
+        raise ConfigError(f"{key}={raw!r}: expected a function taking one {what} dict")
     return raw
 
 
@@ -255,11 +257,14 @@ _PARSERS: dict[str, Callable[[str, object], Any]] = {
     "rank_zero_only": _parse_bool,
     "enabled": _parse_bool,
     "quiet": _parse_bool,
-    "on_alert": _parse_on_alert,
+    "on_alert": _parse_callback,
+    "on_command": _parse_callback,
     "stop_on": _parse_severity,
     "checkpoint_on": _parse_severity,
 }
-ENV_KEYS = {name: "RLGUARD_" + name.upper() for name in _PARSERS if name != "on_alert"}
+ENV_KEYS = {
+    name: "RLGUARD_" + name.upper() for name in _PARSERS if name not in ("on_alert", "on_command")
+}
 
 
 def load_config(environ: Mapping[str, str] | None = None, **kwargs: Any) -> HookConfig:

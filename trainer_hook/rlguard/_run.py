@@ -317,9 +317,11 @@ class Run:
     def _stopped(
         self, status: str, summary: Mapping[str, Any] | None
     ) -> tuple[str, Mapping[str, Any] | None]:
-        """A run that ends normally after a stop request ends ``stopped``, saying by what."""
+        """A run that ends normally after a stop request ends ``stopped``, saying by what; so
+        does one a stop command ended with an exception (W&B's stop interrupts the loop)."""
         reason = self._stop_alert
-        if reason is None or status != "finished":
+        ended_by_command = reason is not None and _is_command(reason) and status == "failed"
+        if reason is None or (status != "finished" and not ended_by_command):
             return status, summary
         if _is_command(reason):
             if self._sender is not None:
@@ -349,6 +351,13 @@ class Run:
         else:
             return
         logger.warning("rlguard: %s requested by %s", kind, _describe_command(command))
+        callback = self._cfg.on_command
+        if callback is None:
+            return
+        try:
+            callback(command)
+        except Exception:  # the caller's callback must not stop delivery
+            logger.exception("rlguard: the on_command callback raised for %s", command.get("id"))
 
     def _receive_alert(self, alert: dict[str, Any]) -> None:
         """Called by the sender thread for each alert a batch acknowledgement carries (opened

@@ -134,7 +134,10 @@ class WandbTee:
     def __init__(self, wandb_run: Any, start_step: int | None = None) -> None:
         self.axes = StepAxes()
         self.summary: dict[str, Any] = {}
-        self.run = rlguard.init(**run_settings(wandb_run))
+        self._stop_fn = getattr(getattr(wandb_run, "settings", None), "stop_fn", None)
+        # quiet: the run's link line would land in W&B's captured console, which must not change
+        settings = run_settings(wandb_run)
+        self.run = rlguard.init(**settings, quiet=True, on_command=self._on_command)
         if start_step is None:
             start_step = int(getattr(wandb_run, "starting_step", 0) or 0)
         self.mirror = StepMirror(start_step, self._store)
@@ -166,6 +169,18 @@ class WandbTee:
                 self.summary[key] = item.value
         for item in record.remove:
             self.summary.pop(_summary_key(item.key), None)
+
+    def _on_command(self, command: dict[str, Any]) -> None:
+        """A stop asked of rlguard stops the run as W&B's own stop button does: the main thread
+        is interrupted (KeyboardInterrupt), unless the run set its own ``stop_fn``."""
+        if command.get("kind") != "stop":
+            return
+        if self._stop_fn is not None:
+            self._stop_fn()
+            return
+        from wandb.sdk.lib import interrupt
+
+        interrupt.interrupt_main()
 
     def finish(self, exit_code: Any) -> None:
         """Commit the pending row and finish the rlguard run with W&B's outcome."""
