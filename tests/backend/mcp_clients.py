@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -87,4 +88,7 @@ def run_with(transport: str, service_url: str, token: str | None, scenario: Scen
             async with SESSIONS[transport](service_url, token) as session:
                 await scenario(session)
 
-    anyio.run(main)
+    # In a thread of its own: a session-scoped browser (Playwright's sync API) may hold an event
+    # loop running in this test process's main thread.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(anyio.run, main).result()

@@ -33,6 +33,9 @@ def test_alerts_close_with_their_run_and_leave_the_inbox(
         assert {a["run_id"] for a in inbox} & {run_id, still} == {still}
         [kept] = http.get(f"/runs/{still}/alerts").json()["data"]
         assert kept["closed_with_run"] is False and kept["status"] == "open"
+        listed = http.get("/runs", params={"project": "life", "fields": "health,alerts.critical"})
+        health = {r["id"]: r["values"] for r in listed.json()["data"]}
+        assert health[run_id] == {"health": "critical", "alerts.critical": 1}  # as it ended
 
 
 def test_alerts_of_a_crashed_run_stay_open_and_a_resumed_run_reopens_its_own(

@@ -48,6 +48,7 @@ def test_ingest_batch_stores_every_point(client: TestClient, run_id: str) -> Non
         "points": 2000,
         "steps": 100,
         "alerts": [],
+        "commands": [],
     }
     assert _point_count(client) == 2000
     assert _values(client, run_id, "k3")[:3] == [0.3, 1.3, 2.3]

@@ -186,8 +186,8 @@ def requests(svc: Service, ids: dict[str, Any]) -> dict[tuple[str, str], Callabl
             {"alert": "nonfinite", "dry_run": True},
         ),
         ("DELETE", "/api/v1/projects/{project}/policies/{policy_id}"): new_policy_path,
-        ("POST", "/api/v1/projects/{project}/policies/backtest"): lambda: (
-            f"{API}/projects/auth/policies/backtest",
+        ("POST", "/api/v1/projects/{project}/policy-backtest"): lambda: (
+            f"{API}/projects/auth/policy-backtest",
             {"alert": "nonfinite"},
         ),
         ("PATCH", "/api/v1/runs/{run_id}/commands/{command_id}"): new_command_path,

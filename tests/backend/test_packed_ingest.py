@@ -47,6 +47,7 @@ def test_packed_batch_stores_what_its_json_stores(db_server: RunningServer) -> N
             "points": 102,
             "steps": 51,
             "alerts": [],
+            "commands": [],
         }
         as_json = _packed.to_json_body(body)
         answer = http.post(

@@ -84,7 +84,7 @@ def test_policies_backtest_says_which_runs_would_stop_where_and_the_steps_saved(
             body = {"batch_id": f"h{step}", "steps": [{"step": step, "values": {"x": 1.0}}]}
             http.post(f"/runs/{healthy}/batches", json=body).raise_for_status()
         rule = {"alert": "nonfinite", "severity": "warn", "persist_steps": 4}
-        result = http.post(f"/projects/{project}/policies/backtest", json=rule).json()
+        result = http.post(f"/projects/{project}/policy-backtest", json=rule).json()
         assert (result["runs"], result["count"]) == (2, 1)
         [hit] = result["data"]
         assert (hit["run_id"], hit["step"], hit["last_step"], hit["steps_saved"]) == (
@@ -96,9 +96,7 @@ def test_policies_backtest_says_which_runs_would_stop_where_and_the_steps_saved(
         assert result["steps_saved"] == 5
         assert http.get(f"/runs/{sick}/commands").json()["count"] == 0  # nothing written
         too_long = {**rule, "persist_steps": 50}
-        assert (
-            http.post(f"/projects/{project}/policies/backtest", json=too_long).json()["count"] == 0
-        )
+        assert http.post(f"/projects/{project}/policy-backtest", json=too_long).json()["count"] == 0
 
 
 def test_policies_refuse_a_rule_they_cannot_read(db_server: RunningServer) -> None:
@@ -112,4 +110,5 @@ def test_policies_refuse_a_rule_they_cannot_read(db_server: RunningServer) -> No
         ):
             answer = http.post("/projects/p/policies", json=bad)
             assert answer.status_code == 422, bad
-        assert http.get("/projects/p/policies").json()["count"] == 0
+        unknown = http.get("/projects/p/policies")  # no runs and no policies: no such project
+        assert unknown.status_code == 404 and "no runs and no policies" in unknown.text

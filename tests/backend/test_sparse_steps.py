@@ -113,19 +113,26 @@ def test_sparse_steps_backtest_of_a_step_range(client: TestClient, sparse_run: s
 
 
 @pytest.mark.parametrize(
-    ("body", "says"),
+    ("body", "status", "says"),
     [
-        ({"apply": True, "to_step": GAP}, "drop from_step and to_step"),
-        ({"from_step": GAP, "to_step": 0}, "to_step must be at least from_step"),
-        ({"to_step": MAX_STEP + 1}, "less than or equal to"),
+        ({"apply": True, "to_step": GAP}, 409, "drop from_step and to_step"),
+        ({"to_step": MAX_STEP + 1}, 422, "less than or equal to"),
     ],
 )
 def test_sparse_steps_backtest_range_refused_with_the_fix(
-    client: TestClient, sparse_run: str, body: dict[str, Any], says: str
+    client: TestClient, sparse_run: str, body: dict[str, Any], status: int, says: str
 ) -> None:
     answer = client.post(f"/api/v1/runs/{sparse_run}/detect", json=body)
-    assert answer.status_code == 422
+    assert answer.status_code == status
     assert says in str(answer.json()["detail"])
+
+
+def test_sparse_steps_backtest_of_a_range_ending_before_it_starts_replays_nothing(
+    client: TestClient, sparse_run: str
+) -> None:
+    answer = client.post(f"/api/v1/runs/{sparse_run}/detect", json={"from_step": GAP, "to_step": 0})
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["steps"], answer.json()["alerts"]) == (0, [])
 
 
 def test_sparse_steps_backtest_past_its_limit_is_cancelled_naming_a_range(
@@ -272,3 +279,24 @@ def test_sparse_steps_read_first_pages_through_many_small_chunks(db_url: str) ->
             )
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "thresholds",
+    [
+        {"common.half_life_entropy": 0},  # divided by: was a 500
+        {"kl_spike.history_points": 0},  # indexed: was a 500
+        {"kl_spike.grad_repeat": 10**30},  # a window without end: was a 500
+    ],
+)
+def test_detect_refuses_thresholds_out_of_bounds_naming_them(
+    client: TestClient, thresholds: dict
+) -> None:
+    run_id = new_run_id("bounds")
+    client.post("/api/v1/runs", json={"id": run_id, "project": "p"})
+    steps = [{"step": s, "values": {"actor/entropy": 1.0}} for s in range(5)]
+    client.post(f"/api/v1/runs/{run_id}/batches", json={"batch_id": "b", "steps": steps})
+    answer = client.post(f"/api/v1/runs/{run_id}/detect", json={"thresholds": thresholds})
+    assert answer.status_code == 422
+    [name] = thresholds
+    assert name in answer.json()["detail"][0]["msg"]

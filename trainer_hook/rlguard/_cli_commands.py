@@ -75,7 +75,7 @@ def backtest_policy(args: argparse.Namespace) -> int:
     transport = Transport(_url(args), _token(args))
     try:
         body = json.dumps(policy).encode()
-        result = transport.request("POST", f"/projects/{project}/policies/backtest", body)
+        result = transport.request("POST", f"/projects/{project}/policy-backtest", body)
     except (RetryableError, RejectedError) as exc:
         _say(f"rlguard detect --policy: {exc}")
         return 1

@@ -30,14 +30,24 @@ RUN_TARGETS = (
     ("GET", f"{RUN}/samples"),
     ("GET", f"{RUN}/sample-steps"),
     ("GET", f"{RUN}/alerts"),
+    ("POST", f"{RUN}/stop"),
+    ("POST", f"{RUN}/checkpoint"),
+    ("GET", f"{RUN}/commands"),
     ("DELETE", RUN),
 )
-ALERT_TARGETS = (("PATCH", ALERT), ("GET", f"{ALERT}/samples"))
+ALERT_TARGETS = (("GET", ALERT), ("PATCH", ALERT), ("GET", f"{ALERT}/samples"))
 PROJECT_TARGETS = (
     ("DELETE", PROJECT),
     ("POST", f"{PROJECT}/archive"),
     ("DELETE", f"{PROJECT}/archive"),
+    ("GET", f"{PROJECT}/policies"),
+    ("POST", f"{PROJECT}/policies"),
+    ("POST", f"{PROJECT}/policy-backtest"),
 )
+COMMAND_TARGETS = (("PATCH", f"{RUN}/commands/{{command_id}}"),)
+POLICY_TARGETS = (("DELETE", f"{PROJECT}/policies/{{policy_id}}"),)
+HOOK = "/v1/webhooks/{hook_id}"
+HOOK_TARGETS = (("GET", HOOK), ("PATCH", HOOK), ("DELETE", HOOK), ("POST", f"{HOOK}/test"))
 READ_RUNS = (("GET", "/v1/series"), ("GET", "/v1/groups"))
 
 # (source method, path, statuses) -> (targets, parameter, where its value is in the answer)
@@ -55,6 +65,23 @@ LINKS: list[tuple[tuple[str, str, tuple[str, ...]], tuple[tuple[str, str], ...],
     (("GET", "/v1/alerts", ("200",)), ALERT_TARGETS, "alert_id", "$response.body#/data/0/id"),
     (("POST", f"{RUN}/archive", ("200",)), PROJECT_TARGETS, "project", "$response.body#/project"),
     (("GET", "/v1/projects", ("200",)), PROJECT_TARGETS, "project", "$response.body#/data/0/name"),
+    (("POST", f"{RUN}/stop", ("202",)), COMMAND_TARGETS, "command_id", "$response.body#/id"),
+    (("POST", f"{RUN}/checkpoint", ("202",)), COMMAND_TARGETS, "command_id", "$response.body#/id"),
+    (
+        ("GET", f"{RUN}/commands", ("200",)),
+        COMMAND_TARGETS,
+        "command_id",
+        "$response.body#/data/0/id",
+    ),
+    (("POST", f"{PROJECT}/policies", ("201",)), POLICY_TARGETS, "policy_id", "$response.body#/id"),
+    (
+        ("GET", f"{PROJECT}/policies", ("200",)),
+        POLICY_TARGETS,
+        "policy_id",
+        "$response.body#/data/0/id",
+    ),
+    (("POST", "/v1/webhooks", ("201",)), HOOK_TARGETS, "hook_id", "$response.body#/id"),
+    (("GET", "/v1/webhooks", ("200",)), HOOK_TARGETS, "hook_id", "$response.body#/data/0/id"),
     (
         ("POST", "/v1/tokens", ("201",)),
         (("DELETE", "/v1/tokens/{token_id}"),),

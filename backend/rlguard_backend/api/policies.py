@@ -19,10 +19,16 @@ from rlguard_backend.store import policies
 
 router = APIRouter(prefix="/v1/projects", tags=["policies"], responses=ERROR_RESPONSES)
 PolicyId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+# A project a policy may name before any of its runs exists: any name but "." and "..", which a
+# path cannot carry unchanged.
+ProjectName = Annotated[
+    str,
+    Path(min_length=1, max_length=128, pattern=r"^([^.\x00/]|\.[^.\x00/]|\.\.[^\x00/])[^\x00/]*$"),
+]
 
 
 @router.get("/{project}/policies", response_model=PolicyList, dependencies=[READ])
-async def read_policies(project: str, db: DatabaseDep) -> PolicyList:
+async def read_policies(project: ProjectName, db: DatabaseDep) -> PolicyList:
     """The project's policies: which alert, at which severity, held how long, does what."""
 
     def read(session: Session) -> PolicyList:
@@ -39,7 +45,7 @@ async def read_policies(project: str, db: DatabaseDep) -> PolicyList:
     dependencies=[WRITE],
 )
 async def create_policy(
-    project: str, data: PolicyIn, identity: IdentityDep, db: WriterDep
+    project: ProjectName, data: PolicyIn, identity: IdentityDep, db: WriterDep
 ) -> PolicyPublic:
     """Stop (or checkpoint) the project's runs when ``alert`` reaches ``severity`` and persists
     ``persist_steps``; the service applies it on ingest, once a run. ``dry_run`` only records."""
@@ -53,7 +59,7 @@ async def create_policy(
 
 
 @router.delete("/{project}/policies/{policy_id}", response_model=PolicyPublic, dependencies=[WRITE])
-async def delete_policy(project: str, policy_id: PolicyId, db: WriterDep) -> PolicyPublic:
+async def delete_policy(project: ProjectName, policy_id: PolicyId, db: WriterDep) -> PolicyPublic:
     """Remove a policy (its commands stay in the runs' histories); answers what was removed."""
 
     def remove(session: Session) -> PolicyPublic:
@@ -65,8 +71,8 @@ async def delete_policy(project: str, policy_id: PolicyId, db: WriterDep) -> Pol
     return await db.write(remove)
 
 
-@router.post("/{project}/policies/backtest", response_model=PolicyBacktest, dependencies=[READ])
-async def backtest_policy(project: str, data: PolicyIn, db: DatabaseDep) -> PolicyBacktest:
+@router.post("/{project}/policy-backtest", response_model=PolicyBacktest, dependencies=[READ])
+async def backtest_policy(project: ProjectName, data: PolicyIn, db: DatabaseDep) -> PolicyBacktest:
     """Which of the project's stored runs ``data`` would have acted on, at which step, and
     how many steps that saves; nothing is written."""
     return await db.read(lambda session: policies.backtest(session, project, data))

@@ -25,7 +25,7 @@ from rlguard_backend.api.deps import (
     project_filter,
 )
 from rlguard_backend.core.config import Settings
-from rlguard_backend.core.errors import InvalidField, NotFound, PayloadTooLarge
+from rlguard_backend.core.errors import Conflict, InvalidField, NotFound, PayloadTooLarge
 from rlguard_backend.detection import feed
 from rlguard_backend.models import Run
 from rlguard_backend.schemas import (
@@ -405,6 +405,12 @@ async def detect_run(
     unit then replaces the run's alerts and detector state. A replay running past
     ``RLGUARD_BACKTEST_TIMEOUT_S`` is cancelled (413): narrow it with ``from_step``/``to_step``.
     """
+
+    if data.apply and (data.from_step > 0 or data.to_step is not None):
+        raise Conflict(
+            "apply replaces the run's alerts and detector state, so it replays the whole run: "
+            "drop from_step and to_step, or backtest the range with apply=false"
+        )
 
     def replay(session: Session) -> feed.Replay:
         run = repository.get_run(session, run_id)

@@ -54,7 +54,10 @@ def shown_url(url: str) -> str:
     >>> shown_url("http://127.0.0.1:8080/hook")
     'http://127.0.0.1:8080/hook'
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a netloc urllib cannot read (an unmatched "["): show its start only
+        return url[: len("https://") + PATH_SHOWN_CHARS] + "…"
     host = parts.netloc.rpartition("@")[2]
     path = parts.path[:PATH_SHOWN_CHARS]
     cut = len(parts.path) > PATH_SHOWN_CHARS or parts.query or parts.fragment

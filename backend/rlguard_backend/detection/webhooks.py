@@ -205,9 +205,9 @@ def send(
         "X-Rlguard-Event": event,
         **webhook_messages.signed_headers(secret, int(time.time()), raw),
     }
-    request = urllib.request.Request(url, data=raw, headers=headers, method="POST")
     started = time.perf_counter()
-    try:
+    try:  # a url urllib cannot read raises ValueError from Request itself
+        request = urllib.request.Request(url, data=raw, headers=headers, method="POST")
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             text = response.read(ANSWER_CHARS).decode("utf-8", "replace")
             status = response.status

@@ -77,13 +77,15 @@ async def run_health(rest: Rest, run_id: str) -> dict[str, Any]:
         limit=1,
     )
     values = rows["data"][0]["values"] if rows["data"] else {}
-    alerts = await rest.get(f"/runs/{quote(run_id)}/alerts", status="open", limit=20)
+    listed = await rest.get(f"/runs/{quote(run_id)}/alerts", limit=100)
+    # open now, or open when the run ended (closed with it): the run's standing alerts
+    standing = [a for a in listed["data"] if a["status"] == "open" or a.get("closed_with_run")]
     return {
         "run_id": run_id,
         "status": run["status"],
         "last_step": run["last_step"],
         "health": values.get("health"),
-        "open_alerts": [open_alert(a) for a in alerts["data"]],
+        "open_alerts": [open_alert(a) for a in standing[:20]],
         "signals": signal_levels(values, run.get("config") or {}),
     }
 

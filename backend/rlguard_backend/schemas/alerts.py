@@ -9,7 +9,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    model_validator,
+    field_validator,
 )
 
 from rlguard_backend.schemas.wire import AlertStatus, BodyStep, Severity, StrictBool
@@ -53,13 +53,24 @@ class AlertUpdate(BaseModel):
     status: Literal["resolved"] | None = None
 
 
+def _overrides_schema() -> dict[str, Any]:
+    """The thresholds' names and bounds, from the detectors' defaults (read when the document
+    is built, so the wire format imports no detector code)."""
+    from rlguard_backend.stability.thresholds import overrides_schema
+
+    return overrides_schema()
+
+
 class DetectRequest(BaseModel):
     """Re-run the detectors over a stored run (a backtest), optionally with other thresholds."""
 
     model_config = ConfigDict(extra="forbid")
 
     thresholds: dict[str, Any] = Field(
-        default_factory=dict, description='overrides, e.g. {"entropy_collapse.rho_warn": 0.6}'
+        default_factory=dict,
+        description='overrides by flat name, e.g. {"entropy_collapse.spent_ratio": 0.4}; a count '
+        "is a whole number from 1 to 100,000, any other a finite number of its default's sign",
+        json_schema_extra=lambda schema: schema.update(_overrides_schema()),
     )
     apply: StrictBool = Field(
         default=False,
@@ -67,22 +78,18 @@ class DetectRequest(BaseModel):
     )
     from_step: BodyStep = Field(default=0, description="the first step replayed")
     to_step: BodyStep | None = Field(
-        default=None, description="the last step replayed; none: the run's newest"
+        default=None,
+        description="the last step replayed; none: the run's newest; before from_step: nothing. "
+        "A range and apply together are refused (409): apply replays the whole run",
     )
 
-    @model_validator(mode="after")
-    def _range_is_whole_when_applied(self) -> DetectRequest:
-        if self.to_step is not None and self.to_step < self.from_step:
-            raise ValueError(
-                f"to_step must be at least from_step (to_step={self.to_step}, "
-                f"from_step={self.from_step})"
-            )
-        if self.apply and (self.from_step > 0 or self.to_step is not None):
-            raise ValueError(
-                "apply replaces the run's alerts and detector state, so it replays the whole "
-                "run: drop from_step and to_step, or backtest the range with apply=false"
-            )
-        return self
+    @field_validator("thresholds")
+    @classmethod
+    def _known_thresholds_in_bounds(cls, overrides: dict[str, Any]) -> dict[str, Any]:
+        from rlguard_backend.stability.thresholds import check_flat_overrides
+
+        check_flat_overrides(overrides)
+        return overrides
 
 
 class BacktestAlert(BaseModel):

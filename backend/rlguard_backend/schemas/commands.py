@@ -5,9 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
-from rlguard_backend.schemas.wire import NUL_FREE, BodyStep, NoNul, Severity, StrictBool
+from rlguard_backend.schemas.wire import (
+    NUL_FREE,
+    BodyStep,
+    NoNul,
+    Severity,
+    StrictBool,
+    integral,
+)
 
 CommandKind = Literal["stop", "checkpoint"]
 COMMAND_KINDS: tuple[str, ...] = ("stop", "checkpoint")
@@ -74,7 +81,9 @@ class PolicyIn(BaseModel):
         description="a detector (entropy_collapse) or one of its alert keys (kl_runaway/level)"
     )
     severity: Severity = "critical"
-    persist_steps: int = Field(default=0, ge=0, le=1_000_000, description="0: at once")
+    persist_steps: Annotated[
+        int, Field(ge=0, le=1_000_000, strict=True), BeforeValidator(integral)
+    ] = Field(default=0, description="0: at once")
     action: CommandKind = "stop"
     dry_run: StrictBool = Field(default=False, description="record what it would do, send nothing")
 

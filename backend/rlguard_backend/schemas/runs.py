@@ -25,7 +25,7 @@ from rlguard_backend.schemas.wire import (
     RunName,
     RunStatus,
     Tag,
-    _integral,
+    integral,
 )
 
 
@@ -66,7 +66,7 @@ class RunRewind(BaseModel):
     resume_from_step: BodyStep
 
 
-Count = Annotated[int, Field(ge=0, le=MAX_STEP, strict=True), BeforeValidator(_integral)]
+Count = Annotated[int, Field(ge=0, le=MAX_STEP, strict=True), BeforeValidator(integral)]
 
 
 class Dropped(BaseModel):

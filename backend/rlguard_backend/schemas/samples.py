@@ -24,9 +24,9 @@ from rlguard_backend.schemas.wire import (
     MetricName,
     StrictBool,
     WallTime,
-    _integral,
     _numbers_by_name,
     _wire_number,
+    integral,
 )
 
 
@@ -93,7 +93,7 @@ class SampleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     step: BodyStep
-    index: Annotated[int, Field(ge=0, le=2**31 - 1, strict=True), BeforeValidator(_integral)]
+    index: Annotated[int, Field(ge=0, le=2**31 - 1, strict=True), BeforeValidator(integral)]
     split: SampleSplit = Field(default="train", description='e.g. "train" or "validation"')
     time: WallTime | None = None
     prompt: SampleText | None = None

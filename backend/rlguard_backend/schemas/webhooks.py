@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from rlguard_backend.schemas.alerts import AlertPublic
 from rlguard_backend.schemas.wire import NUL_FREE, NoNul, Severity, StrictBool
@@ -18,7 +18,11 @@ WebhookFormat = Literal["json", "slack", "discord"]
 AlertChange = Literal["opened", "escalated", "resolved"]
 ALERT_CHANGES: tuple[AlertChange, ...] = ("opened", "escalated", "resolved")
 SECRET_PREFIX_CHARS = 8  # of a hook's secret, shown after creation
-HookUrl = Annotated[str, NoNul, NUL_FREE, Field(pattern=r"^https?://[^\s]+$", max_length=2048)]
+# The pattern refuses NUL itself (NoNul's pattern would replace it in the document), and comes
+# before the validator: constraints after an AfterValidator are left out of the document.
+HookUrl = Annotated[
+    str, StringConstraints(pattern=r"^https?://[^\s\x00]+$", max_length=2048), NUL_FREE
+]
 HookProject = Annotated[str, NoNul, NUL_FREE, Field(min_length=1, max_length=128)]
 
 
@@ -72,8 +76,8 @@ class WebhookCreate(BaseModel):
 
 
 class WebhookUpdate(BaseModel):
-    """Change a hook: a field left out stays as it is; ``"project": null`` makes it take
-    every project's alerts."""
+    """Change a hook: a field left out (or null) stays as it is; ``"project": null`` makes it
+    take every project's alerts."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -85,15 +89,10 @@ class WebhookUpdate(BaseModel):
     enabled: StrictBool | None = None
 
     @model_validator(mode="after")
-    def _null_only_for_project(self) -> WebhookUpdate:
-        nulls = sorted(
-            f for f in self.model_fields_set if f != "project" and getattr(self, f) is None
-        )
-        if nulls:
-            raise ValueError(
-                f"{', '.join(nulls)}: null is no value here; leave a field out to keep it "
-                '(only "project": null has a meaning: every project)'
-            )
+    def _null_keeps_all_but_project(self) -> WebhookUpdate:
+        for field in list(self.model_fields_set):
+            if field != "project" and getattr(self, field) is None:
+                self.model_fields_set.discard(field)  # as if left out
         return self
 
 

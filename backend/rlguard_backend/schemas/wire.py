@@ -72,7 +72,7 @@ def _wire_number(value: Any, info: ValidationInfo) -> Any:
 WIRE_NUMBER_SCHEMA = {"anyOf": [{"type": "number"}, {"enum": list(NON_FINITE)}]}
 
 
-def _integral(value: Any) -> Any:
+def integral(value: Any) -> Any:
     """A JSON integer may be written 163.0 (JSON Schema counts it as one); bools and strings
     stay refused by the strict check after this."""
     if type(value) is float and value.is_integer():
@@ -115,7 +115,7 @@ Step = Annotated[int, Field(ge=0, le=MAX_STEP)]  # in a query string
 
 # In a JSON body a step is a JSON integer (163.0 too): no bool (false would be a rewind to
 # step 0), no fraction, no string.
-BodyStep = Annotated[int, Field(ge=0, le=MAX_STEP, strict=True), BeforeValidator(_integral)]
+BodyStep = Annotated[int, Field(ge=0, le=MAX_STEP, strict=True), BeforeValidator(integral)]
 
 
 PointValue = Annotated[float, BeforeValidator(_wire_number), WithJsonSchema(WIRE_NUMBER_SCHEMA)]

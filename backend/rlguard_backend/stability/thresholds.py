@@ -8,6 +8,7 @@ flat with a dot (``{"kl_runaway.level_warn": 0.6}``). Precedence: per run
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -193,10 +194,61 @@ def resolve_thresholds(
             group, _, key = name.partition(".")
             if key not in resolved.get(group, {}):
                 raise ValueError(f"{source}: {unknown_threshold(name)}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{source}: threshold {name!r} = {value!r} must be a number")
-            resolved[group][key] = value
+            problem = value_problem(DEFAULTS[group][key], value)
+            if problem:
+                raise ValueError(f"{source}: threshold {name!r} = {value!r} {problem}")
+            resolved[group][key] = int(value) if isinstance(DEFAULTS[group][key], int) else value
     return resolved
+
+
+MAX_COUNT = 100_000  # steps or points a threshold counts: far past any window worth watching
+MAX_LEVEL = 1e6  # the magnitude of a level, ratio or factor
+
+
+def value_problem(default: float, value: Any) -> str:
+    """Why ``value`` cannot stand in for a threshold whose default is ``default`` ("" if it
+    can): a count (an int default) is a whole number from 1 to MAX_COUNT, anything else a finite
+    number of the default's sign up to MAX_LEVEL. Zero counts, zero half-lives and huge windows
+    would divide by zero, index nothing or allocate without end."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "must be a number"
+    if isinstance(default, int):
+        whole = isinstance(value, int) or value.is_integer()  # JSON's 30.0 is an integer
+        if not whole or not 1 <= value <= MAX_COUNT:
+            return f"counts steps or points: a whole number from 1 to {MAX_COUNT:,}"
+        return ""
+    if not math.isfinite(value) or value == 0 or (value > 0) != (default > 0):
+        sign = "positive" if default > 0 else "negative"
+        return f"must be a finite, {sign} number, like its default {default}"
+    if abs(value) > MAX_LEVEL:
+        return f"must be at most {MAX_LEVEL:g} in size"
+    return ""
+
+
+def overrides_schema() -> dict[str, Any]:
+    """The JSON schema of a flat overrides map: each threshold by name, with its bounds."""
+    properties: dict[str, Any] = {}
+    for group, values in DEFAULTS.items():
+        for key, default in values.items():
+            if isinstance(default, int):
+                bounds: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}
+            elif default > 0:
+                bounds = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_LEVEL}
+            else:
+                bounds = {"type": "number", "exclusiveMaximum": 0, "minimum": -MAX_LEVEL}
+            properties[f"{group}.{key}"] = bounds
+    return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
+def check_flat_overrides(overrides: Mapping[str, Any]) -> None:
+    """Refuse (ValueError) a flat overrides map with an unknown name or a value out of bounds."""
+    for name, value in overrides.items():
+        group, _, key = name.partition(".")
+        if key not in DEFAULTS.get(group, {}):
+            raise ValueError(unknown_threshold(name))
+        problem = value_problem(DEFAULTS[group][key], value)
+        if problem:
+            raise ValueError(f"threshold {name!r} = {value!r} {problem}")
 
 
 def unknown_threshold(name: str) -> str:

@@ -28,9 +28,21 @@ def create(session: Session, project: str, data: PolicyIn, by: str) -> CommandPo
 
 
 def of_project(session: Session, project: str) -> list[CommandPolicy]:
-    """The project's policies, oldest first."""
+    """The project's policies, oldest first; 404 for a project with neither runs nor policies."""
     query = select(CommandPolicy).where(CommandPolicy.project == project)
-    return list(session.scalars(query.order_by(CommandPolicy.id)))
+    found = list(session.scalars(query.order_by(CommandPolicy.id)))
+    if not found:
+        _known(session, project)
+    return found
+
+
+def _known(session: Session, project: str) -> None:
+    """404 unless the project holds a run (a policy may also come before its runs)."""
+    if session.scalar(select(Run.id).where(Run.project == project).limit(1)) is None:
+        raise NotFound(
+            f"project {project!r} has no runs and no policies; GET /api/v1/projects lists "
+            "the projects (a policy may be added to a project before its first run)"
+        )
 
 
 def get(session: Session, project: str, policy_id: int) -> CommandPolicy:
@@ -127,6 +139,7 @@ def _already_asked(session: Session, run_id: str, policy: CommandPolicy) -> bool
 
 def backtest(session: Session, project: str, policy: PolicyIn) -> PolicyBacktest:
     """Where ``policy`` would have acted on the project's stored runs, from their alerts."""
+    _known(session, project)
     runs = list(session.scalars(select(Run).where(Run.project == project).order_by(Run.id)))
     hits = []
     for run in runs:

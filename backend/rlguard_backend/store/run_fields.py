@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import ARRAY, Float, String, Text, case, cast, exists, func, literal, select
+from sqlalchemy import ARRAY, Float, String, Text, case, cast, exists, func, literal, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from rlguard.protocol import MAX_KEY_CHARS, to_wire
@@ -336,8 +336,14 @@ def _last_value(signal: str) -> ColumnElement[Any]:
     return storage.STORE.last_value_sql(first_key)
 
 
+def _standing() -> ColumnElement[bool]:
+    """An alert open now, or open when its run ended (closed with it): what the run's health
+    and alert counts show, so a run that ended collapsing still reads critical."""
+    return or_(Alert.status == "open", Alert.closed_with_run.is_(True))
+
+
 def _open_alerts(severity: str | None) -> ColumnElement[Any]:
-    query = select(func.count(Alert.id)).where(Alert.run_id == Run.id, Alert.status == "open")
+    query = select(func.count(Alert.id)).where(Alert.run_id == Run.id, _standing())
     if severity is not None:
         query = query.where(Alert.severity == severity)
     return query.scalar_subquery()
@@ -345,9 +351,7 @@ def _open_alerts(severity: str | None) -> ColumnElement[Any]:
 
 def _health() -> FieldExpr:
     def worst(severity: str) -> ColumnElement[bool]:
-        return exists().where(
-            Alert.run_id == Run.id, Alert.status == "open", Alert.severity == severity
-        )
+        return exists().where(Alert.run_id == Run.id, _standing(), Alert.severity == severity)
 
     rank = case((worst("critical"), 2), (worst("warn"), 1), else_=0)
     label = case((worst("critical"), "critical"), (worst("warn"), "warn"), else_="ok")

@@ -104,12 +104,22 @@ def change_policies(client: ApiClient, project: str, trigger: Any, form: dict[st
         elif isinstance(trigger, dict):
             gone = client.delete_policy(project, int(trigger["policy"]))
             said = f"Removed policy #{gone.id}."
-        found = client.list_policies(project).data
+        found = _listed(client, project)
     except ApiError as exc:
         return [], refusal("set policies for", exc) if exc.status_code == 403 else (
             f"Not done: {exc.detail}"
         )
     return rows(found), said
+
+
+def _listed(client: ApiClient, project: str) -> list[PolicyPublic]:
+    """The project's policies; none for a project the service knows nothing of yet."""
+    try:
+        return client.list_policies(project).data
+    except ApiError as exc:
+        if exc.status_code == 404:
+            return []
+        raise
 
 
 def register(app: Dash, client: ApiClient) -> None:
