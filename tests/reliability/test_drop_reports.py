@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 
+from rlguard.protocol import MAX_STEP
 from rlguard_backend.schemas import ClientDrops
 from rlguard_backend.store.repository import EARLIER_REPORTERS, MAX_DROP_REPORTERS, merge_drops
 from tests.conftest import RunningServer, new_run_id
@@ -43,3 +44,16 @@ def test_drop_reports_past_the_reporter_limit_fold_the_oldest_into_earlier() -> 
     assert len(reports) == MAX_DROP_REPORTERS + 1
     assert reports[EARLIER_REPORTERS] == {"points": 3, "steps": 0, "samples": 0}
     assert sum(r["points"] for r in reports.values()) == MAX_DROP_REPORTERS + 3
+
+
+def test_drop_reports_whose_sum_passes_the_wire_bound_saturate_at_it(server: RunningServer) -> None:
+    """Each process may report up to 2**62; their total is shown at the bound, not a 500."""
+    run_id = new_run_id("drops")
+    with httpx.Client(base_url=f"{server.url}/api/v1", timeout=30) as http:
+        assert http.post("/runs", json={"id": run_id, "project": "p"}).status_code == 201
+        for process in ("a", "b"):
+            beat = _report(process, MAX_STEP)
+            assert http.post(f"/runs/{run_id}/heartbeat", json=beat).status_code == 200
+        answer = http.get(f"/runs/{run_id}")
+        assert answer.status_code == 200
+        assert answer.json()["dropped"]["points"] == MAX_STEP

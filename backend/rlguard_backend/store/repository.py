@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import delete, func, literal, select, update
 from sqlalchemy.orm import Session
 
+from rlguard.protocol import MAX_STEP
 from rlguard_backend.core.errors import Conflict, NotFound, run_not_found
 from rlguard_backend.models import (
     Alert,
@@ -135,9 +136,12 @@ def to_public(run: Run, tags: list[str]) -> RunPublic:
 
 
 def dropped_total(run: Run) -> Dropped:
-    """The drops every trainer process of the run reported, added up."""
+    """The drops every trainer process of the run reported, added up (saturating at the wire's
+    bound: each process may report up to it, so their sum may pass it)."""
     reports = (run.client_drops or {}).values()
-    return Dropped(**{f: sum(r.get(f, 0) for r in reports) for f in Dropped.model_fields})
+    return Dropped(
+        **{f: min(sum(r.get(f, 0) for r in reports), MAX_STEP) for f in Dropped.model_fields}
+    )
 
 
 def to_row(run: Run, tags: list[str], values: dict[str, Any]) -> RunRow:
