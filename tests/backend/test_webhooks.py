@@ -123,6 +123,7 @@ def test_webhooks_bad_requests_say_what_was_wrong_and_store_nothing(
             ({"url": "https://e.com", "min_severity": "high"}, ["body", "min_severity"]),
             ({"url": "https://e.com", "events": []}, ["body", "events"]),
             ({"url": "https://e.com", "secret": "mine"}, ["body", "secret"]),
+            ({"url": "https://e\x06x.com/h"}, ["body", "url"]),  # http.client refuses it
         ]
         for body, loc in cases:
             answer = http.post("/webhooks", json=body)
@@ -138,6 +139,11 @@ def test_webhooks_bad_requests_say_what_was_wrong_and_store_nothing(
         assert odd.status_code == 201 and odd.json()["url"].endswith("…")
         tried = http.post(f"/webhooks/{odd.json()['id']}/test")
         assert tried.status_code == 200 and tried.json()["delivered"] is False
+        with db_server.session_factory() as session:  # a url stored before the pattern held
+            session.get(StoredWebhook, odd.json()["id"]).url = "http://e\x06x.com/h"
+            session.commit()
+        tried = http.post(f"/webhooks/{odd.json()['id']}/test")
+        assert tried.status_code == 200 and "InvalidURL" in tried.json()["response"], tried.text
         missing = http.delete("/webhooks/999999")
         assert missing.status_code == 404
         assert missing.json()["detail"] == "no webhook 999999; GET /api/v1/webhooks lists them"

@@ -8,6 +8,7 @@ rows wait (and go out if it is enabled again); a deleted hook's rows are gone wi
 
 from __future__ import annotations
 
+import http.client
 import logging
 import random
 import threading
@@ -213,6 +214,6 @@ def send(
             status = response.status
     except urllib.error.HTTPError as exc:
         text, status = exc.read(ANSWER_CHARS).decode("utf-8", "replace"), exc.code
-    except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         text, status = f"{type(exc).__name__}: {exc}", None
     return Answer(status, text, round((time.perf_counter() - started) * 1000, 1))

@@ -18,10 +18,11 @@ WebhookFormat = Literal["json", "slack", "discord"]
 AlertChange = Literal["opened", "escalated", "resolved"]
 ALERT_CHANGES: tuple[AlertChange, ...] = ("opened", "escalated", "resolved")
 SECRET_PREFIX_CHARS = 8  # of a hook's secret, shown after creation
-# The pattern refuses NUL itself (NoNul's pattern would replace it in the document), and comes
-# before the validator: constraints after an AfterValidator are left out of the document.
+# The pattern refuses NUL and every other control character (NoNul's pattern would replace it
+# in the document; http.client refuses them in a url), and comes before the validator:
+# constraints after an AfterValidator are left out of the document.
 HookUrl = Annotated[
-    str, StringConstraints(pattern=r"^https?://[^\s\x00]+$", max_length=2048), NUL_FREE
+    str, StringConstraints(pattern=r"^https?://[^\s\x00-\x1f\x7f]+$", max_length=2048), NUL_FREE
 ]
 HookProject = Annotated[str, NoNul, NUL_FREE, Field(min_length=1, max_length=128)]
 
