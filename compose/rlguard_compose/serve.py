@@ -47,6 +47,9 @@ def combined_app(settings: Settings, public_url: str) -> Any:
         trust=proxy_trust(settings),
     )
     app.mount("/", dashboard_asgi(dash_app))
+    mcp = getattr(app.state, "mcp", None)  # absent without the mcp extra
+    if mcp is not None and not settings.public_url:
+        mcp.service.public_url = public_url  # the run pages are served right here
     return app
 
 

@@ -66,7 +66,8 @@ async def http_session(service_url: str, token: str | None) -> AsyncIterator[Cli
 @asynccontextmanager
 async def stdio_session(service_url: str, token: str | None) -> AsyncIterator[ClientSession]:
     """A session with a real ``rlguard mcp`` subprocess pointed at the service."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RLGUARD_TOKEN", "RLGUARD_URL")}
+    ours = ("RLGUARD_TOKEN", "RLGUARD_URL", "RLGUARD_PUBLIC_URL")
+    env = {k: v for k, v in os.environ.items() if k not in ours}
     args = ["-m", "rlguard", "mcp", "--url", service_url]
     params = StdioServerParameters(
         command=sys.executable, args=[*args, *(["--token", token] if token else [])], env=env

@@ -13,6 +13,8 @@ import httpx
 import pytest
 from mcp import ClientSession
 
+from rlguard.protocol import run_page_url
+from rlguard_backend.core.app import create_app
 from rlguard_backend.core.config import Settings
 from rlguard_backend.core.serve import ServerThread
 from rlguard_compose.serve import combined_app
@@ -93,6 +95,16 @@ def test_mcp_read_token_reads_and_is_refused_the_commands(service: Service, tran
         )
         opened = {a["id"]: a for a in health["open_alerts"]}
         assert opened[alert["id"]]["evidence"] and opened[alert["id"]]["advice"]
+        # links: over stdio to --url (where `rlguard up` serves the dashboard); the mounted
+        # server of a service without RLGUARD_PUBLIC_URL has no address to link to
+        shown = opened[alert["id"]]
+        if transport == "stdio":
+            assert runs["runs"][0]["url"] == health["url"] == run_page_url(service.url, sick)
+            assert shown["url"] == run_page_url(
+                service.url, sick, shown["first_step"], shown["last_step"]
+            )
+        else:
+            assert runs["runs"][0]["url"] is health["url"] is shown["url"] is None
         clipfrac = health["signals"]["clipfrac"]
         assert (clipfrac["last"], clipfrac["warn"], clipfrac["critical"]) == (0.5, 0.05, 0.2)
         assert clipfrac["level"] == "critical"
@@ -228,21 +240,56 @@ def test_mcp_is_served_by_rlguard_up_beside_the_dashboard(sqlite_url: str) -> No
         async def scenario(session: ClientSession) -> None:
             runs = (await call(session, "list_runs", project="up")).data
             assert [r["id"] for r in runs["runs"]] == [run_id]
+            # no RLGUARD_PUBLIC_URL: the run pages are those of the dashboard beside /mcp
+            assert runs["runs"][0]["url"] == f"http://127.0.0.1/runs/{run_id}"
 
         run_with("http", thread.url, None, scenario)
     app.state.engine.dispose()
 
 
-@pytest.mark.parametrize("url", ["127.0.0.1:8000", "ftp://host", "http://"])
-def test_mcp_command_refuses_a_url_it_cannot_use(url: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "rlguard", "mcp", "--url", url],
+def test_mcp_answers_link_to_the_run_page_at_the_public_url(sqlite_url: str) -> None:
+    """Every answer about a run links to its page at RLGUARD_PUBLIC_URL, zoomed on the steps
+    the answer is about."""
+    public = "https://rl.example.com"
+    app = create_app(Settings(database_url=sqlite_url, public_url=public))
+    with ServerThread(app) as thread:
+        sick = make_run(thread.url, None, "links", {}, nan=True)
+        alert = first_alert(thread.url, None, sick)
+        first, last = alert["first_step"], alert["last_step"]
+
+        async def scenario(session: ClientSession) -> None:
+            found = (await call(session, "incident", alert_id=alert["id"])).data
+            assert found["alert"]["url"] == run_page_url(public, sick, first, last)
+            assert found["alert"]["url"].startswith(f"{public}/runs/{sick}?from=")
+            series = await call(session, "get_series", run_id=sick, keys=["entropy"], from_step=5)
+            assert series.data["url"] == run_page_url(public, sick, 5)
+            samples = (await call(session, "get_samples", alert_id=alert["id"], window=30)).data
+            steps = [s["step"] for s in samples["samples"]]
+            assert samples["url"] == run_page_url(public, sick, min(steps), max(steps))
+            asked = (await call(session, "checkpoint_run", run_id=sick)).data
+            assert asked["url"] == f"{public}/runs/{sick}"
+
+        run_with("http", thread.url, None, scenario)
+    app.state.engine.dispose()
+
+
+def mcp_command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rlguard", "mcp", *args],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8000", "ftp://host", "http://"])
+def test_mcp_command_refuses_a_url_it_cannot_use(url: str) -> None:
+    done = mcp_command("--url", url)
     assert done.returncode == 1 and f"--url {url!r} must look like http://" in done.stderr
+    bad_link = mcp_command("--public-url", url)
+    assert bad_link.returncode == 1
+    assert f"--public-url {url!r} must look like http://" in bad_link.stderr
 
 
 WITHOUT_MCP = """

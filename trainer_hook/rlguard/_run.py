@@ -7,7 +7,6 @@ import logging
 import sys
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
@@ -16,6 +15,7 @@ from rlguard import _samples, _wire
 from rlguard._config import SEVERITIES, HookConfig
 from rlguard._sender import Sender
 from rlguard._spool import SAMPLES
+from rlguard.protocol import run_page_url
 
 logger = logging.getLogger("rlguard")
 _now = time.time
@@ -373,11 +373,6 @@ class Run:
             callback(alert)
         except Exception:  # the user's callback must not stop delivery
             logger.exception("rlguard: the on_alert callback raised for alert %s", alert.get("id"))
-
-
-def run_page_url(service_url: str, run_id: str) -> str:
-    """The dashboard's page of a run: ``rlguard up`` serves it at ``/runs/<id>``."""
-    return f"{service_url.rstrip('/')}/runs/{urllib.parse.quote(run_id, safe='')}"
 
 
 def _reaches(alert: dict[str, Any], threshold: str | None) -> bool:

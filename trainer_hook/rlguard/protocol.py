@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+import urllib.parse
 
 __all__ = [
     "MAX_KEY_CHARS",
@@ -22,7 +23,9 @@ __all__ = [
     "PACKED_MAGIC",
     "RUN_ID",
     "RUN_ID_PATTERN",
+    "RUN_PAGE_MARGIN_STEPS",
     "from_wire",
+    "run_page_url",
     "to_wire",
 ]
 
@@ -73,3 +76,26 @@ def from_wire(value: float | str | None) -> float:
     if value is None:
         return math.nan
     return float(value)
+
+
+# A link to steps opens the run page zoomed on them, this many steps either side.
+RUN_PAGE_MARGIN_STEPS = 50
+
+
+def run_page_url(
+    base_url: str, run_id: str, first_step: int | None = None, last_step: int | None = None
+) -> str:
+    """The dashboard's page of a run (``rlguard up`` serves it at ``/runs/<id>``), zoomed on
+    ``first_step``..``last_step`` with a margin when they are given.
+
+    >>> run_page_url("https://rl.example.com/", "grpo 7")
+    'https://rl.example.com/runs/grpo%207'
+    >>> run_page_url("https://rl.example.com", "grpo-7", 120, 130)
+    'https://rl.example.com/runs/grpo-7?from=70&to=180'
+    """
+    page = f"{base_url.rstrip('/')}/runs/{urllib.parse.quote(run_id, safe='')}"
+    if first_step is None:
+        return page
+    last = first_step if last_step is None else last_step
+    low, high = max(0, first_step - RUN_PAGE_MARGIN_STEPS), last + RUN_PAGE_MARGIN_STEPS
+    return f"{page}?from={low}&to={high}"

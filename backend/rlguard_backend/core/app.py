@@ -151,7 +151,8 @@ def _mount_mcp(app: FastAPI) -> Callable[[], AbstractAsyncContextManager[None]]:
         absent = JSONResponse({"detail": detail}, status_code=501)
         app.router.routes.append(Route("/mcp", absent, methods=["GET", "POST", "DELETE"]))
         return nullcontext
-    endpoint = McpEndpoint(app, app.state.auth_required)
+    endpoint = McpEndpoint(app, app.state.auth_required, app.state.settings.public_url)
+    app.state.mcp = endpoint
     app.router.routes.append(Route(MCP_PATH, endpoint, methods=["GET", "POST", "DELETE"]))
     return endpoint.running
 

@@ -165,7 +165,7 @@ class Settings(BaseSettings):
     public_url: str = Field(
         default="",
         description="the dashboard's address as readers open it, e.g. https://rlguard.example.com; "
-        "webhook messages then link to the run page at the alert's steps",
+        "webhook messages and MCP answers then link to the run page at the alert's steps",
     )
     webhook_poll_interval_s: float = Field(default=1.0, gt=0)
     webhook_backoff_base_s: float = Field(default=2.0, gt=0)

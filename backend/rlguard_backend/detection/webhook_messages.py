@@ -12,13 +12,13 @@ import hmac
 import json
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
+from rlguard.protocol import run_page_url
 from rlguard_backend.models import Run
 from rlguard_backend.schemas import AlertPublic
 from rlguard_backend.schemas.webhooks import WebhookMessage, WebhookRun
 
-LINK_MARGIN_STEPS = 50  # the run page opens zoomed on the alert's steps, this many either side
 SEVERITY_ICON = {
     "info": ":information_source:",
     "warn": ":warning:",
@@ -39,10 +39,7 @@ def run_url(public_url: str, run_id: str, first_step: int, last_step: int) -> st
     >>> run_url("https://rl.example.com", "grpo-7", 120, 130)
     'https://rl.example.com/runs/grpo-7?from=70&to=180'
     """
-    if not public_url:
-        return None
-    lo, hi = max(0, first_step - LINK_MARGIN_STEPS), last_step + LINK_MARGIN_STEPS
-    return f"{public_url}/runs/{quote(run_id, safe='')}?from={lo}&to={hi}"
+    return run_page_url(public_url, run_id, first_step, last_step) if public_url else None
 
 
 def shown_url(url: str) -> str:

@@ -82,18 +82,21 @@ async def run_health(rest: Rest, run_id: str) -> dict[str, Any]:
     standing = [a for a in listed["data"] if a["status"] == "open" or a.get("closed_with_run")]
     return {
         "run_id": run_id,
+        "url": rest.link(run_id),
         "status": run["status"],
         "last_step": run["last_step"],
         "health": values.get("health"),
-        "open_alerts": [open_alert(a) for a in standing[:20]],
+        "open_alerts": [open_alert(rest, a) for a in standing[:20]],
         "signals": signal_levels(values, run.get("config") or {}),
     }
 
 
-def open_alert(alert: dict[str, Any]) -> dict[str, Any]:
-    """An alert as a tool shows it: what, where, the evidence and the advice."""
+def open_alert(rest: Rest, alert: dict[str, Any]) -> dict[str, Any]:
+    """An alert as a tool shows it: what, where (with the run page at its steps), the evidence
+    and the advice."""
     shown = {name: alert[name] for name in ALERT_FIELDS}
-    return {**shown, "evidence": alert["evidence"], "advice": alert["advice"]}
+    url = rest.link(alert["run_id"], alert["first_step"], alert["last_step"])
+    return {**shown, "url": url, "evidence": alert["evidence"], "advice": alert["advice"]}
 
 
 def signal_levels(values: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:

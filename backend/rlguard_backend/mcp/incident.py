@@ -31,7 +31,7 @@ async def incident(rest: Rest, alert_id: int) -> dict[str, Any]:
     last_step = run["last_step"] if run["last_step"] is not None else onset
     sibling = await healthiest_sibling(rest, run)
     return {
-        "alert": open_alert(alert) | {"status": alert["status"]},
+        "alert": open_alert(rest, alert) | {"status": alert["status"]},
         "run_id": run["id"],
         "onset_step": onset,
         "steps_since_onset": last_step - onset,
@@ -135,7 +135,9 @@ async def compare_runs(
         by_run = {g["key"]["id"]: g["signals"] for g in lines["data"]}
         return {
             "run_id": run_id,
+            "url": rest.link(run_id),
             "baseline_run_id": baseline_run_id,
+            "baseline_url": rest.link(baseline_run_id),
             "signals": {
                 s: _against_baseline(by_run[run_id][s], by_run[baseline_run_id][s])
                 for s in by_run[run_id]
@@ -151,6 +153,7 @@ async def compare_runs(
     own = await _group(rest, [run_id], wanted, bins, run["last_step"])
     return {
         "run_id": run_id,
+        "url": rest.link(run_id),
         "seed_group": siblings,
         "signals": {s: _against_band(own[s], band[s]) for s in own},
     }

@@ -3,6 +3,8 @@
 The door takes any valid API token, as every read endpoint does (none when auth is off); each
 tool then calls the REST API in process with the caller's own ``Authorization`` header, so
 scopes and project limits are those of REST: a read token's ``stop_run`` gets the REST 403.
+Answers link to the run page at ``RLGUARD_PUBLIC_URL``; under ``rlguard up`` without it, at the
+address the dashboard beside it listens on.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"
 class McpEndpoint:
     """The ASGI app behind ``/mcp``; ``running()`` must wrap the service's lifespan."""
 
-    def __init__(self, app: Any, auth_required: bool) -> None:
-        service = Service(IN_PROCESS_URL, transport=httpx.ASGITransport(app=app))
-        self.server = build_server(service)
+    def __init__(self, app: Any, auth_required: bool, public_url: str) -> None:
+        self.service = Service(
+            IN_PROCESS_URL, transport=httpx.ASGITransport(app=app), public_url=public_url
+        )
+        self.server = build_server(self.service)
         self.server.streamable_http_app(
             stateless_http=True, json_response=True, transport_security=_security(auth_required)
         )

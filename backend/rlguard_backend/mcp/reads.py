@@ -40,6 +40,7 @@ async def list_runs(
             **{name: row[name] for name in RUN_FIELDS},
             "health": row["values"].get("health"),
             "open_alerts": row["values"].get("alerts.open"),
+            "url": rest.link(row["id"]),
         }
         for row in page["data"]
     ]
@@ -81,7 +82,12 @@ async def get_series(
         for asked, key in zip(keys, stored, strict=True)
         if key in answer["series"]
     }
-    return {"run_id": run_id, "series": series, "missing": answer["missing"]}
+    return {
+        "run_id": run_id,
+        "url": rest.link(run_id, from_step, to_step),
+        "series": series,
+        "missing": answer["missing"],
+    }
 
 
 def _series(data: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +110,11 @@ async def get_samples(
     """Samples around a step (``window`` steps each side) or of an alert's steps, sorted."""
     if alert_id is not None:
         found = await rest.get(f"/alerts/{alert_id}/samples", before=window, limit=limit)
+        steps = [s["step"] for s in found["data"]]
+        run_id = found["data"][0]["run_id"] if steps else None
+        url = rest.link(run_id, min(steps), max(steps)) if run_id is not None else None
     elif run_id is not None and step is not None:
+        url = rest.link(run_id, max(step - window, 0), step + window)
         found = await rest.get(
             f"/runs/{quote(run_id)}/samples",
             from_step=max(step - window, 0),
@@ -115,7 +125,7 @@ async def get_samples(
         )
     else:
         raise ToolError("give alert_id, or run_id with step (samples around that step)")
-    return {"count": found["count"], "samples": [sample(s) for s in found["data"]]}
+    return {"count": found["count"], "url": url, "samples": [sample(s) for s in found["data"]]}
 
 
 def sample(row: dict[str, Any]) -> dict[str, Any]:
@@ -136,6 +146,7 @@ async def ask_trainer(
     command = await rest.post(f"/runs/{quote(run_id)}/{kind}", body or None)
     return {
         "run_id": run_id,
+        "url": rest.link(run_id),
         "command": command,
         "note": "the trainer's hook receives it with its next batch and acts at its next step",
     }

@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 from mcp.server.mcpserver.exceptions import ToolError
 
+from rlguard.protocol import run_page_url
+
 API_PATH = "/api/v1"
 TIMEOUT_S = 30.0
 MAX_DETAIL_CHARS = 600
@@ -26,13 +28,23 @@ FIXES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass
 class Service:
-    """Where the tools send REST calls: a base URL and, for the mounted server, the app itself."""
+    """Where the tools send REST calls: a base URL and, for the mounted server, the app itself;
+    and where their answers link to: the dashboard's address (empty: no links)."""
 
     url: str  # the service's root, e.g. http://127.0.0.1:8000
     token: str | None = None  # stdio: the token the command was given
     transport: httpx.AsyncBaseTransport | None = None  # mounted: the app, called in process
+    public_url: str = ""  # where readers open the dashboard, e.g. https://rlguard.example.com
+
+    def link(
+        self, run_id: str, first_step: int | None = None, last_step: int | None = None
+    ) -> str | None:
+        """The run page, zoomed on the steps when given; None without a dashboard address."""
+        if not self.public_url:
+            return None
+        return run_page_url(self.public_url, run_id, first_step, last_step)
 
     def client(self, headers: Mapping[str, str] | None) -> Rest:
         """A REST client for one tool call; ``headers`` are the MCP request's (None on stdio)."""
@@ -47,6 +59,7 @@ class Rest:
 
     def __init__(self, service: Service, headers: dict[str, str]) -> None:
         self.service, self.headers = service, headers
+        self.link = service.link
 
     async def get(self, path: str, **params: Any) -> Any:
         """The JSON answer of ``GET /api/v1{path}``; list values repeat their parameter."""
