@@ -48,6 +48,12 @@ RLGUARD = {
     "ms-swift-grpo-issue-5890-zero-grad": ("missed", None, set()),
     "trl-grpo-open-r1-issue-255-format-hack": ("missed", None, set()),
     **QUIET_ON_NEW_HEALTHY,
+    "verl-grpo-deepseek-7b-gsm8k-amd": ("quiet", None, set()),
+    "verl-ppo-deepseek-7b-gsm8k-amd": ("quiet", None, set()),
+    # A false alarm, reported as such: response length x2.17 its start with 40 % truncated and
+    # reward flat at step 176 of a GPG run whose published GSM8K score is 88.
+    "verl-gpg-qwen2-7b-gsm8k-math": ("false_alarm", 176, {"length"}),
+    "verl-gpg-qwen2-7b-gsm8k-math-megatron": ("quiet", None, set()),
     "ms-swift-grpo-issue-4465-kl-nan": ("true_positive", 300, {"nonfinite"}),
     "chatglm-ppo-issue-49-loss-nan": ("true_positive", 2, {"nonfinite"}),
     # Detected, by the wrong detector: nonfinite's truncated_at_floor WARN (every response at
@@ -56,14 +62,15 @@ RLGUARD = {
     "trl-grpo-qwen2.5-vl-3b-run-181457-collapse": ("missed", None, set()),
     "trl-grpo-qwen2.5-vl-3b-run-120223-collapse": ("missed", None, set()),
 }
-# The failing runs rlguard misses, as docs/detectors.md lists them ("Known misses"); no
-# threshold was changed for the out-of-sample ones.
+# The failing runs rlguard misses and the healthy ones it alarms on, as docs/detectors.md lists
+# them ("Known misses and false alarms"); no threshold was changed for the out-of-sample ones.
 KNOWN_MISSES = {
     "ms-swift-grpo-issue-5890-zero-grad",
     "trl-grpo-open-r1-issue-255-format-hack",
     "trl-grpo-qwen2.5-vl-3b-run-181457-collapse",
     "trl-grpo-qwen2.5-vl-3b-run-120223-collapse",
 }
+KNOWN_FALSE_ALARMS = {"verl-gpg-qwen2-7b-gsm8k-math"}
 RLWATCH = {
     "verl-ppo-qwen2.5-0.5b-gsm8k-resp512": ("quiet", None, set()),
     "verl-ppo-qwen2.5-0.5b-gsm8k-resp256": ("quiet", None, set()),
@@ -74,12 +81,19 @@ RLWATCH = {
     "ms-swift-grpo-issue-5890-zero-grad": ("missed", None, set()),
     "trl-grpo-open-r1-issue-255-format-hack": ("missed", None, set()),
     **QUIET_ON_NEW_HEALTHY,
+    "verl-grpo-deepseek-7b-gsm8k-amd": ("quiet", None, set()),
+    "verl-ppo-deepseek-7b-gsm8k-amd": ("quiet", None, set()),
+    "verl-gpg-qwen2-7b-gsm8k-math": ("false_alarm", 44, {"entropy_collapse"}),
+    "verl-gpg-qwen2-7b-gsm8k-math-megatron": ("false_alarm", 44, {"entropy_collapse"}),
     "ms-swift-grpo-issue-4465-kl-nan": ("missed", None, set()),
     "chatglm-ppo-issue-49-loss-nan": ("true_positive", 2, {"loss_nan"}),
     "ms-swift-grpo-issue-9261-all-truncated": ("missed", None, set()),
     "trl-grpo-qwen2.5-vl-3b-run-181457-collapse": ("missed", None, set()),
     "trl-grpo-qwen2.5-vl-3b-run-120223-collapse": ("missed", None, set()),
 }
+# rlwatch's entropy floor (1.0 nats) and 3-sigma bands, which healthy LLM runs cross.
+ENTROPY_FLOOR_AND_GRAD_SPIKE = {"entropy_collapse", "gradient_norm_spike"}
+ENTROPY_FLOOR_GRAD_AND_KL = ENTROPY_FLOOR_AND_GRAD_SPIKE | {"kl_explosion"}
 RLWATCH_VERL_KEYS = {
     "verl-ppo-qwen2.5-0.5b-gsm8k-resp512": ("false_alarm", 43, {"entropy_collapse"}),
     "verl-ppo-qwen2.5-0.5b-gsm8k-resp256": (
@@ -94,6 +108,10 @@ RLWATCH_VERL_KEYS = {
     "ms-swift-grpo-issue-5890-zero-grad": ("missed", None, set()),
     "trl-grpo-open-r1-issue-255-format-hack": ("missed", None, set()),
     **QUIET_ON_NEW_HEALTHY,
+    "verl-grpo-deepseek-7b-gsm8k-amd": ("false_alarm", 38, ENTROPY_FLOOR_AND_GRAD_SPIKE),
+    "verl-ppo-deepseek-7b-gsm8k-amd": ("false_alarm", 44, ENTROPY_FLOOR_GRAD_AND_KL),
+    "verl-gpg-qwen2-7b-gsm8k-math": ("false_alarm", 44, {"entropy_collapse"}),
+    "verl-gpg-qwen2-7b-gsm8k-math-megatron": ("false_alarm", 44, {"entropy_collapse"}),
     "ms-swift-grpo-issue-4465-kl-nan": ("missed", None, set()),
     "chatglm-ppo-issue-49-loss-nan": ("true_positive", 2, {"loss_nan"}),
     "ms-swift-grpo-issue-9261-all-truncated": ("missed", None, set()),
@@ -122,6 +140,18 @@ RL_DOCTOR = {
     "ms-swift-grpo-issue-5890-zero-grad": ("missed", None, set()),
     "trl-grpo-open-r1-issue-255-format-hack": ("missed", None, set()),
     **QUIET_ON_NEW_HEALTHY,
+    "verl-grpo-deepseek-7b-gsm8k-amd": ("false_alarm", 100, {"gradient_pathology"}),
+    "verl-ppo-deepseek-7b-gsm8k-amd": ("false_alarm", 125, {"gradient_pathology"}),
+    "verl-gpg-qwen2-7b-gsm8k-math": (
+        "false_alarm",
+        74,
+        {"entropy_collapse", "length_pathology", "plateau", "reward_hacking"},
+    ),
+    "verl-gpg-qwen2-7b-gsm8k-math-megatron": (
+        "false_alarm",
+        74,
+        {"gradient_pathology", "plateau", "reward_hacking"},
+    ),
     "ms-swift-grpo-issue-4465-kl-nan": ("missed", None, set()),
     "chatglm-ppo-issue-49-loss-nan": ("missed", None, set()),
     "ms-swift-grpo-issue-9261-all-truncated": ("missed", None, set()),
@@ -134,7 +164,7 @@ RLGUARD_PER_DETECTOR = {
     "entropy_collapse": (1, 3, 0, 0, [-80]),
     "no_learning_signal": (1, 4, 0, 0, [-30]),
     "kl_runaway": (0, 1, 0, 0, []),
-    "length": (1, 3, 0, 0, [-50]),
+    "length": (1, 3, 1, 0, [-50]),
 }
 
 
@@ -158,8 +188,8 @@ def _table(evaluation: dict[str, Any], tool: str) -> dict[str, tuple[str, int | 
 
 def test_corpus_is_labelled_and_marks_what_the_thresholds_were_written_on() -> None:
     cases = public_logs.load_cases()
-    assert len(cases) == len({case["name"] for case in cases}) == 18
-    assert sum(case["expected"] == "healthy" for case in cases) == 8
+    assert len(cases) == len({case["name"] for case in cases}) == 22
+    assert sum(case["expected"] == "healthy" for case in cases) == 12
     assert {case["name"] for case in cases if case["in_sample"]} == set(list(RLGUARD)[:8])
     sources = (public_logs.DATA / "SOURCES.md").read_text(encoding="utf-8")
     for case in cases:  # every excerpt is cited, and its onset (if any) is named there
@@ -175,12 +205,14 @@ def test_rlguard_outcome_on_public_logs_is_the_reported_one(evaluation: dict[str
         assert row["rlguard"]["steps"] == len({step for step, _ in _records(row["log"])})
     missed = {row["log"] for row in evaluation["logs"] if row["rlguard"]["verdict"] == "missed"}
     assert missed == KNOWN_MISSES
+    alarmed = {r["log"] for r in evaluation["logs"] if r["rlguard"]["verdict"] == "false_alarm"}
+    assert alarmed == KNOWN_FALSE_ALARMS
     assert evaluation["summary"]["rlguard"] | {"lead_steps": None} == {
         "failing_runs": 10,
         "detected": 6,
         "detected_by_the_matching_detector": 5,
-        "healthy_runs": 8,
-        "false_alarms": 0,
+        "healthy_runs": 12,
+        "false_alarms": 1,
         "lead_steps": None,
     }
     assert evaluation["summary"]["rlguard"]["lead_steps"] == [-30, 0, 0, 0, 0, 0]
@@ -188,8 +220,8 @@ def test_rlguard_outcome_on_public_logs_is_the_reported_one(evaluation: dict[str
         "failing_runs": 5,
         "detected": 3,
         "detected_by_the_matching_detector": 2,
-        "healthy_runs": 5,
-        "false_alarms": 0,
+        "healthy_runs": 9,
+        "false_alarms": 1,
         "lead_steps": [0, 0, 0],
     }
 
