@@ -14,7 +14,15 @@ source): healthy, or failing in a named way at a named step. For each log:
 A failing run counts as detected when a tool raises a WARN or CRITICAL alert on it; a healthy
 run with such an alert is a false alarm. ``lead_steps`` is the step the source names minus
 the first alert's step (positive: before the source's step). The JSON goes to stdout.
-Run: ``python -m benchmarks.public_logs``.
+
+Per detector (``per_detector``), for each tool: *hits* are the failing runs of a kind the
+detector answers to (``MATCHING_DETECTORS``) on which it raised WARN or CRITICAL, *misses* those
+on which it did not, *false alarms* the healthy runs on which it did, *other failures* the
+failing runs of another kind on which it did, and *lead* the named step minus its first WARN on
+each hit. Every figure is given for all cases and for the out-of-sample ones (``in_sample`` in
+``cases.json``: false for the logs nobody read when the thresholds were written).
+Run: ``python -m benchmarks.public_logs`` (``--markdown`` prints the tables
+``docs/detectors.md`` publishes instead of the JSON).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from benchmarks._support import service, sqlite_url
 from rlguard import cli
 from rlguard._transport import Transport
 from rlguard.integrations.importers import READERS
+from rlguard_backend.stability import DETECTOR_TYPES
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "public_logs"
 ALARM_SEVERITIES = ("warn", "critical")
@@ -143,6 +152,7 @@ def evaluate(url: str, case: Mapping[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {
         "log": case["name"],
         "source": case["source"],
+        "in_sample": case["in_sample"],
         "expected": case["expected"],
         "source_step": case["source_step"],
         "steps_in_excerpt": len(records),
@@ -153,6 +163,71 @@ def evaluate(url: str, case: Mapping[str, Any]) -> dict[str, Any]:
         found = run_peer(case, records)
         row[tool] = {**found, **score(tool, case, found)}
     return row
+
+
+def _alarming(found: Mapping[str, Any], detector: str) -> list[dict[str, Any]]:
+    return [
+        a
+        for a in found["alerts"]
+        if a["detector"] == detector and a["severity"] in ALARM_SEVERITIES
+    ]
+
+
+def detector_names(rows: list[dict[str, Any]], tool: str) -> list[str]:
+    """The detectors to report for a tool: rlguard's all (in the order they run); a peer's
+    those its failure kinds name and any that alarmed on a case."""
+    if tool == "rlguard":
+        return [kind.id for kind in DETECTOR_TYPES]
+    named = {d for detectors in MATCHING_DETECTORS[tool].values() for d in detectors}
+    alarmed = {
+        a["detector"]
+        for row in rows
+        if tool in row
+        for a in row[tool]["alerts"]
+        if a["severity"] in ALARM_SEVERITIES
+    }
+    return sorted(named | alarmed)
+
+
+def detector_figures(rows: list[dict[str, Any]], tool: str, detector: str) -> dict[str, Any]:
+    """Hits, misses, false alarms, alarms on other failures and lead steps of one detector."""
+    kinds = sorted(k for k, ds in MATCHING_DETECTORS[tool].items() if detector in ds)
+    figures: dict[str, Any] = {
+        "answers_to": kinds,
+        "hits": [],
+        "misses": [],
+        "false_alarms": [],
+        "other_failures": [],
+        "lead_steps": [],
+    }
+    for row in rows:
+        if tool not in row:
+            continue
+        alarms = _alarming(row[tool], detector)
+        if row["expected"] == "healthy":
+            outcome = "false_alarms" if alarms else None
+        elif row["expected"] in kinds:
+            outcome = "hits" if alarms else "misses"
+        else:
+            outcome = "other_failures" if alarms else None
+        if outcome is not None:
+            figures[outcome].append(row["log"])
+        steps = [a["first_step"] for a in alarms if a["first_step"] is not None]
+        if outcome == "hits" and steps and row["source_step"] is not None:
+            figures["lead_steps"].append(row["source_step"] - min(steps))
+    return figures
+
+
+def per_detector(rows: list[dict[str, Any]], tool: str) -> dict[str, dict[str, Any]]:
+    """``detector_figures`` for each of a tool's detectors, on all cases and out of sample."""
+    out_of_sample = [row for row in rows if not row["in_sample"]]
+    return {
+        detector: {
+            "all": detector_figures(rows, tool, detector),
+            "out_of_sample": detector_figures(out_of_sample, tool, detector),
+        }
+        for detector in detector_names(rows, tool)
+    }
 
 
 def summarise(rows: list[dict[str, Any]], tool: str) -> dict[str, Any]:
@@ -188,20 +263,118 @@ def run(cases: list[dict[str, Any]]) -> dict[str, Any]:
     with running_service() as url:
         rows = [evaluate(url, case) for case in cases]
     tools = ["rlguard", *peers.available()]
+    out_of_sample = [row for row in rows if not row["in_sample"]]
     return {
         "logs": rows,
         "summary": {tool: summarise(rows, tool) for tool in tools},
+        "summary_out_of_sample": {tool: summarise(out_of_sample, tool) for tool in tools},
+        "per_detector": {tool: per_detector(rows, tool) for tool in tools},
         "peers": peers.versions(),
     }
+
+
+TOOL_NAMES = {
+    "rlguard": "rlguard",
+    "rlwatch": "rlwatch",
+    "rlwatch_verl_keys": "rlwatch (verl keys)",
+    "rl_doctor": "rl-doctor",
+}
+VERDICT_WORDS = {
+    "true_positive": "detected",
+    "missed": "missed",
+    "false_alarm": "false alarm",
+    "quiet": "quiet",
+}
+
+
+def _count(figures: Mapping[str, Any], key: str) -> str:
+    """``n (m)``: on all cases, and out of sample."""
+    return f"{len(figures['all'][key])} ({len(figures['out_of_sample'][key])})"
+
+
+def _steps(values: list[int]) -> str:
+    return ", ".join(str(v).replace("-", "−") for v in values) if values else "—"
+
+
+def detector_table(result: Mapping[str, Any], tool: str) -> str:
+    """One tool's per-detector calibration table (Markdown)."""
+    lines = [
+        "| detector | answers to | hits | misses | false alarms | other failures | lead (steps) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for detector, figures in result["per_detector"][tool].items():
+        kinds = figures["all"]["answers_to"]
+        if kinds:
+            hits, misses = _count(figures, "hits"), _count(figures, "misses")
+        else:
+            hits = misses = "—"
+        lines.append(
+            f"| `{detector}` | {', '.join(kinds) or '—'} | {hits} | {misses} "
+            f"| {_count(figures, 'false_alarms')} | {_count(figures, 'other_failures')} "
+            f"| {_steps(figures['all']['lead_steps'])} |"
+        )
+    return "\n".join(lines)
+
+
+def case_table(result: Mapping[str, Any]) -> str:
+    """Each case's outcome for each tool, and the totals (Markdown)."""
+    tools = list(result["summary"])
+    header = "| log (steps) | sample | outcome (named step) | " + " | ".join(
+        TOOL_NAMES[t] for t in tools
+    )
+    lines = [header + " |", "|---|---|---|" + "---|" * len(tools)]
+    for row in result["logs"]:
+        cells = []
+        for tool in tools:
+            found = row[tool]
+            alarming = sorted(
+                {a["detector"] for a in found["alerts"] if a["severity"] in ALARM_SEVERITIES}
+            )
+            cell = VERDICT_WORDS[found["verdict"]]
+            if found["first_alarm_step"] is not None:
+                cell += f" at {found['first_alarm_step']}"
+            if alarming:
+                cell += ": " + ", ".join(f"`{d}`" for d in alarming)
+            cells.append(cell)
+        named = "" if row["source_step"] is None else f" ({row['source_step']})"
+        sample = "in" if row["in_sample"] else "out"
+        lines.append(
+            f"| {row['log']} ({row['steps_in_excerpt']}) | {sample} "
+            f"| {row['expected']}{named} | " + " | ".join(cells) + " |"
+        )
+    for label, key in (("all", "summary"), ("out of sample", "summary_out_of_sample")):
+        totals = []
+        for tool in tools:
+            s = result[key][tool]
+            totals.append(
+                f"{s['detected']} of {s['failing_runs']} / {s['false_alarms']} of "
+                f"{s['healthy_runs']}"
+            )
+        lines.append(f"| **detected / false alarms, {label}** | | | " + " | ".join(totals) + " |")
+    return "\n".join(lines)
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    """The tables ``docs/detectors.md`` publishes: per detector for each tool, then per case."""
+    versions = ", ".join(f"{name} {v}" for name, v in result["peers"].items() if v)
+    parts = [f"<!-- python -m benchmarks.public_logs --markdown; peers: {versions or 'none'} -->"]
+    for tool in result["per_detector"]:
+        parts += [f"**{TOOL_NAMES[tool]}**", detector_table(result, tool)]
+    parts += ["**Per case**", case_table(result)]
+    return "\n\n".join(parts) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print the evaluation as one JSON line (``--indent`` for people)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--indent", type=int, default=None)
+    parser.add_argument("--markdown", action="store_true", help="print the docs' tables")
     args = parser.parse_args(argv)
     result = run(load_cases())
-    sys.stdout.write(json.dumps(result, indent=args.indent) + "\n")
+    if args.markdown:
+        sys.stdout.write(markdown(result))
+    else:
+        sys.stdout.write(json.dumps(result, indent=args.indent) + "\n")
     return 0
 
 
