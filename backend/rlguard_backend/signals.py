@@ -71,6 +71,8 @@ SIGNAL_NAMES: frozenset[str] = frozenset(signal.name for signal in SIGNALS)
 # signal, the key listed first wins (see ALIAS_PRIORITY), so put the most specific key first.
 # Each framework's keys were read from its source (the file named beside them); keys it logs
 # with another definition or unit than the signal's are left out (docs/integrations/wandb.md).
+# TRL through W&B: transformers' WandbCallback logs every key under `train/` (its
+# rewrite_logs), so TRL's keys are listed a second time with that prefix.
 _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
     "ppo_kl": (
         "actor/ppo_kl",  # verl
@@ -90,13 +92,22 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "train/pg_clipfrac",  # slime utils/ppo_utils.py
         "actor/clipfrac",  # ROLL pipeline/rlvr/actor_worker.py (the clipped term is the min)
         "ppo_actor/update/clip_ratio/avg",  # AReaL trainer/ppo/actor.py
+        "train/clip_ratio/region_mean",  # TRL GRPO through W&B
         "policy/loss_metrics/clip_ratio",  # SkyRL backends/skyrl_train/utils/ppo_utils.py
         "ppo/policy/clipfrac",  # old TRL
         "policy/clipfrac_avg",  # TRL PPOTrainer (v0.12+)
     ),
     # ROLL pipeline/rlvr/actor_worker.py (its `@sum` suffix is dropped by utils/tracking.py)
-    "clipfrac_low": ("clip_ratio/low_mean", "actor/ppo_ratio_low_clipfrac"),
-    "clipfrac_high": ("clip_ratio/high_mean", "actor/ppo_ratio_high_clipfrac"),
+    "clipfrac_low": (
+        "clip_ratio/low_mean",
+        "actor/ppo_ratio_low_clipfrac",
+        "train/clip_ratio/low_mean",
+    ),
+    "clipfrac_high": (
+        "clip_ratio/high_mean",
+        "actor/ppo_ratio_high_clipfrac",
+        "train/clip_ratio/high_mean",
+    ),
     # verl's pg_clipfrac_lower is the dual-clip fraction, not the lower epsilon side.
     "clipfrac_dual": ("actor/pg_clipfrac_lower", "ppo_actor/update/dual_clip_ratio/avg"),
     "entropy": (
@@ -111,6 +122,7 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "critic/entropy/mean",  # ROLL utils/metrics/metrics_manager.py
         "policy/policy_entropy",  # SkyRL backends/skyrl_train/workers/worker.py
         "ppo/policy/entropy",  # old TRL
+        "train/entropy",  # TRL GRPO through W&B
     ),
     "kl_loss": (
         "actor/kl_loss",  # verl (and ROLL)
@@ -118,6 +130,7 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "train/kl_loss",  # slime: k1 by default (--kl-loss-type), can be negative
         "train/kl_penalty",  # NeMo-RL loss_functions.py: k3 by default, before its coefficient
         "policy/policy_kl",  # SkyRL worker.py: k3 by default (kl_estimator_type)
+        "train/kl",  # TRL GRPO through W&B
     ),
     "kl_coef": ("actor/kl_coef",),
     "reward_kl_penalty": (
@@ -137,15 +150,15 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "critic/score/mean",  # verl, ROLL (critic/rewards/mean includes the KL penalty)
         "reward",  # TRL
         "rollout/reward_mean",  # OpenRLHF
-        "train/reward",  # NeMo-RL algorithms/grpo.py
+        "train/reward",  # NeMo-RL algorithms/grpo.py, TRL through W&B
         "rollout/raw_reward",  # slime ray/rollout.py (rollout/rewards is post-processed)
         "ppo_actor/task_reward/avg",  # AReaL trainer/ppo/actor.py
         "reward/avg_raw_reward",  # SkyRL train/trainer.py
         "ppo/mean_scores",  # old TRL
         "objective/scores",  # TRL PPOTrainer
     ),
-    "reward_std": ("reward_std", "rollout/reward_std", "ppo/std_scores"),
-    "frac_zero_std": ("frac_reward_zero_std",),
+    "reward_std": ("reward_std", "rollout/reward_std", "ppo/std_scores", "train/reward_std"),
+    "frac_zero_std": ("frac_reward_zero_std", "train/frac_reward_zero_std"),
     "response_length": (
         "response_length/mean",  # verl
         "completions/mean_length",  # TRL
@@ -159,6 +172,7 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         # prime-rl orchestrator/metrics.py: an episode's output tokens (all its turns)
         "train/agg/effective/num_output_tokens/mean",
         "tokens/responses_len_mean",  # old TRL
+        "train/completions/mean_length",  # TRL through W&B
     ),
     "response_clip_ratio": (
         "response_length/clip_ratio",
@@ -167,6 +181,7 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "rollout/truncated_rate",
         "rollout/truncated_ratio",  # slime observability/rollout_metrics.py
         "train/truncation_rate",  # NeMo-RL experience/rollouts.py
+        "train/completions/clipped_ratio",  # TRL through W&B
         "samples/truncated_fraction",  # the hook, from the samples: when none of the above
     ),
     "pg_loss": (
@@ -177,12 +192,15 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "ppo_actor/update/actor_loss/avg",  # AReaL trainer/ppo/actor.py
         "policy/policy_loss",  # SkyRL worker.py
         "ppo/loss/policy",
+        # TRL's loss through W&B; for NeMo-RL (grpo.py) the whole loss, KL term included:
+        # pg_loss is read for non-finite values only (nonfinite.py), where that serves as well
+        "train/loss",
     ),
     "grad_norm": (
         "actor/grad_norm",
         "grad_norm",
         "actor_grad_norm",
-        "train/grad_norm",  # slime backends/megatron_utils/model.py, NeMo-RL grpo.py
+        "train/grad_norm",  # slime megatron_utils/model.py, NeMo-RL grpo.py, TRL via W&B
         "optim/grad_norm",  # prime-rl trainer/rl/train.py
         "ppo_actor/update/grad_norm",  # AReaL engine/fsdp_engine.py via actor.py
         "policy/grad_norm",  # SkyRL train/trainer.py
@@ -197,6 +215,7 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "optim/lr",  # prime-rl trainer/rl/train.py
         "ppo_actor/update/lr",  # AReaL engine/fsdp_engine.py via actor.py
         "policy/policy_lr",  # SkyRL worker.py
+        "train/learning_rate",  # TRL through W&B
         "ppo/learning_rate",
     ),
     "step_time": (
@@ -207,6 +226,7 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "time/step",  # prime-rl trainer/rl/train.py
         "time/step_total",  # ROLL pipeline/rlvr/rlvr_pipeline.py
         "timing/step",  # SkyRL train/trainer.py (Timer "step")
+        "train/step_time",  # TRL through W&B
     ),
     "cov_logp_adv": ("probe/cov_logp_adv", "actor/entropy_cov", "cov_logp_adv"),
     # Train-inference mismatch (D9): verl's rollout_corr/ and training/ keys, slime's train/.

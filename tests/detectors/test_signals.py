@@ -334,6 +334,7 @@ FRAMEWORK_SIGNALS: dict[str, dict[str, str]] = {
     "NeMo-RL": {
         "entropy": "train/approx_entropy",
         "kl_loss": "train/kl_penalty",
+        "pg_loss": "train/loss",
         "reward_mean": "train/reward",
         "response_length": "train/mean_gen_tokens_per_sample",
         "response_clip_ratio": "train/truncation_rate",
