@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml setup.py
 	# torch from the pinned CPU wheel first, so no dependency can pull a CUDA build
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[dev]"
+	# verl with --no-deps (it declares a CUDA torch); its import chain is in the dev extra
+	$(PY) -m pip install -q --no-deps "verl==0.9.1"
 	touch $@
 
 setup: $(STAMP)

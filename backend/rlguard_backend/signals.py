@@ -69,14 +69,19 @@ SIGNAL_NAMES: frozenset[str] = frozenset(signal.name for signal in SIGNALS)
 
 # Raw key -> canonical signal, grouped by signal. When one step logs several keys of the same
 # signal, the key listed first wins (see ALIAS_PRIORITY), so put the most specific key first.
+# Each framework's keys were read from its source (the file named beside them); keys it logs
+# with another definition or unit than the signal's are left out (docs/integrations/wandb.md).
+# TRL through W&B: transformers' WandbCallback logs every key under `train/` (its
+# rewrite_logs), so TRL's keys are listed a second time with that prefix.
 _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
     "ppo_kl": (
         "actor/ppo_kl",  # verl
         "ppo_kl",  # OpenRLHF
-        "train/ppo_kl",  # slime
-        "actor/policykl",  # ROLL (k1)
+        "train/ppo_kl",  # slime backends/megatron_utils/loss.py: old - new, as verl
+        "actor/policykl",  # ROLL pipeline/rlvr/actor_worker.py: k1 of new - old (sign flipped)
         "actor/approxkl",  # ROLL (k2)
-        "ppo_actor/update/approx_kl/avg",  # AReaL
+        # AReaL trainer/ppo/actor.py + utils/functional: new - old (sign flipped; D4 reads |x|)
+        "ppo_actor/update/approx_kl/avg",
         "ppo/policy/approxkl",  # old TRL PPOTrainer
         "policy/approxkl_avg",  # TRL PPOTrainer (v0.12+)
     ),
@@ -84,14 +89,25 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "actor/pg_clipfrac",  # verl
         "clip_ratio/region_mean",  # TRL GRPO
         "ppo_clip_ratio",  # OpenRLHF
-        "train/pg_clipfrac",  # slime
-        "actor/clipfrac",  # ROLL
-        "ppo_actor/update/clip_ratio/avg",  # AReaL
+        "train/pg_clipfrac",  # slime utils/ppo_utils.py
+        "actor/clipfrac",  # ROLL pipeline/rlvr/actor_worker.py (the clipped term is the min)
+        "ppo_actor/update/clip_ratio/avg",  # AReaL trainer/ppo/actor.py
+        "train/clip_ratio/region_mean",  # TRL GRPO through W&B
+        "policy/loss_metrics/clip_ratio",  # SkyRL backends/skyrl_train/utils/ppo_utils.py
         "ppo/policy/clipfrac",  # old TRL
         "policy/clipfrac_avg",  # TRL PPOTrainer (v0.12+)
     ),
-    "clipfrac_low": ("clip_ratio/low_mean", "actor/ppo_ratio_low_clipfrac"),
-    "clipfrac_high": ("clip_ratio/high_mean", "actor/ppo_ratio_high_clipfrac"),
+    # ROLL pipeline/rlvr/actor_worker.py (its `@sum` suffix is dropped by utils/tracking.py)
+    "clipfrac_low": (
+        "clip_ratio/low_mean",
+        "actor/ppo_ratio_low_clipfrac",
+        "train/clip_ratio/low_mean",
+    ),
+    "clipfrac_high": (
+        "clip_ratio/high_mean",
+        "actor/ppo_ratio_high_clipfrac",
+        "train/clip_ratio/high_mean",
+    ),
     # verl's pg_clipfrac_lower is the dual-clip fraction, not the lower epsilon side.
     "clipfrac_dual": ("actor/pg_clipfrac_lower", "ppo_actor/update/dual_clip_ratio/avg"),
     "entropy": (
@@ -99,55 +115,132 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "actor/entropy_loss",  # verl <= v0.3 and the new engine
         "entropy",  # TRL GRPO
         "entropy_loss",  # OpenRLHF
-        "train/entropy_loss",  # slime
-        "train/approx_entropy",  # NeMo-RL
+        "train/entropy_loss",  # slime backends/megatron_utils/loss.py (the entropy, not -H)
+        "train/approx_entropy",  # NeMo-RL algorithms/loss/loss_functions.py
+        "entropy/all/mean",  # prime-rl trainer/rl/train.py
+        "ppo_actor/update/entropy/avg",  # AReaL trainer/ppo/actor.py
+        "critic/entropy/mean",  # ROLL utils/metrics/metrics_manager.py
+        "policy/policy_entropy",  # SkyRL backends/skyrl_train/workers/worker.py
         "ppo/policy/entropy",  # old TRL
+        "train/entropy",  # TRL GRPO through W&B
     ),
-    "kl_loss": ("actor/kl_loss", "kl", "train/kl_loss"),  # TRL GRPO `kl` is k3
+    "kl_loss": (
+        "actor/kl_loss",  # verl (and ROLL)
+        "kl",  # TRL GRPO: k3
+        "train/kl_loss",  # slime: k1 by default (--kl-loss-type), can be negative
+        "train/kl_penalty",  # NeMo-RL loss_functions.py: k3 by default, before its coefficient
+        "policy/policy_kl",  # SkyRL worker.py: k3 by default (kl_estimator_type)
+        "train/kl",  # TRL GRPO through W&B
+    ),
     "kl_coef": ("actor/kl_coef",),
-    "reward_kl_penalty": ("actor/reward_kl_penalty", "critic/kl"),  # critic/kl: verl <= v0.3, ROLL
+    "reward_kl_penalty": (
+        "actor/reward_kl_penalty",  # verl
+        "critic/kl",  # verl <= v0.3, ROLL utils/functionals.py
+        "loss/avg_kl",  # SkyRL train/trainer.py: k3 by default, not k1
+    ),
     "reward_kl_coef": (
         "actor/reward_kl_penalty_coeff",  # verl
         "critic/kl_coeff",  # verl <= v0.3
-        "critic/kl_coef",  # ROLL
+        "critic/kl_coef",  # ROLL utils/functionals.py
+        "loss/kl_loss_coef",  # SkyRL train/trainer.py
         "objective/kl_coef",  # TRL PPOTrainer
     ),
     "kl_ref_seq": ("objective/kl",),  # TRL PPOTrainer: per-sequence sum, target 6 nats
     "reward_mean": (
-        "critic/score/mean",  # verl (critic/rewards/mean includes the KL penalty)
+        "critic/score/mean",  # verl, ROLL (critic/rewards/mean includes the KL penalty)
         "reward",  # TRL
         "rollout/reward_mean",  # OpenRLHF
-        "train/reward",  # NeMo-RL
+        "train/reward",  # NeMo-RL algorithms/grpo.py, TRL through W&B
+        "rollout/raw_reward",  # slime ray/rollout.py (rollout/rewards is post-processed)
+        "ppo_actor/task_reward/avg",  # AReaL trainer/ppo/actor.py
+        "reward/avg_raw_reward",  # SkyRL train/trainer.py
         "ppo/mean_scores",  # old TRL
         "objective/scores",  # TRL PPOTrainer
     ),
-    "reward_std": ("reward_std", "rollout/reward_std", "ppo/std_scores"),
-    "frac_zero_std": ("frac_reward_zero_std",),
+    "reward_std": ("reward_std", "rollout/reward_std", "ppo/std_scores", "train/reward_std"),
+    "frac_zero_std": ("frac_reward_zero_std", "train/frac_reward_zero_std"),
     "response_length": (
         "response_length/mean",  # verl
         "completions/mean_length",  # TRL
         "completion_length",  # TRL <= v0.16
         "response_length",  # OpenRLHF
         "rollout/response_length_mean",  # OpenRLHF
+        "rollout/response_len/mean",  # slime observability/rollout_metrics.py
+        "train/mean_gen_tokens_per_sample",  # NeMo-RL experience/rollouts.py
+        "token/response_length/mean",  # ROLL utils/metrics/metrics_manager.py
+        "generate/avg_num_tokens",  # SkyRL train/generators/utils.py
+        # prime-rl orchestrator/metrics.py: an episode's output tokens (all its turns)
+        "train/agg/effective/num_output_tokens/mean",
         "tokens/responses_len_mean",  # old TRL
+        "train/completions/mean_length",  # TRL through W&B
     ),
     "response_clip_ratio": (
         "response_length/clip_ratio",
         "completions/clipped_ratio",
         "truncated",
         "rollout/truncated_rate",
+        "rollout/truncated_ratio",  # slime observability/rollout_metrics.py
+        "train/truncation_rate",  # NeMo-RL experience/rollouts.py
+        "train/completions/clipped_ratio",  # TRL through W&B
         "samples/truncated_fraction",  # the hook, from the samples: when none of the above
     ),
-    "pg_loss": ("actor/pg_loss", "loss", "policy_loss", "train/pg_loss", "ppo/loss/policy"),
-    "grad_norm": ("actor/grad_norm", "grad_norm", "actor_grad_norm", "train/grad_norm"),
-    "lr": ("actor/lr", "learning_rate", "actor_lr", "ppo/learning_rate"),
-    "step_time": ("timing_s/step", "step_time", "timing/step_total"),
+    "pg_loss": (
+        "actor/pg_loss",  # verl, ROLL
+        "loss",
+        "policy_loss",
+        "train/pg_loss",  # slime
+        "ppo_actor/update/actor_loss/avg",  # AReaL trainer/ppo/actor.py
+        "policy/policy_loss",  # SkyRL worker.py
+        "ppo/loss/policy",
+        # TRL's loss through W&B; for NeMo-RL (grpo.py) the whole loss, KL term included:
+        # pg_loss is read for non-finite values only (nonfinite.py), where that serves as well
+        "train/loss",
+    ),
+    "grad_norm": (
+        "actor/grad_norm",
+        "grad_norm",
+        "actor_grad_norm",
+        "train/grad_norm",  # slime megatron_utils/model.py, NeMo-RL grpo.py, TRL via W&B
+        "optim/grad_norm",  # prime-rl trainer/rl/train.py
+        "ppo_actor/update/grad_norm",  # AReaL engine/fsdp_engine.py via actor.py
+        "policy/grad_norm",  # SkyRL train/trainer.py
+        "actor_train/grad_norm",  # ROLL distributed/strategy/fsdp2_strategy.py
+    ),
+    "lr": (
+        "actor/lr",  # verl, ROLL pipeline/base_worker.py
+        "learning_rate",
+        "actor_lr",
+        "train/lr-pg_0",  # slime model.py: the first parameter group's
+        "train/lr",  # NeMo-RL grpo.py
+        "optim/lr",  # prime-rl trainer/rl/train.py
+        "ppo_actor/update/lr",  # AReaL engine/fsdp_engine.py via actor.py
+        "policy/policy_lr",  # SkyRL worker.py
+        "train/learning_rate",  # TRL through W&B
+        "ppo/learning_rate",
+    ),
+    "step_time": (
+        "timing_s/step",
+        "step_time",
+        "timing/step_total",
+        "timing/train/total_step_time",  # NeMo-RL grpo.py (timer total_step_time)
+        "time/step",  # prime-rl trainer/rl/train.py
+        "time/step_total",  # ROLL pipeline/rlvr/rlvr_pipeline.py
+        "timing/step",  # SkyRL train/trainer.py (Timer "step")
+        "train/step_time",  # TRL through W&B
+    ),
     "cov_logp_adv": ("probe/cov_logp_adv", "actor/entropy_cov", "cov_logp_adv"),
     # Train-inference mismatch (D9): verl's rollout_corr/ and training/ keys, slime's train/.
-    "rollout_kl": ("rollout_corr/k3_kl", "rollout_corr/kl", "train/train_rollout_kl"),
+    "rollout_kl": (
+        "rollout_corr/k3_kl",
+        "rollout_corr/kl",
+        "train/train_rollout_kl",
+        "mismatch_kl/all/mean",  # prime-rl trainer/rl/loss.py: k3 of engine vs trainer
+        "train/gen_kl_error",  # NeMo-RL loss_functions.py: KL(gen || train), k3 by default
+    ),
     "rollout_logprob_diff": (
         "train/train_rollout_logprob_abs_diff",  # slime
         "rollout_corr/log_ppl_abs_diff",  # verl
+        "policy/rollout_train_logprobs_abs_diff_mean",  # SkyRL train/trainer.py
     ),
     "rollout_probs_corr": ("training/rollout_actor_probs_pearson_corr",),
     "rollout_is_ess": ("rollout_corr/rollout_is_eff_sample_size",),

@@ -261,22 +261,27 @@ def test_tensorboard_follower_survives_partial_records_and_new_files(
     assert stored["critic/train/value_loss"] == {s: pytest.approx(s / 10) for s in range(5, 8)}
 
 
-class Tracking:
-    """A stand-in for ``verl.utils.tracking.Tracking`` (verl is not installable here)."""
+@pytest.fixture
+def verl_tracking(monkeypatch: pytest.MonkeyPatch) -> type:
+    """verl's own ``Tracking`` (verl 0.9.1 installed without its CUDA dependencies), restored
+    after the test: ``patch_tracking()`` rebinds its methods."""
+    from verl.utils.tracking import Tracking
 
-    def __init__(self, project_name, experiment_name, default_backend="console", config=None):
-        self.logged: list[tuple[dict, int]] = []
-
-    def log(self, data, step, backend=None):
-        self.logged.append((data, step))
+    for name in ("__init__", "log"):
+        monkeypatch.setattr(Tracking, name, getattr(Tracking, name))
+    monkeypatch.setattr(Tracking, "_rlguard_patched", False, raising=False)
+    return Tracking
 
 
 def test_verl_tracking_patch_logs_to_rlguard_too(
-    service: ServiceProcess, run_id: str, spool_dir: Path
+    service: ServiceProcess,
+    run_id: str,
+    spool_dir: Path,
+    tmp_path: Path,
+    verl_tracking: type,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert patch_tracking(
-        Tracking, run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST
-    )
+    assert patch_tracking(run_id=run_id, url=service.url, spool_dir=str(spool_dir), **FAST)
     verl_config = {
         "actor_rollout_ref": {
             "actor": {
@@ -291,10 +296,15 @@ def test_verl_tracking_patch_logs_to_rlguard_too(
         },
         "data": {"train_batch_size": 256},
     }
-    tracking = Tracking("verl-proj", "exp-1", ["console"], verl_config)
+    verl_file = tmp_path / "verl.jsonl"  # verl's own record of the same calls
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(verl_file))
+    tracking = verl_tracking("verl-proj", "exp-1", ["console", "file"], verl_config)
     tracking.log({"actor/ppo_kl": 0.003, "actor/entropy": math.nan}, step=1)
+    tracking.finish()
     tracking._rlguard_run.finish()
-    assert tracking.logged == [({"actor/ppo_kl": 0.003, "actor/entropy": math.nan}, 1)]
+    assert [json.loads(line) for line in verl_file.read_text().splitlines()] == [
+        {"step": 1, "data": {"actor/ppo_kl": 0.003, "actor/entropy": None}}
+    ]
     assert stored_series(service.url, run_id) == {
         "actor/ppo_kl": {1: 0.003},
         "actor/entropy": {1: "NaN"},
@@ -433,6 +443,30 @@ def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_pa
     val = api(service.url, "GET", f"/runs/{run_id}/samples?split=validation")
     assert val["count"] == 2 * 4 and {s["step"] for s in val["data"]} == {0, 2}
     assert "and 20 sample(s) sent" in done.stdout + done.stderr
+
+
+def test_cli_follow_verl_reads_the_file_verls_own_logger_wrote(
+    service: ServiceProcess,
+    run_id: str,
+    tmp_path: Path,
+    verl_tracking: type,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import numpy as np
+
+    path = tmp_path / "metrics.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    tracking = verl_tracking("verl-proj", "exp-file", ["file"])
+    for step in range(1, 21):  # numpy scalars and a NaN, as verl's trainer logs them
+        entropy = math.nan if step == 7 else 0.5 - step / 100
+        tracking.log({"actor/entropy": np.float64(entropy), "step_n": np.int64(step)}, step=step)
+    tracking.finish()
+    done = follow_until_idle(service, run_id, "verl", path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    stored = stored_series(service.url, run_id)
+    assert stored["step_n"] == {s: float(s) for s in range(1, 21)}
+    assert stored["actor/entropy"][7] == "NaN"
+    assert stored["actor/entropy"][20] == pytest.approx(0.3)
 
 
 def test_cli_follow_tensorboard_until_idle(

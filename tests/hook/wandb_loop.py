@@ -9,11 +9,16 @@ processes, with and without ``rlguard watch``.
     python wandb_loop.py stoppable RUN_ID URL  logs until stopped: asks rlguard to stop it at
                                                step 5, as an engineer on the dashboard would
     python wandb_loop.py wait-signal           prints "ready", exits 42 on SIGTERM
+    python wandb_loop.py verl RUN_ID           verl's own Tracking with its wandb backend
+    python wandb_loop.py trl RUN_ID URL MODEL  a TRL GRPOTrainer with report_to="wandb", and
+                                               rlguard's callback beside it for comparison
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import random
 import signal
 import sys
@@ -168,9 +173,64 @@ def wait_signal() -> int:
     return 42 if received.wait(120) else 1
 
 
+VERL_STEPS = 10
+
+
+def verl_values(step: int) -> dict[str, float]:
+    """What the verl loop logs at ``step``."""
+    return {"actor/entropy": 0.5 * math.exp(-step / 5), "critic/score/mean": step / 100}
+
+
+def verl(run_id: str) -> None:
+    """verl's ``Tracking`` as its trainer builds it with ``trainer.logger=['console','wandb']``
+    (W&B takes the run id from ``WANDB_RUN_ID``, as a resubmitted job would)."""
+    from verl.utils.tracking import Tracking
+
+    os.environ["WANDB_RUN_ID"] = run_id
+    config = {"trainer": {"project_name": "verl-watched"}, "data": {"train_batch_size": 8}}
+    tracking = Tracking("verl-watched", "exp", ["console", "wandb"], config)
+    for step in range(1, VERL_STEPS + 1):
+        tracking.log(verl_values(step), step=step)
+    tracking.finish()
+
+
+def trl(run_id: str, url: str, model: str) -> None:
+    """Three GRPO steps reported to W&B (``report_to="wandb"``); rlguard's callback, in the same
+    trainer, sends the same logs to the run ``callback-RUN_ID``."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlguard.integrations.transformers import RLGuardCallback
+
+    os.environ.update(WANDB_RUN_ID=run_id, WANDB_PROJECT="trl-watched")
+    args = GRPOConfig(
+        output_dir=str(Path(model).parent / "grpo"),
+        max_steps=3,
+        logging_steps=1,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        report_to=["wandb"],
+        use_cpu=True,
+        save_strategy="no",
+    )
+    callback = RLGuardCallback(project="trl-callback", run_id=f"callback-{run_id}", url=url)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **kwargs: [float(len(c)) for c in completions],
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["a b", "c d"] * 4}),
+        callbacks=[callback],
+    )
+    trainer.train()
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "wait-signal":
         return wait_signal()
+    if argv[0] == "verl":
+        verl(argv[1])
+        return 0
     import wandb
 
     if argv[0] == "semantics":
@@ -181,6 +241,8 @@ def main(argv: list[str]) -> int:
         return grow(wandb, argv[1], argv[2], int(argv[3]))
     elif argv[0] == "stoppable":
         return stoppable(wandb, argv[1], argv[2])
+    elif argv[0] == "trl":
+        trl(argv[1], argv[2], argv[3])
     elif argv[0] == "steps":
         steps(wandb, argv[1], int(argv[2]), int(argv[3]), *argv[4:])
     return 0
