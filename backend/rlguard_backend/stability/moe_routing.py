@@ -49,22 +49,28 @@ class MoeRouting(Detector):
         self.recent = SortedWindow(int(thresholds["jump_points"]))
         self._name: str | None = None  # the violation signal this step logs
         self._jumped = False
+        self._jump_min_points = thresholds["jump_min_points"]
 
     def observe(self, view: StepView) -> bool:
         """Fold this step's violation into the level and the recent points (jump first)."""
-        self._name = next((name for name in VIOLATIONS if view.finite(name) is not None), None)
-        self._jumped = False
-        if self._name is None:
+        name, self._jumped = VIOLATIONS[0], False
+        violation = view.finite(name)
+        if violation is None:
+            name = VIOLATIONS[1]
+            violation = view.finite(name)
+        self._name = None if violation is None else name
+        if violation is None:
             return True  # the fallback rule may still read this step
-        violation, recent, thresholds = view.finite(self._name) or 0.0, self.recent, self.thresholds
-        if len(recent) >= thresholds["jump_min_points"]:
+        recent, thresholds = self.recent, self.thresholds
+        if len(recent) >= self._jump_min_points:
             usual = recent.median()
             self._jumped = (
                 violation > thresholds["jump_factor"] * usual
                 and violation - usual > thresholds["jump_floor"]
             )
         recent.push(violation)
-        self.level.update(view.steps_since_start - view.warmup_steps, violation)
+        if self.level.value is None:
+            self.level.update(view.steps_since_start - view.warmup_steps, violation)
         return True
 
     def _imbalance(self, view: StepView) -> Severity | None:

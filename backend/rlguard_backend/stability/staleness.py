@@ -46,22 +46,29 @@ class Staleness(Detector):
     )
 
     def start(self) -> None:
-        """The run's settled staleness level, and this step's bound (None: not yet known)."""
+        """The run's settled staleness level, and the bound it implies (None: not yet known)."""
         self.level = SettledLevel(self.thresholds["settle_steps"])
-        self._bound: float | None = self.context.max_staleness  # before the level is known
+        self._bound: float | None = None
+        self._bound_final = False  # the level is known: the bound no longer changes
 
     def observe(self, view: StepView) -> bool:
         """Fold this step's staleness into the settled level and the bound it implies."""
         staleness = view.finite("rollout_staleness")
         if staleness is None:
             return False
-        level = self.level.update(view.steps_since_start - view.warmup_steps, staleness)
+        if not self._bound_final:
+            level = self.level.update(view.steps_since_start - view.warmup_steps, staleness)
+            self._bound, self._bound_final = self._bound_of(level), level is not None
+        return True
+
+    def _bound_of(self, level: float | None) -> float | None:
+        """max(K, L) + hint_margin with a designed maximum K, else max(growth x L, L + margin)."""
         thresholds, designed = self.thresholds, self.context.max_staleness
         if designed is not None:
-            self._bound = max(designed, level or 0.0) + thresholds["hint_margin"]
-        elif level is not None:
-            self._bound = max(thresholds["growth"] * level, level + thresholds["margin"])
-        return True
+            return max(designed, level or 0.0) + thresholds["hint_margin"]
+        if level is None:
+            return None
+        return max(thresholds["growth"] * level, level + thresholds["margin"])
 
     def _grown(self, view: StepView) -> Severity | None:
         smoothed, bound = view.smoothed["rollout_staleness"], self._bound
