@@ -6,6 +6,8 @@ do not know, such as ``system/gpu0/util``): a healthy GRPO run and one whose ent
 the figure is the median over repeats of CPU µs per step (process time, so other load on a
 shared host inflates it less than wall time would). ``bare_loop`` is the same-run cost of a
 loop that only iterates the same dicts, the floor any per-step work sits on.
+``async_moe_us_per_step``: the healthy run with four of its unknown keys swapped for an async
+MoE run's staleness and routing statistics, so that D11 and D12 run too.
 ``*_batched_us_per_step``: the same runs in batches of 100 steps through
 ``DetectorSuite.feed_many`` (what the service does with a batch: feed() for each step).
 
@@ -108,6 +110,29 @@ def make_run(collapsing: bool, steps: int = STEPS, seed: int = SEED, extra_keys:
         (t, {**_step(t, rng, collapsing), **{key: 50.0 + i for i, key in enumerate(extra)}})
         for t in range(steps)
     ]
+
+
+ASYNC_MOE_KEYS = {  # four of the unknown keys swapped for signals the D11/D12 detectors read
+    "system/gpu1/util": "training/off_policy/trajectory_staleness/mean",
+    "system/gpu1/mem_gb": "rollout/moe/max_vio/avg",
+    "timing_s/gen": "rollout/moe/avg_vio/avg",
+    "timing_s/update_actor": "routing_confidence/mean",
+}
+
+
+def with_async_moe(run: Run) -> Run:
+    """The run as an async MoE run logs it: staleness and MoE routing statistics among the
+    same 20 keys (so the staleness and moe_routing detectors run every step)."""
+    rng = random.Random(SEED)
+    changed = []
+    for t, values in run:
+        step = {ASYNC_MOE_KEYS.get(key, key): value for key, value in values.items()}
+        step["training/off_policy/trajectory_staleness/mean"] = 1.0
+        step["rollout/moe/max_vio/avg"] = 1.2 * math.exp(0.2 * rng.gauss(0, 1))
+        step["rollout/moe/avg_vio/avg"] = 0.4 * math.exp(0.2 * rng.gauss(0, 1))
+        step["routing_confidence/mean"] = 0.6 + 0.02 * rng.gauss(0, 1)
+        changed.append((t, step))
+    return changed
 
 
 def us_per_step(feed_run: Callable[[Run], Any], run: Run) -> float:
@@ -228,6 +253,7 @@ def main() -> None:
             result[f"{name}_bare_loop_us_per_step"] = us_per_step(bare_pass, run)
             costs = batch_costs(run, Path(folder))
             result.update({f"{name}_{figure}": value for figure, value in costs.items()})
+        result["async_moe_us_per_step"] = us_per_step(feed, with_async_moe(make_run(False)))
         live = make_run(False, steps=2000, extra_keys=LIVE_EXTRA_KEYS)
         costs = batch_costs(live, Path(folder), LIVE_STEPS)
         result.update({f"live_{figure}": value for figure, value in costs.items()})

@@ -62,6 +62,29 @@ _SIGNAL_ROWS = (
     ("rollout_is_ess", "effective sample size of the rollout IS weights, over N", "fraction"),
     ("sample_degenerate", "share of responses empty or malformed (from samples)", "fraction"),
     ("sample_repetition", "mean share of repeated word 4-grams in a response", "fraction"),
+    (
+        "rollout_staleness",
+        "policy versions between the policy that generated a trained sample and the policy "
+        "being updated, batch mean (0 = on-policy; async pipelines)",
+        "versions",
+    ),
+    (
+        "moe_max_vio",
+        "MoE load violation of the busiest expert, (max load - mean load) / mean load, "
+        "mean over layers",
+        "ratio",
+    ),
+    (
+        "moe_avg_vio",
+        "MoE mean |load / mean load - 1| over the experts, mean over layers",
+        "ratio",
+    ),
+    ("moe_routing_confidence", "router probability mass on the selected experts", "fraction"),
+    (
+        "moe_fallback_fraction",
+        "share of token routes that router replay (R3) could not replay and routed afresh",
+        "fraction",
+    ),
 )
 SIGNALS: tuple[Signal, ...] = tuple(Signal(*row) for row in _SIGNAL_ROWS)
 
@@ -247,6 +270,45 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
     # What the hook reads from each step's samples (docs/detectors-samples.md)
     "sample_degenerate": ("samples/degenerate_fraction",),
     "sample_repetition": ("samples/repetition_rate",),
+    # Async RL: how many policy versions old the trained samples are. The frameworks count the
+    # lag from different ends, so their levels can differ by one version (docs/detectors.md).
+    "rollout_staleness": (
+        # verl v1 trainer (PR #6736, trainer_base.py): current version - 1 - the newest version
+        # a trajectory used (0 = on-policy); `trajectory_staleness_worst` counts to the oldest
+        # version, `trajectory_spans` the versions one trajectory used (neither is mapped).
+        "training/off_policy/trajectory_staleness/mean",
+        # NeMo-RL async GRPO/PPO (replay_buffer.py): current weight version - mean generation
+        # version of the sampled trajectories; exactly 1 in a one-step-off run (PR #3410).
+        "train/avg_trajectory_age",
+        "avg_trajectory_age",
+        # AReaL (trainer/ppo/actor.py): current version - the behaviour version of each
+        # generated token, token mean (partial rollouts mix versions within a trajectory).
+        "ppo_actor/update/version_stats/sample_staleness_theta_avg",
+        # prime-rl orchestrator (utils.py episode_staleness): training step - 1 - the OLDEST
+        # version that generated the rollout, queue time included (issue #2674).
+        "off_policy/mean",
+    ),
+    # MoE routing health. Violation = how far an expert's token load is from the uniform share.
+    "moe_max_vio": (
+        # verl's VeOmni engine and VeOmni's trainer (ByteDance-Seed/VeOmni utils/moe_monitor.py,
+        # MoERouterMonitor): per layer (max load - mean) / mean, then the mean over layers
+        "moe/max_vio/avg",
+        # verl rollout side (PR #6853, metric_utils.py): the same from the engine's routed experts
+        "rollout/moe/max_vio/avg",
+        # prime-rl (trainer/model.py get_load_balance_stats): per layer, mean over layers
+        "max_vio/mean",
+    ),
+    "moe_avg_vio": ("moe/avg_vio/avg", "rollout/moe/avg_vio/avg"),  # VeOmni, verl: mean |dev|
+    "moe_routing_confidence": (
+        "routing_confidence/mean",  # prime-rl PR #2545: selected experts' probability mass
+        "moe/routing_confidence",
+    ),
+    # NeMo-RL router replay (experience/rollouts.py): missing / expected token routes, ≈ 0;
+    # "train/" when a training loop forwards the rollout metrics (docs/guides/router-replay.md)
+    "moe_fallback_fraction": (
+        "r3/routed_experts_fallback_token_route_fraction",
+        "train/r3/routed_experts_fallback_token_route_fraction",
+    ),
 }
 
 ALIASES: dict[str, str] = {

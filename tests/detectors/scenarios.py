@@ -190,6 +190,55 @@ def s9(rng: random.Random, steps: int, free_kl: float = 0.4, target: float = 0.1
     return run
 
 
+def staleness(
+    rng: random.Random, steps: int, key: str, level: Callable[[int], float]
+) -> list[Step]:
+    """The S1 base with a policy-version staleness under `key`: level(t) plus a little noise
+    (a batch mean of whole versions), never below 0."""
+    return [
+        (t, {**healthy(t, rng), key: max(0.0, level(t) + 0.1 * rng.gauss(0, 1))})
+        for t in range(steps)
+    ]
+
+
+def one_step_off(rng: random.Random, steps: int, key: str) -> list[Step]:
+    """A one-step-off pipeline: every trained sample exactly one version old (NeMo-RL's
+    avg_trajectory_age reads 1.00 at every step, NeMo-RL PR #3410)."""
+    return [(t, {**healthy(t, rng), key: 1.0}) for t in range(steps)]
+
+
+def fully_async(t: int) -> float:
+    """A fully-async pipeline with K = 4: empty at the start, filling to ~2.5 versions."""
+    return 2.5 * (1 - math.exp(-t / 5))
+
+
+def queue_backlog(t: int) -> float:
+    """One version behind until 150, then rollouts queue up: +0.05 versions a step."""
+    return 1.0 + 0.05 * max(0, t - 150)
+
+
+def moe(
+    rng: random.Random,
+    steps: int,
+    scale: Callable[[int], float],
+    fallback: float = 0.0,
+    noise: float = 0.2,
+) -> list[Step]:
+    """The S1 base with verl's rollout MoE load statistics, noisy (x e^{noise eps}) around
+    1.2 x scale(t) (max_vio) and 0.4 x scale(t) (avg_vio), and a router-replay fallback share
+    (`fallback` from step 100)."""
+    run = []
+    for t in range(steps):
+        e = rng.gauss
+        values = healthy(t, rng)
+        values["rollout/moe/max_vio/avg"] = 1.2 * scale(t) * math.exp(noise * e(0, 1))
+        values["rollout/moe/avg_vio/avg"] = 0.4 * scale(t) * math.exp(noise * e(0, 1))
+        values["routing_confidence/mean"] = clip01(0.6 + 0.02 * e(0, 1))
+        values["r3/routed_experts_fallback_token_route_fraction"] = fallback if t >= 100 else 0.0
+        run.append((t, values))
+    return run
+
+
 def controller_config(steps: int, target: float) -> dict[str, Any]:
     return base_config(
         steps,
@@ -327,6 +376,75 @@ SCENARIOS: tuple[Scenario, ...] = (
         must_fire=CONTROLLER_DOWN,
         # KL settles near 0.2x target here, right at the units rule's edge (1 seed in 200).
         allowed=frozenset({("kl_controller", "kl_controller_units")}),
+    ),
+    _scenario(
+        "A1_one_step_off",
+        300,
+        lambda rng, steps: one_step_off(
+            rng, steps, "training/off_policy/trajectory_staleness/mean"
+        ),
+    ),
+    _scenario(
+        "A1b_one_step_off_designed",
+        300,
+        lambda rng, steps: one_step_off(rng, steps, "train/avg_trajectory_age"),
+        config=base_config(300, grpo={"async_grpo": {"max_trajectory_age_steps": 1}}),
+    ),
+    _scenario(
+        "A2_fully_async_within_max",
+        300,
+        lambda rng, steps: staleness(
+            rng, steps, "ppo_actor/update/version_stats/sample_staleness_theta_avg", fully_async
+        ),
+        config=base_config(300, rollout={"max_head_offpolicyness": 4}),
+    ),
+    _scenario(
+        "A3_staleness_backlog",
+        300,
+        lambda rng, steps: staleness(rng, steps, "off_policy/mean", queue_backlog),
+        must_fire=(
+            Expect("staleness", "staleness_growth", "warn", 190, 215),
+            Expect("staleness", "staleness_growth", "critical", 245, 275),
+        ),
+    ),
+    _scenario(
+        "A4_staleness_past_designed_max",
+        300,
+        lambda rng, steps: staleness(
+            rng, steps, "off_policy/mean", lambda t: 1.5 if t < 150 else 4.5
+        ),
+        config=base_config(300, orchestrator={"max_off_policy_steps": 2}),
+        must_fire=(Expect("staleness", "staleness_growth", "warn", 150, 160),),
+    ),
+    _scenario(
+        "M1_moe_healthy_noisy",
+        300,
+        lambda rng, steps: moe(rng, steps, lambda t: 1.0, noise=0.35),
+    ),
+    _scenario(
+        "M2_moe_imbalance_growth",
+        300,
+        lambda rng, steps: moe(rng, steps, lambda t: math.exp(max(0, t - 120) / 60)),
+        must_fire=(
+            Expect("moe_routing", "moe_load_imbalance", "warn", 150, 190),
+            Expect("moe_routing", "moe_load_imbalance", "critical", 175, 215),
+        ),
+    ),
+    _scenario(
+        "M3_moe_jump",
+        300,
+        lambda rng, steps: moe(rng, steps, lambda t: 1.0 if t < 150 else 4.0),
+        must_fire=(
+            Expect("moe_routing", "moe_load_jump", "warn", 151, 160),
+            Expect("moe_routing", "moe_load_imbalance", "warn", 150, 165),
+            Expect("moe_routing", "moe_load_imbalance", "critical", 150, 175),
+        ),
+    ),
+    _scenario(
+        "M4_r3_fallback",
+        300,
+        lambda rng, steps: moe(rng, steps, lambda t: 1.0, fallback=0.03),
+        must_fire=(Expect("moe_routing", "moe_route_fallback", "warn", 102, 102),),
     ),
     _scenario(
         "S9c_units_mismatch",

@@ -424,6 +424,14 @@ def test_suite_prefers_first_listed_alias_when_two_keys_map_to_one_signal() -> N
         ({"algorithm": {"kl_ctrl": {"type": "adaptive", "target_kl": 0.1}}}, "kl_target", 0.1),
         ({"algorithm": {"kl_ctrl": {"type": "adaptive"}}}, "kl_controller", "adaptive"),
         ({"trainer": {"total_training_steps": 500}}, "planned_steps", 500.0),
+        ({"trainer": {"v1": {"sampler": {"max_off_policy_threshold": 8}}}}, "max_staleness", 8.0),
+        ({"orchestrator": {"max_off_policy_steps": 16}}, "max_staleness", 16.0),
+        ({"max_async_level": 2}, "max_staleness", 2.0),
+        ({"rollout": {"max_head_offpolicyness": 4}}, "max_staleness", 4.0),
+        ({"grpo": {"async_grpo": {"max_trajectory_age_steps": 1}}}, "max_staleness", 1.0),
+        ({"max_policy_version_lag": 3}, "max_staleness", 3.0),
+        # verl's fully-async staleness_threshold is a share of stale samples, not versions
+        ({"async_training": {"staleness_threshold": 0.5}}, "max_staleness", None),
         ({}, "updates_per_batch", None),
     ],
 )

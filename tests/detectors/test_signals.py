@@ -73,6 +73,17 @@ ALIAS_CASES = [
     ("timing_s/step", "step_time"),
     ("probe/cov_logp_adv", "cov_logp_adv"),
     ("actor/entropy_cov", "cov_logp_adv"),
+    ("training/off_policy/trajectory_staleness/mean", "rollout_staleness"),  # verl v1
+    ("training/off_policy/trajectory_spans/mean", None),  # versions per trajectory, not a lag
+    ("train/avg_trajectory_age", "rollout_staleness"),  # NeMo-RL
+    ("ppo_actor/update/version_stats/sample_staleness_theta_avg", "rollout_staleness"),  # AReaL
+    ("off_policy/mean", "rollout_staleness"),  # prime-rl
+    ("moe/max_vio/avg", "moe_max_vio"),  # VeOmni engine
+    ("rollout/moe/max_vio/avg", "moe_max_vio"),  # verl rollout side
+    ("max_vio/mean", "moe_max_vio"),  # prime-rl
+    ("rollout/moe/avg_vio/avg", "moe_avg_vio"),
+    ("routing_confidence/mean", "moe_routing_confidence"),
+    ("r3/routed_experts_fallback_token_route_fraction", "moe_fallback_fraction"),  # NeMo-RL
     ("system/gpu0/util", None),
     ("my/custom_metric", None),
 ]

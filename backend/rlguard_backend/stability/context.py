@@ -14,6 +14,21 @@ from rlguard_backend.signals import validate_aliases
 
 _VERL_ACTOR = "actor_rollout_ref.actor."
 _VERL_KL_CTRL = "algorithm.kl_ctrl."
+# Each framework's bound on how many policy versions old a trained sample may be. verl's
+# async_training.staleness_threshold is a share of stale samples, not versions: not read.
+_MAX_STALENESS = (
+    "trainer.v1.sampler.max_off_policy_threshold",  # verl v1 async trainer (default 8)
+    "orchestrator.max_off_policy_steps",  # prime-rl (default 8)
+    "max_off_policy_steps",
+    "max_async_level",  # prime-rl before May 2026 (PR #2631 fixed it at 1)
+    "orchestrator.max_async_level",
+    "async_level",
+    "rollout.max_head_offpolicyness",  # AReaL (0 = synchronous)
+    "max_head_offpolicyness",
+    "grpo.async_grpo.max_trajectory_age_steps",  # NeMo-RL (1 recommended)
+    "max_trajectory_age_steps",
+    "max_policy_version_lag",  # slime --max-policy-version-lag (PR #2278)
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +46,7 @@ class RunContext:
     reward_min: float | None = None
     reward_max: float | None = None
     planned_steps: float | None = None
+    max_staleness: float | None = None  # K, the policy versions an async pipeline allows
     signal_aliases: Mapping[str, str | None] | None = None
     thresholds: Mapping[str, Any] | None = None  # rlguard_thresholds: per-run overrides
 
@@ -52,6 +68,7 @@ class RunContext:
             planned_steps=_number(
                 config, "planned_steps", "trainer.total_training_steps", "max_steps"
             ),
+            max_staleness=_number(config, "max_staleness", *_MAX_STALENESS),
             signal_aliases=validate_aliases(_find(config, "signal_aliases")),
             thresholds=_find(config, "rlguard_thresholds"),
         )

@@ -37,6 +37,9 @@ SMOOTHED_SIGNALS = (
     "rollout_is_ess",
     "sample_degenerate",
     "sample_repetition",
+    "rollout_staleness",
+    "moe_max_vio",
+    "moe_avg_vio",
 )
 _SMOOTHED = frozenset(SMOOTHED_SIGNALS)
 _HALF_LIFE_THRESHOLD = {"entropy": "half_life_entropy", "clipfrac": "half_life_clipfrac"}

@@ -79,6 +79,37 @@ class Baseline:
         self.value = state["value"]
 
 
+class SettledLevel:
+    """Mean of the points logged in the `span_steps` steps after warmup: a run's own level once
+    it has settled (an async pipeline filled, the router warmed up), then fixed. The mean, as
+    the EMAs compared with it track the mean of a noisy signal.
+
+    With no point in that span, the first point after it stands in.
+    """
+
+    def __init__(self, span_steps: float) -> None:
+        self.points: list[float] = []
+        self.value: float | None = None
+        self._span_steps = span_steps
+
+    def update(self, steps_since_warm: float, x: float) -> float | None:
+        """Take one finite point; the level once known, else None."""
+        if self.value is None and steps_since_warm >= 0:
+            if steps_since_warm > self._span_steps and self.points:
+                self.value, self.points = sum(self.points) / len(self.points), []
+            else:
+                self.points.append(x)
+        return self.value
+
+    def dump(self) -> dict[str, Any]:
+        """The state, JSON-safe."""
+        return {"points": json_safe(self.points), "value": self.value}
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Continue from a dump()ed state."""
+        self.points, self.value = list(state["points"]), state["value"]
+
+
 class Window(deque[float]):
     """The last `size` finite values, oldest first: ``append`` drops the oldest when full.
 

@@ -44,6 +44,34 @@ DEFAULTS: dict[str, Thresholds] = {
         "persistence": 3,
         "clear_steps": 10,
     },
+    "staleness": {
+        # Bound B on the smoothed staleness; L = the run's mean over settle_steps after warmup.
+        "hint_margin": 1.0,  # B = max(K, L) + this with a designed max K (off-by-one counts)
+        "growth": 2.0,  # without K: B = max(growth x L, L + margin)
+        "margin": 2.0,  # versions: a one-step-off run (L = 1) warns past 3
+        "critical_factor": 2.0,  # CRITICAL above this x B
+        "settle_steps": 20,
+        "persistence": 3,
+        "clear_steps": 10,
+    },
+    "moe_routing": {
+        # Violation (max_vio, else avg_vio) against L, its mean over settle_steps after warmup.
+        "growth": 2.0,  # WARN at this x L ...
+        "growth_floor": 0.25,  # ... and L + this
+        "critical_growth": 3.0,  # CRITICAL at this x L ...
+        "critical_floor": 1.0,  # ... and L + this
+        "settle_steps": 20,
+        "persistence": 5,
+        "jump_factor": 3.0,  # a jump: a point at this x the median of the last jump_points ...
+        "jump_floor": 0.5,  # ... and this above it
+        "jump_points": 20,
+        "jump_min_points": 10,
+        "jump_persistence": 2,
+        "fallback_warn": 0.01,  # R3 fallback share of token routes (NeMo-RL: "absent or rare")
+        "fallback_critical": 0.1,
+        "fallback_persistence": 3,
+        "clear_steps": 10,
+    },
     "nonfinite": {
         "grad_window_steps": 10,
         "grad_critical_count": 2,
