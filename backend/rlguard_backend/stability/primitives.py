@@ -287,3 +287,12 @@ def rounded(value: float | None, digits: int = 4) -> float | None:
     if value is None or not math.isfinite(value):
         return value
     return float(f"{value:.{digits}g}")
+
+
+def times(ratio: float) -> str:
+    """A ratio as alert text says it: ``3,346×``, ``12.3×``, ``0.25×`` (3 significant figures,
+    thousands grouped)."""
+    three_figures = float(f"{ratio:.3g}")
+    if abs(three_figures) >= 1000:
+        return f"{ratio:,.0f}×"
+    return f"{three_figures:g}×"
