@@ -10,7 +10,13 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rlguard_backend.schemas import AlertPublic, MetricKeyPublic, RunPublic, SeriesData
+from rlguard_backend.schemas import (
+    START_SPAN_STEPS,
+    AlertPublic,
+    MetricKeyPublic,
+    RunPublic,
+    SeriesData,
+)
 from rlguard_frontend import figures, panel_views
 from rlguard_frontend.api_client import ApiClient, carry_token
 from rlguard_frontend.panels import all_keys, kl_target, plan_panels
@@ -35,17 +41,13 @@ def make_plan(
     plan["kl_target"] = kl_target(run.config)
     plan["markers"] = [m.model_dump() for m in client.run_markers(run.id).data]
     entropy = plan["panels"].get("entropy", {}).get("keys", [])
+    # Read until known; once known it is fixed (the detectors' start never moves).
     plan["entropy_start"] = (previous or {}).get("entropy_start")
     described = next((k for k in keys if entropy and k.name == entropy[0]), None)
-    recent = described is not None and described.count <= panel_views.ENTROPY_START_POINTS
-    if described is not None and (plan["entropy_start"] is None or recent):
+    if described is not None and plan["entropy_start"] is None:
         first = described.first_step or 0
         head = client.read_series(
-            run.id,
-            entropy[:1],
-            from_step=first,
-            to_step=first + 4 * panel_views.ENTROPY_START_POINTS,
-            times=False,
+            run.id, entropy[:1], from_step=first, to_step=first + START_SPAN_STEPS, times=False
         )
         plan["entropy_start"] = panel_views.entropy_start(head.series[entropy[0]])
     return plan
