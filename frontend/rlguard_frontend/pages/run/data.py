@@ -21,7 +21,9 @@ from rlguard_frontend import figures, panel_views
 from rlguard_frontend.api_client import ApiClient, carry_token
 from rlguard_frontend.panels import all_keys, kl_target, plan_panels
 
-PANEL_MAX_POINTS = 2000
+# A panel's plot is ~560 px wide (two 480 px+ columns beside the alerts): 1,000 points are
+# ~500 min/max buckets, about one a pixel. 2,000 made the first layout ~0.5 MB.
+PANEL_MAX_POINTS = 1000
 MINI_MAX_POINTS = 300  # a 170-px chart shows no more; min/max buckets keep the spikes
 LAST_VALUE_POINTS = 8  # the API's least max_points; every bucket keeps its last point
 SPARK_POINTS = 64  # a 120-px sparkline: 15 min/max buckets
