@@ -4,12 +4,15 @@ A minimal Dash app, served as rlguard serves its dashboard (uvicorn, a2wsgi, gzi
 dashboard's plotly.js bundle in the page's HTML), drawing the same amount that rlguard's page
 draws but with no API behind it: the charts page comes with its figures in the first layout
 (random walks drawn by the compare page's own figure builder, so with its legend, hover and
-traces; no markers, no tables), and the grid page is AG Grid over the runs page's own
+traces; no markers, no tables), the run page's floor is its panel cards, each a graph drawn by
+the run page's own panel builder (lines only: no guides, alerts or markers) in the first layout,
+above a plain list of the other keys, and the grid page is AG Grid over the runs page's own
 columns and options, its rows served from memory by one callback. The benchmark times it in
 the same browser and run as rlguard's page, so ``rlguard − floor`` is what rlguard adds.
 
 ``python -m benchmarks._dashboard_floor charts --runs 50 --panels 9 --points 100`` (or
-``bands --runs 5 --panels 4 --points 500``, or ``grid --runs 5000``) prints
+``bands --runs 5 --panels 4 --points 500``, ``run --runs 2 --panels 6 --points 2000 --keys 31``,
+or ``grid --runs 5000``) prints
 ``listening on URL`` and serves until stopped.
 """
 
@@ -25,7 +28,7 @@ from dash import Dash, Input, Output, dcc, html
 from benchmarks._support import serving
 from rlguard_backend.schemas import SeriesData
 from rlguard_frontend import plotly_bundle
-from rlguard_frontend.figures import View
+from rlguard_frontend.figures import Line, PanelContent, View, panel_figure
 from rlguard_frontend.pages.compare.figures import compare_figure
 from rlguard_frontend.pages.runs.columns import DEFAULT_COLUMNS, column_defs
 from rlguard_frontend.pages.runs.grid import count_text
@@ -88,6 +91,29 @@ def charts_layout(lines: int, panels: int, points: int, banded: bool) -> html.Di
     return html.Div(cards, className="compare-grid")
 
 
+def run_layout(lines: int, panels: int, points: int, keys: int) -> html.Div:
+    """The run page's drawing: ``panels`` cards of ``lines`` lines of ``points`` points each,
+    drawn by its panel builder, and ``keys`` listed keys."""
+    steps = list(range(0, points * 10, 10))
+    cards = []
+    for panel in range(panels):
+        drawn = [
+            Line(f"key {line}", _series(steps, _walk(points, panel * 1000 + line)))
+            for line in range(lines)
+        ]
+        figure = panel_figure(PanelContent(lines=drawn), View())
+        graph = dcc.Graph(figure=figure, config={"displaylogo": False}, className="graph")
+        cards.append(html.Div([html.H4(f"panel {panel}"), graph], className="card"))
+    listed = [
+        html.Div(
+            [html.Span(f"custom/metric_{k:02d}", className="key-name"), html.Span("0.5")],
+            className="key-row",
+        )
+        for k in range(keys)
+    ]
+    return html.Div([html.Div(cards, className="panels"), html.Div(listed)], className="run-page")
+
+
 def grid_app(app: Dash, runs: int) -> None:
     """The runs page's grid over ``runs`` rows held in memory; a name filter narrows them."""
     rows: list[dict[str, Any]] = [
@@ -135,8 +161,8 @@ def grid_app(app: Dash, runs: int) -> None:
         return page, count_text(len(matching), len(rows))
 
 
-def floor_app(view: str, runs: int, panels: int, points: int) -> Dash:
-    """The floor page of a ``view`` (charts, bands or grid)."""
+def floor_app(view: str, runs: int, panels: int, points: int, keys: int = 0) -> Dash:
+    """The floor page of a ``view`` (charts, bands, run or grid)."""
     if view == "grid":
         app = Dash(__name__, update_title=None)  # type: ignore[arg-type]
         grid_app(app, runs)
@@ -145,13 +171,17 @@ def floor_app(view: str, runs: int, panels: int, points: int) -> Dash:
     app = Dash(__name__, update_title=None, external_scripts=[url] if url else [])  # type: ignore[arg-type]
     if url:
         plotly_bundle.install(app.server, url)
-    app.layout = charts_layout(runs, panels, points, view == "bands")
+    if view == "run":
+        app.layout = run_layout(runs, panels, points, keys)
+    else:
+        app.layout = charts_layout(runs, panels, points, view == "bands")
     return app
 
 
-def floor_up(view: str, runs: int, panels: int = 1, points: int = 0) -> Any:
+def floor_up(view: str, runs: int, panels: int = 1, points: int = 0, keys: int = 0) -> Any:
     """The floor page of a ``view`` in a subprocess; yields its base URL."""
     sizes = ["--runs", str(runs), "--panels", str(panels), "--points", str(points)]
+    sizes += ["--keys", str(keys)]
     return serving(["benchmarks._dashboard_floor", view, *sizes])
 
 
@@ -162,12 +192,13 @@ def main() -> None:
     from rlguard_frontend.asgi import dashboard_asgi
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("view", choices=("charts", "bands", "grid"))
+    parser.add_argument("view", choices=("charts", "bands", "run", "grid"))
     parser.add_argument("--runs", type=int, required=True, help="lines, groups or grid rows")
     parser.add_argument("--panels", type=int, default=1)
     parser.add_argument("--points", type=int, default=200, help="points per line")
+    parser.add_argument("--keys", type=int, default=0, help="listed keys (run)")
     args = parser.parse_args()
-    app = floor_app(args.view, args.runs, args.panels, args.points)
+    app = floor_app(args.view, args.runs, args.panels, args.points, args.keys)
     sock = bind_socket("127.0.0.1", 0)
     print(f"floor listening on {base_url(sock)}", flush=True)
     serve_socket(dashboard_asgi(app), sock, Settings())

@@ -4,7 +4,8 @@
   (goal: median ≤ 1.5 s);
 - first render: opening the run page of a 200,000-step run with 40 keys until every panel
   has drawn and the other keys are listed (goal ≤ 2 s), with the sizes of the responses behind
-  it, and the time a picked key's chart takes to draw;
+  it, and the time a picked key's chart takes to draw; each sample beside its floor (a minimal
+  Dash page drawing the same panel cards and key list, ``_dashboard_floor run``);
 - many runs (``_dashboard_views``): the compare page over 50 runs × the stability panels
   (goal ≤ 2 s), grouped bands over 5 groups × 5 seeds of 20,000 steps (goal ≤ 2 s), the runs
   grid over 5,000 runs, first render and a filter (goal ≤ 1 s); each beside baselines
@@ -103,7 +104,8 @@ def fill_run(base: str, run_id: str, step_count: int = STEPS) -> dict[str, Any]:
 
 
 def series_sizes(base: str, run_id: str, step_count: int = STEPS) -> dict[str, int]:
-    """Bytes of the API answers the run page asks for on first render (x axis: steps)."""
+    """Bytes of the API answers the run page asks for on first render (x axis: steps), and the
+    points of its longest panel line."""
     from rlguard_frontend.pages.run.data import LAST_VALUE_POINTS, PANEL_MAX_POINTS
 
     others = KEYS[len(CANONICAL_KEYS) :]
@@ -121,7 +123,28 @@ def series_sizes(base: str, run_id: str, step_count: int = STEPS) -> dict[str, i
             }
             answer = http.get(f"/api/v1/runs/{run_id}/series", params=params)
             sizes[name] = len(answer.content)
+            if first == 0:
+                lines = answer.json()["series"].values()
+                sizes["panel_line_points"] = max(len(line["steps"]) for line in lines)
     return sizes
+
+
+def panel_shape(base: str, run_id: str) -> tuple[int, int]:
+    """(panels, most lines on one) of the run page's plan for ``run_id``."""
+    from rlguard_frontend.panels import plan_panels
+
+    with httpx.Client(base_url=base, timeout=60) as http:
+        keys = http.get(f"/api/v1/runs/{run_id}/keys").json()["data"]
+    panels = plan_panels(keys)["panels"].values()
+    return len(panels), max(len(p["keys"]) + len(p["right"]) for p in panels)
+
+
+def floor_render(page: Any, url: str, others: int) -> float:
+    """Seconds from opening the run page's floor to every panel drawn and the keys listed."""
+    started = time.perf_counter()
+    page.goto(url)
+    page.wait_for_function(ALL_DRAWN_JS % others, timeout=60_000, polling=POLL_MS)
+    return time.perf_counter() - started
 
 
 # Recorded in the page from navigation start (ms): the layout and every Dash callback (output,
@@ -192,12 +215,16 @@ def _breakdown(bench: dict[str, Any], done_ms: float) -> dict[str, Any]:
 
 
 def first_render(
-    browser: Any, base: str, run_id: str, samples: int = RENDER_SAMPLES
+    browser: Any, base: str, run_id: str, floor: str, samples: int = RENDER_SAMPLES
 ) -> dict[str, Any]:
-    """Median first render of the run page in Chromium, with its response size and breakdown."""
-    times, dash_bytes, breakdowns, picks, listed = [], [], [], [], 0
+    """Median first render of the run page in Chromium, with its response size and breakdown,
+    each sample beside one of its ``floor`` page (the same drawing, no rlguard behind it)."""
+    times, floors, dash_bytes, breakdowns, picks, listed = [], [], [], [], [], 0
     others = len(KEYS[len(CANONICAL_KEYS) :])
     for _ in range(samples):
+        context = browser.new_context(viewport={"width": 1600, "height": 1000})
+        floors.append(floor_render(context.new_page(), floor, others))
+        context.close()
         context = browser.new_context(viewport={"width": 1600, "height": 1000})
         context.add_init_script(BREAKDOWN_JS)
         page = context.new_page()
@@ -228,6 +255,11 @@ def first_render(
         "first_render_s": round(statistics.median(times), 3),
         "first_render_samples_s": [round(t, 3) for t in times],
         "first_render_goal_s": 2.0,
+        "floor_first_render_s": round(statistics.median(floors), 3),
+        "floor_first_render_samples_s": [round(t, 3) for t in floors],
+        "first_render_ratio_to_floor": round(
+            statistics.median(times) / statistics.median(floors), 2
+        ),
         "first_render_breakdown_of_median": breakdown,
         "first_render_keys_listed": listed,
         "pick_key_s": round(statistics.median(picks), 3),
@@ -323,7 +355,13 @@ def main() -> None:
                     if not (args.reuse and _has_long_run(base, steps)):
                         result.update(fill_run(base, "bench-long", steps))
                     result.update(series_sizes(base, "bench-long", steps))
-                    result.update(first_render(browser, base, "bench-long", sizes.samples))
+                    panels, lines = panel_shape(base, "bench-long")
+                    others = len(KEYS) - len(CANONICAL_KEYS)
+                    points = result["panel_line_points"]
+                    with floor_up("run", lines, panels, points, others) as floor:
+                        result.update(
+                            first_render(browser, base, "bench-long", f"{floor}/", sizes.samples)
+                        )
                 if "compare" in parts:
                     run_ids = views.seed_compare(base, sizes)
                     result["compare"] = views.compare_overlay(browser, base, run_ids, sizes.samples)

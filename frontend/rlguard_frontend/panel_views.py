@@ -10,12 +10,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlguard_backend.schemas import AlertPublic, SeriesData
+from rlguard_backend.schemas import AlertPublic, SeriesData, start_level
 from rlguard_frontend import figures, traces
 from rlguard_frontend.panels import CONTROLLED_KL_SIGNALS, PANELS_BY_ID, panels_for_alert
 
 MINI_HEIGHT = 170
-ENTROPY_START_POINTS = 10
 
 
 def alerts_by_panel(
@@ -122,11 +121,11 @@ def first_key(panel_id: str, plan: Mapping[str, Any]) -> str:
 
 
 def entropy_start(series: SeriesData | None) -> float | None:
-    """The run's starting entropy: mean of its first few finite points."""
+    """The run's starting entropy as its alerts' ``entropy_start`` says it (``start_level``),
+    from the series of its first ``START_SPAN_STEPS`` steps."""
     if series is None:
         return None
-    values = [v for v in traces.decode(series.values) if v is not None][:ENTROPY_START_POINTS]
-    return sum(values) / len(values) if values else None
+    return start_level(series.steps, traces.decode(series.values))
 
 
 def extension(

@@ -355,12 +355,15 @@ def test_rewards_outside_unit_interval(name: str) -> None:
     assert events
 
 
-def test_long_warmup_only_non_finite_rules_fire() -> None:
+def test_long_warmup_only_non_finite_and_degenerate_batch_rules_fire() -> None:
+    """In warmup only D1 and the hard limits fire: S8's NaNs, and its all-truncated batch
+    with the reward at its floor (D8's truncated_at_floor)."""
     seed = 34
     run = s8(random.Random(seed), 400)
     config = base_config(400, planned_steps=1_000_000)
     events, _ = check_rebuilt(f"S8 with planned_steps 1e6 seed {seed}", config, run, [100, 37])
-    assert events and {event.detector for event in events} == {"nonfinite"}
+    fired = {(event.detector, event.key) for event in events}
+    assert fired == {("nonfinite", "nonfinite"), ("length", "truncated_at_floor")}
 
 
 THRESHOLD_CASES = {

@@ -83,7 +83,7 @@ def test_suite_missing_says_why_from_a_detectors_reads_then_its_needs() -> None:
     suite = DetectorSuite(sc.base_config(10))
     suite.feed(0, {"critic/score/mean": 0.2})
     missing = suite.missing()
-    assert missing["length"] == "no response length logged: disabled"
+    assert missing["length"] == "no response length or truncation ratio logged: disabled"
     assert missing["kl_spike"].endswith(": disabled")
     suite.feed(1, {"response_length/mean": 300.0, "actor/grad_norm": 0.5})
     missing = suite.missing()

@@ -7,7 +7,9 @@ import random
 
 import pytest
 
+from rlguard_backend.schemas import start_level
 from rlguard_backend.stability.primitives import (
+    Baseline,
     Lookback,
     SortedWindow,
     median,
@@ -44,3 +46,18 @@ def test_packed_floats_round_trip_bit_for_bit_through_json(values: list[float]) 
 @pytest.mark.parametrize("steps", [[], [0, 1, 2**62], [1.5, 2.5]])
 def test_packed_steps_round_trip_and_keep_non_int_steps_as_a_list(steps: list) -> None:
     assert unpack_steps(json.loads(json.dumps(pack_steps(steps)))) == steps
+
+
+def test_baseline_streams_the_start_level_the_dashboard_computes() -> None:
+    """One definition of a run's start: the detectors' streamed Baseline and the batch
+    ``schemas.start_level`` the run page's guide uses agree, dense, sparse or with gaps."""
+    rng = random.Random(5)
+    for _ in range(300):
+        steps = sorted(rng.sample(range(200), rng.randint(1, 12)))
+        values = [rng.choice([rng.random(), None]) for _ in steps]
+        baseline = Baseline()
+        streamed = None
+        for step, value in zip(steps, values, strict=True):
+            if value is not None:
+                streamed = baseline.update(step, value)
+        assert streamed == start_level(steps, values), (steps, values)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +14,7 @@ from dash import no_update
 from dash.exceptions import PreventUpdate
 
 from rlguard_backend.schemas import AlertPublic, SamplePublic, SampleTokens, SeriesData
-from rlguard_frontend import figures, ids
+from rlguard_frontend import figures, ids, panel_views
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.components import alert_views
 from rlguard_frontend.figures import PALETTE, View, merged_ranges, step_span
@@ -553,3 +554,32 @@ def test_sparkline_of_no_finite_points_is_empty() -> None:
 )
 def test_key_value_text_shows_four_digits_and_non_finite_by_name(value: Any, text: str) -> None:
     assert run_data.value_text(value) == text
+
+
+def test_run_entropy_guide_is_the_start_the_entropy_alert_reports(
+    server: RunningServer, client: ApiClient
+) -> None:
+    """The panel's "start" guide and the alert's ``entropy_start`` are one definition
+    (``schemas.start_level``): a NaN first point and a noisy start would part a mean of the
+    first 10 points (the guide's old definition) from the median of the first 5."""
+    from tests.detectors.scenarios import SCENARIOS
+
+    scenario = next(s for s in SCENARIOS if s.name == "S2_early_collapse")
+    steps = scenario.run(0)
+    steps[0][1]["actor/entropy"] = float("nan")
+    for t, noise in enumerate((0.4, -0.3, 0.2, -0.1, 0.3, 0.5, -0.2, 0.1, 0.2, 0.4), start=1):
+        steps[t][1]["actor/entropy"] += noise
+    run_id = new_run_id("start")
+    rows = [{"step": t, "values": values} for t, values in steps]
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        body = {"id": run_id, "project": "start", "config": scenario.config}
+        http.post("/api/v1/runs", json=body).raise_for_status()
+        body = {"batch_id": "all", "steps": json.loads(json.dumps(rows).replace("NaN", '"NaN"'))}
+        http.post(f"/api/v1/runs/{run_id}/batches", json=body).raise_for_status()
+    alert = next(a for a in client.list_alerts(run_id).data if a.detector == "entropy_collapse")
+    plan = run_data.make_plan(client, client.get_run(run_id), None)
+    assert plan["entropy_start"] == pytest.approx(alert.evidence["entropy_start"], rel=1e-4)
+    guide, _half = panel_views.guides("entropy", plan)
+    assert guide.label == f"start {alert.evidence['entropy_start']:.3g}"
+    first_ten = [steps[t][1]["actor/entropy"] for t in range(1, 11)]
+    assert abs(sum(first_ten) / 10 - plan["entropy_start"]) > 0.01  # the definitions differ here

@@ -3,6 +3,7 @@ plotly.js bundle, compressed; links and history still go through the page callba
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,13 @@ def _record_answers(page: Any, route: str) -> list[Any]:
     return answers
 
 
+def _callback_output(request: Any) -> str:
+    """A Dash callback request's ``output`` ("" for any other request)."""
+    if not request.url.split("?")[0].endswith("_dash-update-component"):
+        return ""
+    return str(json.loads(request.post_data or "{}").get("output", ""))
+
+
 def test_run_page_comes_drawn_with_the_first_layout(dashboard: Any, page: Any) -> None:
     run_id = new_run_id("first")
     seed_run(dashboard.url, run_id)
@@ -45,6 +53,8 @@ def test_run_page_comes_drawn_with_the_first_layout(dashboard: Any, page: Any) -
     callbacks = _record_answers(page, "_dash-update-component")
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
+    posted: list[str] = []  # the outputs each callback request asks for
+    page.on("request", lambda r: posted.append(_callback_output(r)))
     page.goto(f"{dashboard.url}/runs/{run_id}")
     _entropy_drawn(page)
     layout = layouts[0].text()
@@ -54,6 +64,14 @@ def test_run_page_comes_drawn_with_the_first_layout(dashboard: Any, page: Any) -
     lazy = [url for url in requests if DASH_PLOTLY in url]
     assert not lazy, "dcc.Graph fetched Dash's plotly.js: the page's bundle was not loaded first"
     assert page.evaluate("Plotly.version") == plotly_bundle.VERSION
+    # Past the first tick (sent after anything the page's mount triggers), no callback was
+    # asked to draw the panels again: the zoom store's mount once redrew them all (~0.4 MB).
+    with page.expect_request(
+        lambda r: "run-header.children" in _callback_output(r), timeout=WAIT_MS
+    ):
+        pass  # the next tick's refresh is sent (the interval keeps ticking)
+    outputs = [o for o in posted if "run-panel-graph" in o and ".figure" in o]
+    assert outputs == [], outputs
     assert page.console_errors == []
 
 

@@ -10,6 +10,12 @@ from rlguard_backend.schemas.alerts import (
     DetectRequest,
     DetectResult,
 )
+from rlguard_backend.schemas.baselines import (
+    START_POINTS,
+    START_SPAN_STEPS,
+    START_SPARSE_GAP_STEPS,
+    start_level,
+)
 from rlguard_backend.schemas.commands import (
     COMMAND_KINDS,
     CommandIn,
@@ -129,6 +135,9 @@ __all__ = [
     "RUN_STATUSES",
     "SAMPLE_NUMBER_FIELDS",
     "SAMPLE_TEXT_FIELDS",
+    "START_POINTS",
+    "START_SPAN_STEPS",
+    "START_SPARSE_GAP_STEPS",
     "WIRE_NUMBER_SCHEMA",
     "AlertList",
     "AlertPublic",
@@ -222,4 +231,5 @@ __all__ = [
     "WriteLoad",
     "flatten_config",
     "nonfinite_as_wire",
+    "start_level",
 ]

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import Window, median, rounded
+from rlguard_backend.stability.primitives import Window, median, rounded, times
 from rlguard_backend.stability.rules import NEVER, Detector, Facts, Need, Rule
 
 UP_ADVICE = [
@@ -159,15 +159,15 @@ class KlController(Detector):
         }
         if self.saturated_sign > 0:
             message = (
-                f"beta has grown ×{factor:.3g} at the controller's maximum rate for {saturated} "
+                f"beta has grown {times(factor)} at the controller's maximum rate for {saturated} "
                 f"steps, yet KL ({kl:.3g}) stays > 1.2× target ({self._target:.3g}): the penalty "
                 "cannot hold the policy or the target is unattainable."
             )
         else:
             message = (
-                f"beta has shrunk ×{factor:.3g} over {saturated} saturated steps; KL ({kl:.3g}) "
-                f"is below target ({self._target:.3g}): the target is too high for this run (or "
-                "in the wrong units); the KL term is effectively off."
+                f"beta has shrunk to {times(factor)} its start over {saturated} saturated steps; "
+                f"KL ({kl:.3g}) is below target ({self._target:.3g}): the target is too high for "
+                "this run (or in the wrong units); the KL term is effectively off."
             )
         return message, facts
 

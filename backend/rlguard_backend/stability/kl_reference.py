@@ -11,7 +11,7 @@ from typing import ClassVar
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import rounded
+from rlguard_backend.stability.primitives import rounded, times
 from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
 # The KLs to the reference a trainer logs: the observations derive kl_ref from them.
@@ -126,8 +126,9 @@ class KlRunaway(Detector):
         else:
             message = (
                 f"KL to the reference is {facts['kl']} nats/token and still accelerating "
-                f"(×{facts['growth']} in 50 steps) while {view.reward.verdict()}: the policy may "
-                "be drifting for no reward (possible reward hacking or an ineffective penalty)."
+                f"(grown {times(facts['growth'])} in 50 steps) while {view.reward.verdict()}: the "
+                "policy may be drifting for no reward (possible reward hacking or an ineffective "
+                "penalty)."
             )
         return message, facts
 

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import SortedWindow, Window, median, rounded
+from rlguard_backend.stability.primitives import SortedWindow, Window, median, rounded, times
 from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
 SPIKE_ADVICE = [
@@ -133,7 +133,7 @@ class KlSpike(Detector):
     def _describe_grad(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         grad, typical = view.finite("grad_norm") or 0.0, self._grad_typical or 1.0
         window, spikes = int(self.thresholds["history_points"]), self._grad_spikes
-        message = f"Grad norm spiked to {grad:.3g} (×{grad / typical:.3g} its running median)"
+        message = f"Grad norm spiked to {grad:.3g} ({times(grad / typical)} its running median)"
         if spikes > 1:
             message += f", {spikes} such spikes in the last {window} steps."
         elif self._spike is not None:
@@ -161,9 +161,9 @@ class KlSpike(Detector):
             facts["degraded"] = "no updates_per_batch in run config; severity lowered one level"
         if self.context.ppo_kl_target is None:
             facts["assumed"] = f"no ppo_kl_target in run config; using default {self._kappa}"
-        times = f" (×{facts['times_typical']} the usual)" if typical else ""
+        usual = f" ({times(size / typical)} its usual level)" if typical else ""
         falling = " while the clip fraction fell" if self._clip_falling else ""
-        return f"One update moved the policy by KL={size:.3g}{times}{falling}.", facts
+        return f"One update moved the policy by KL={size:.3g}{usual}{falling}.", facts
 
     def _mismatch(self, view: StepView) -> Severity | None:
         """On-policy, any |ppo_kl| past the tolerance is a log-prob mismatch."""

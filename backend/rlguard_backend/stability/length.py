@@ -1,4 +1,4 @@
-"""D8 (DETECTORS.md §3): reward-hacking hints from response length.
+"""D8 (DETECTORS.md §3): reward-hacking and degeneration hints from response length.
 
 The spec's "KL jumping with one reward component" hint needs per-component rewards, which no
 canonical signal carries yet.
@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import Lookback, rounded
+from rlguard_backend.stability.primitives import Lookback, rounded, times
 from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
 LENGTH_ADVICE = [
@@ -23,24 +23,30 @@ class LengthHacking(Detector):
     """D8: responses blowing up into truncation, or collapsing to nothing."""
 
     id = "length"
-    reads = Need(frozenset({"response_length"}), "no response length logged: disabled")
+    reads = Need(
+        frozenset({"response_length", "response_clip_ratio"}),
+        "no response length or truncation ratio logged: disabled",
+    )
 
     def start(self) -> None:
         """The smoothed truncation share's history."""
         self.truncation_history = Lookback(int(self.thresholds["rise_lookback_steps"]))
         self._ratio = 1.0  # this step's length over its start
+        self._has_ratio = False  # whether this step has one (the length rules' steps)
 
     needs = (
+        Need(frozenset({"response_length"}), "no response length logged: length rules disabled"),
         Need(
             frozenset({"response_clip_ratio"}), "no truncation ratio logged: blow-up rule disabled"
         ),
     )
 
     def observe(self, view: StepView) -> bool:
-        """This step's length ratio and truncation history; False without a length ratio."""
+        """This step's length ratio and truncation history (steps with a length ratio)."""
         ratio = view.length_ratio
-        if view.finite("response_length") is None or ratio is None:
-            return False
+        self._has_ratio = view.finite("response_length") is not None and ratio is not None
+        if not self._has_ratio or ratio is None:
+            return True
         self._ratio = ratio
         truncated = view.smoothed["response_clip_ratio"]
         if view.finite("response_clip_ratio") is not None and truncated is not None:
@@ -77,7 +83,7 @@ class LengthHacking(Detector):
         if not view.reward.known:
             facts["degraded"] = "no reward logged: cannot tell if length bought reward"
         message = (
-            f"Response length ×{ratio:.3g} vs start with {truncated or 0:.0%} truncated "
+            f"Response length at {times(ratio)} its start with {truncated or 0:.0%} truncated "
             "and no reward gain — possible reward hacking/degeneration."
         )
         return message, facts
@@ -100,10 +106,39 @@ class LengthHacking(Detector):
 
     def _describe_entropy_rise(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         message = (
-            f"Entropy (×{view.rho:.3g}) and length (×{self._ratio:.3g}) are rising "
-            "together: watch for gibberish and repetition."
+            f"Entropy ({times(view.rho or 0.0)} its start) and length ({times(self._ratio)}) are "
+            "rising together: watch for gibberish and repetition."
         )
         return message, {"entropy_ratio": rounded(view.rho), "length_ratio": rounded(self._ratio)}
+
+    def _truncated_at_floor(self, view: StepView) -> Severity | None:
+        """Almost every response truncated while the reward sits within floor_margin x its
+        range of the range's bottom. A reward below the range (rewards that are all one
+        negative value leave the assumed [0, 1]) has no known floor: nothing is said."""
+        truncated, reward = view.finite("response_clip_ratio"), view.finite("reward_mean")
+        if truncated is None or reward is None:
+            return None
+        bottom = view.reward.r_min
+        floor = bottom + self.thresholds["floor_margin"] * view.reward.range
+        at_floor = bottom <= reward <= floor
+        return "warn" if at_floor and truncated >= self.thresholds["truncation_at_floor"] else None
+
+    def _describe_truncated_at_floor(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
+        truncated, reward = view.finite("response_clip_ratio") or 0.0, view.finite("reward_mean")
+        low, high = view.reward.r_min, view.reward.r_max
+        message = (
+            f"{truncated:.0%} of the responses are truncated at step {view.step} while the reward "
+            f"({reward:.3g}) sits at the bottom of its range ({low:.3g} to {high:.3g}): a "
+            "degenerate batch, often right before NaNs (as in "
+            "https://github.com/AgentR1/Agent-R1/issues/30)."
+        )
+        facts: Facts = {
+            "truncated_fraction": rounded(truncated),
+            "reward": rounded(reward),
+            "reward_floor": rounded(low + self.thresholds["floor_margin"] * view.reward.range),
+            **view.reward.evidence(),
+        }
+        return message, facts
 
     rules: ClassVar[tuple[Rule[LengthHacking], ...]] = (
         Rule(
@@ -114,6 +149,7 @@ class LengthHacking(Detector):
             clears=(_blowup_settled,),
             describe=_describe_blowup,
             advice=LENGTH_ADVICE,
+            applies=lambda d, v: d._has_ratio,
         ),
         Rule(
             "length_collapse",
@@ -122,6 +158,7 @@ class LengthHacking(Detector):
             persistence="persistence",
             describe=_describe_collapse,
             advice=LENGTH_ADVICE,
+            applies=lambda d, v: d._has_ratio,
         ),
         Rule(
             "entropy_length_rise",
@@ -130,5 +167,16 @@ class LengthHacking(Detector):
             persistence="persistence",
             describe=_describe_entropy_rise,
             advice=LENGTH_ADVICE[:1],
+            applies=lambda d, v: d._has_ratio,
+        ),
+        Rule(
+            "truncated_at_floor",
+            signals=("response_clip_ratio", "reward_mean"),
+            fires=_truncated_at_floor,
+            describe=_describe_truncated_at_floor,
+            advice=[
+                "Inspect samples for repetition or gibberish.",
+                "Prepare to roll back; check for NaNs in the following steps.",
+            ],
         ),
     )

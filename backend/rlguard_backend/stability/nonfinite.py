@@ -11,7 +11,7 @@ from rlguard_backend.stability.observations import StepView
 from rlguard_backend.stability.primitives import is_finite, rounded
 from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
-# A non-finite value in any of these means the parameters are probably corrupted.
+# A non-finite value in any of these but the reward means the parameters are probably corrupted.
 WATCHED_SIGNALS = (
     "pg_loss",
     "kl_loss",
@@ -24,10 +24,19 @@ WATCHED_SIGNALS = (
     "reward_kl_coef",
 )
 
+# A non-finite reward with every other statistic finite: the reward function made it.
+ADVICE_REWARD_BUG = [
+    "Check the reward function for a division by zero (e.g. normalising by a zero std or "
+    "length) and for NaN from parsing answers (float('nan'), empty matches).",
+    "Skip or clip non-finite rewards before computing advantages: a NaN advantage corrupts "
+    "the next update.",
+]
+
 ADVICE_NONFINITE = [
     "Stop and resume from the last checkpoint before the first non-finite step.",
     "Check bf16/fp16 overflow and the learning rate.",
-    "Check log-prob recomputation (NaN old_log_prob caused verl#721).",
+    "Check log-prob recomputation (a NaN old_log_prob caused "
+    "https://github.com/volcengine/verl/issues/721).",
     "Check for degenerate batches where every response hits the max length.",
 ]
 
@@ -44,7 +53,8 @@ def _warning(
 
     def describe(detector: NonFinite, view: StepView, severity: Severity) -> tuple[str, Facts]:
         evidence = {name: rounded(value) for name, value in (found(detector, view) or {}).items()}
-        return message.format(step=view.step, facts=evidence), evidence
+        said = ", ".join(f"{name} = {value:g}" for name, value in evidence.items())
+        return message.format(step=view.step, facts=said), evidence
 
     return Rule(
         key,
@@ -64,6 +74,7 @@ class NonFinite(Detector):
         """The recent steps with a non-finite grad norm."""
         self.bad_grad_steps: list[int] = []
         self._bad: dict[str, float | str] = {}  # this step's non-finite fields
+        self._reward_only = False  # whether they are the reward alone (its alert's advice)
 
     def observe(self, view: StepView) -> bool:
         """Collect this step's non-finite watched fields (scanned only when there can be any)."""
@@ -110,16 +121,6 @@ class NonFinite(Detector):
             return None
         return {view.sources["kl_ref_seq"]: kl}
 
-    def _truncated_at_floor(self, view: StepView) -> Facts | None:
-        thresholds = self.thresholds
-        truncated, reward = view.finite("response_clip_ratio"), view.finite("reward_mean")
-        if truncated is None or reward is None or truncated < thresholds["truncation_at_floor"]:
-            return None
-        floor = view.reward.r_min + thresholds["floor_margin"] * view.reward.range
-        if reward > floor:
-            return None
-        return {"truncated_fraction": truncated, "reward": reward, "reward_floor": floor}
-
     def _nonfinite_severity(self, view: StepView) -> Severity | None:
         bad = self._bad
         if not bad:
@@ -130,8 +131,13 @@ class NonFinite(Detector):
 
     def _describe_nonfinite(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         bad = self._bad
+        # Only the reward, with losses and grad norm finite: the parameters are not its cause.
+        self._reward_only = list(bad) == [view.sources.get("reward_mean")]
         evidence = {"fields": bad, "non_finite_grad_steps": list(self.bad_grad_steps)}
-        return _nonfinite_message(view.step, bad, severity), evidence
+        return _nonfinite_message(view.step, bad, severity, self._reward_only), evidence
+
+    def _nonfinite_advice(self, severity: Severity) -> list[str]:
+        return ADVICE_REWARD_BUG if self._reward_only else ADVICE_NONFINITE
 
     rules: ClassVar[tuple[Rule[NonFinite], ...]] = (
         Rule(
@@ -139,7 +145,7 @@ class NonFinite(Detector):
             signals=(*WATCHED_SIGNALS, "grad_norm"),
             fires=_nonfinite_severity,
             describe=_describe_nonfinite,
-            advice=ADVICE_NONFINITE,
+            advice=_nonfinite_advice,
             primary=True,
         ),
         _warning(
@@ -158,22 +164,19 @@ class NonFinite(Detector):
             "this 'might be a precursor for failed training'.",
             ["Check generation settings (sampling must match the trainer's policy)."],
         ),
-        _warning(
-            "truncated_at_floor",
-            ("response_clip_ratio", "reward_mean"),
-            _truncated_at_floor,
-            "Almost every response is truncated while reward sits at its floor at step {step} "
-            "({facts}): a degenerate batch, often right before NaNs (Agent-R1#30).",
-            [
-                "Inspect samples for repetition or gibberish.",
-                "Prepare to roll back; check for NaNs in the following steps.",
-            ],
-        ),
     )
 
 
-def _nonfinite_message(step: int, bad: dict[str, float | str], severity: Severity) -> str:
+def _nonfinite_message(
+    step: int, bad: dict[str, float | str], severity: Severity, reward_only: bool
+) -> str:
     fields = ", ".join(f"{name}={value}" for name, value in sorted(bad.items()))
+    if reward_only:
+        return (
+            f"Non-finite reward at step {step} ({fields}) while the other training statistics "
+            "are finite: a bug in the reward function, not corrupted parameters. Check it for a "
+            "division by zero or NaN from parsing before the next update uses it."
+        )
     if severity == "warn":
         return (
             f"Non-finite grad norm at step {step} ({fields}): the optimizer step was probably "

@@ -17,6 +17,7 @@ from operator import mul
 from typing import Any
 
 from rlguard.protocol import NON_FINITE, to_wire
+from rlguard_backend.schemas.baselines import START_POINTS, START_SPARSE_GAP_STEPS
 from rlguard_backend.store.packed_arrays import pack, unpack
 
 
@@ -36,14 +37,11 @@ def _middle(ordered: list[float]) -> float:
 
 
 class Baseline:
-    """Median of the first 5 finite points, or the first point alone if logging is sparse.
+    """A signal's start, streamed: ``schemas.start_level`` (median of the first 5 finite
+    points, or the first point alone if logging is sparse) one point at a time."""
 
-    Sparse logging (gap >= 10 steps) would mix the start with a state the run already left:
-    one public trace lost 54 % of its entropy between its first two logged points.
-    """
-
-    POINTS = 5
-    SPARSE_GAP_STEPS = 10
+    POINTS = START_POINTS
+    SPARSE_GAP_STEPS = START_SPARSE_GAP_STEPS
 
     def __init__(self) -> None:
         self.points: list[float] = []
@@ -318,3 +316,12 @@ def rounded(value: float | None, digits: int = 4) -> float | None:
     if value is None or not math.isfinite(value):
         return value
     return float(f"{value:.{digits}g}")
+
+
+def times(ratio: float) -> str:
+    """A ratio as alert text says it: ``3,346×``, ``12.3×``, ``0.25×`` (3 significant figures,
+    thousands grouped)."""
+    three_figures = float(f"{ratio:.3g}")
+    if abs(three_figures) >= 1000:
+        return f"{ratio:,.0f}×"
+    return f"{three_figures:g}×"

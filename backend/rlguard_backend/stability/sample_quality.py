@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from rlguard_backend.stability.events import Severity
 from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import rounded
+from rlguard_backend.stability.primitives import rounded, times
 from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
 TEXT_SIGNALS = ("sample_degenerate", "sample_repetition")
@@ -119,7 +119,7 @@ class SampleQuality(Detector):
         if view.smoothed["sample_repetition"] is not None:
             said.append(f"{_level(view, 'sample_repetition'):.0%} of their 4-grams repeat")
         message = (
-            f"Entropy ×{view.rho or 0.0:.3g} vs start while {' and '.join(said)} — the rise "
+            f"Entropy at {times(view.rho or 0.0)} its start while {' and '.join(said)} — the rise "
             "is gibberish, not exploration."
         )
         return message, {"entropy_ratio": rounded(view.rho), **self._facts(view)}
@@ -127,7 +127,7 @@ class SampleQuality(Detector):
     def _describe_long_loops(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
         ratio, truncated = view.length_ratio or 0.0, view.smoothed["response_clip_ratio"] or 0.0
         message = (
-            f"Response length ×{ratio:.3g} vs start with {truncated:.0%} truncated, and "
+            f"Response length at {times(ratio)} its start with {truncated:.0%} truncated, and "
             f"{_level(view, 'sample_repetition'):.0%} of their 4-grams repeat — the extra "
             "length is loops running into the length limit."
         )

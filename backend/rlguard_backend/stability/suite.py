@@ -52,8 +52,8 @@ PRIMARY: tuple[str, str] = next(
 # 7: sample_quality; 8: D3 and D5 read one KL history (observations); 9: sample_quality's
 # text signals smoothed with the others (observations); 10: the last per-update KLs
 # (observations, for the jump D6 escalates on); 11: staleness and moe_routing, their signals
-# smoothed (observations)
-STATE_VERSION = 11
+# smoothed (observations); 12: truncated_at_floor a rule of D8 (length)
+STATE_VERSION = 12
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
 
 

@@ -78,8 +78,6 @@ DEFAULTS: dict[str, Thresholds] = {
         "kl_loss_clamp": 9.9,  # verl k3 per-token clamp is 10
         "ppo_kl_clamp": 19.9,  # verl log-ratio clamp is 20
         "sequence_kl_negative": -1.0,  # old TRL warning threshold
-        "truncation_at_floor": 0.99,
-        "floor_margin": 0.02,  # x reward range above r_min counts as "at the floor"
         "clear_steps": 10,
     },
     "entropy_collapse": {
@@ -207,6 +205,8 @@ DEFAULTS: dict[str, Thresholds] = {
         "collapse_factor": 0.3,
         "persistence": 5,
         "rise_factor": 1.5,  # entropy and length both above 1.5x start: INFO
+        "truncation_at_floor": 0.99,
+        "floor_margin": 0.02,  # x reward range above r_min counts as "at the floor"
         "clear_steps": 10,
     },
 }

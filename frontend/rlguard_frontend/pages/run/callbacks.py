@@ -18,7 +18,7 @@ from rlguard_frontend.pages.run import data as run_data
 from rlguard_frontend.panel_views import view_from
 from rlguard_frontend.url_state import RunViewState
 
-LIVE_REDRAW_AFTER_POINTS = 1500  # then refetch downsampled history: traces stay ~2,000 points
+LIVE_REDRAW_AFTER_POINTS = 1000  # then refetch downsampled history: traces stay ~2,000 points
 
 
 def refresh_run(

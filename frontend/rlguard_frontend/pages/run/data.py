@@ -10,12 +10,20 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rlguard_backend.schemas import AlertPublic, MetricKeyPublic, RunPublic, SeriesData
+from rlguard_backend.schemas import (
+    START_SPAN_STEPS,
+    AlertPublic,
+    MetricKeyPublic,
+    RunPublic,
+    SeriesData,
+)
 from rlguard_frontend import figures, panel_views
 from rlguard_frontend.api_client import ApiClient, carry_token
 from rlguard_frontend.panels import all_keys, kl_target, plan_panels
 
-PANEL_MAX_POINTS = 2000
+# A panel's plot is ~560 px wide (two 480 px+ columns beside the alerts): 1,000 points are
+# ~500 min/max buckets, about one a pixel. 2,000 made the first layout ~0.5 MB.
+PANEL_MAX_POINTS = 1000
 MINI_MAX_POINTS = 300  # a 170-px chart shows no more; min/max buckets keep the spikes
 LAST_VALUE_POINTS = 8  # the API's least max_points; every bucket keeps its last point
 SPARK_POINTS = 64  # a 120-px sparkline: 15 min/max buckets
@@ -35,17 +43,13 @@ def make_plan(
     plan["kl_target"] = kl_target(run.config)
     plan["markers"] = [m.model_dump() for m in client.run_markers(run.id).data]
     entropy = plan["panels"].get("entropy", {}).get("keys", [])
+    # Read until known; once known it is fixed (the detectors' start never moves).
     plan["entropy_start"] = (previous or {}).get("entropy_start")
     described = next((k for k in keys if entropy and k.name == entropy[0]), None)
-    recent = described is not None and described.count <= panel_views.ENTROPY_START_POINTS
-    if described is not None and (plan["entropy_start"] is None or recent):
+    if described is not None and plan["entropy_start"] is None:
         first = described.first_step or 0
         head = client.read_series(
-            run.id,
-            entropy[:1],
-            from_step=first,
-            to_step=first + 4 * panel_views.ENTROPY_START_POINTS,
-            times=False,
+            run.id, entropy[:1], from_step=first, to_step=first + START_SPAN_STEPS, times=False
         )
         plan["entropy_start"] = panel_views.entropy_start(head.series[entropy[0]])
     return plan
