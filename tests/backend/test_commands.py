@@ -6,9 +6,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from tests.backend.test_auth import Service, service
 from tests.conftest import RunningServer, new_run_id
 
 API = "/api/v1"
+__all__ = ["service"]  # the fixture, used by name below
 
 
 def new_run(http: httpx.Client) -> str:
@@ -126,3 +128,24 @@ def test_commands_name_a_run_by_its_name_or_project_and_name(db_server: RunningS
         assert http.get(f"/runs/{name}/commands").status_code == 409
         assert http.post(f"/runs/{name}/stop", params={"project": "p2"}).status_code == 202
         assert http.get(f"/runs/{twin}/commands").json()["count"] == 1
+
+
+def test_commands_record_the_user_a_token_asks_for_beside_its_name(service: Service) -> None:
+    """The dashboard behind SSO asks with its own token for the signed-in user: the command
+    records both, so no token can pass for another; a read token cannot ask at all."""
+    admin = {"Authorization": f"Bearer {service.tokens['admin']}"}
+    with httpx.Client(base_url=service.url + API, headers=admin, timeout=30) as http:
+        run_id = new_run(http)
+        body = {"reason": "seen enough", "on_behalf_of": " alice@example.com "}
+        for scope in ("read", "write"):
+            asked = http.post(
+                f"/runs/{run_id}/stop",
+                json=body,
+                headers={"Authorization": f"Bearer {service.tokens[scope]}"},
+            )
+            assert asked.status_code == {"read": 403, "write": 202}[scope], asked.text
+        assert asked.json()["requested_by"] == "alice@example.com (via test-write)"
+        own = http.post(f"/runs/{run_id}/checkpoint").json()
+        assert own["requested_by"] == "test-admin"
+        blank = http.post(f"/runs/{run_id}/checkpoint", json={"on_behalf_of": "  "})
+        assert blank.status_code == 422

@@ -127,6 +127,15 @@ def test_sign_in_sso_header_from_the_proxy_opens_the_dashboard(
         page.goto(server.url + "/")
         page.get_by_text(run_id).wait_for(timeout=WAIT_MS)
         assert not page.url.startswith(server.url + "/login") and errors == []
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.goto(f"{server.url}/runs/{run_id}")
+        page.click("#run-stop")  # asked with the dashboard's token, on ada's behalf
+        page.get_by_text("stop asked (command").wait_for(timeout=WAIT_MS)
+        commands = httpx.get(f"{server.url}/api/v1/runs/{run_id}/commands", headers=header)
+        assert [c["requested_by"] for c in commands.json()["data"]] == [
+            "ada@example.com (via dashboard)"
+        ]
+        assert errors == []
         context.close()
         unsigned = httpx.get(f"{server.url}/", timeout=10)
         assert unsigned.status_code == 302 and "/login" in unsigned.headers["location"]
