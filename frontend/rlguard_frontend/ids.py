@@ -140,6 +140,7 @@ POLICIES_DRY_RUN = "policies-dry-run"
 POLICIES_ADD = "policies-add"
 POLICIES_RESULT = "policies-result"
 POLICIES_LIST = "policies-list"
+POLICIES_READ_ONLY = "policies-read-only"
 POLICY_REMOVE = "policies-remove"  # pattern-matching type, one per policy
 
 

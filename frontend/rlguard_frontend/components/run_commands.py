@@ -21,12 +21,18 @@ WHAT_HAPPENS = {
 }
 
 
-def controls() -> html.Div:
-    """The run page's command buttons, their confirmation and the line that answers."""
+def controls(writable: bool = True) -> html.Div:
+    """The run page's command buttons (hidden from a read-only viewer, as the inbox's are),
+    their confirmation and the line that answers."""
+    hidden = {} if writable else {"display": "none"}
     return html.Div(
         [
-            html.Button("stop run…", id=ids.RUN_STOP, className="button-small button-danger"),
-            html.Button("checkpoint…", id=ids.RUN_CHECKPOINT, className="button-small"),
+            html.Button(
+                "stop run…", id=ids.RUN_STOP, className="button-small button-danger", style=hidden
+            ),
+            html.Button(
+                "checkpoint…", id=ids.RUN_CHECKPOINT, className="button-small", style=hidden
+            ),
             dcc.ConfirmDialog(id=ids.RUN_COMMAND_CONFIRM),
             dcc.Store(id=ids.RUN_COMMAND_KIND),
             html.Span(id=ids.RUN_COMMAND_RESULT, className="command-result"),
