@@ -63,7 +63,7 @@ def test_run_commands_refusals_read_as_sentences() -> None:
 
 
 def test_inbox_stops_the_runs_of_ticked_alerts_naming_them(dashboard: Any, page: Any) -> None:
-    first, second = nan_run(dashboard.url, "a"), nan_run(dashboard.url, "b")
+    first, second = nan_run(dashboard.url, "a", name="grpo-a"), nan_run(dashboard.url, "b")
     questions: list[str] = []
 
     def answer(dialog: Any) -> None:
@@ -75,11 +75,14 @@ def test_inbox_stops_the_runs_of_ticked_alerts_naming_them(dashboard: Any, page:
     page.get_by_text("2 open alert(s)").wait_for(timeout=WAIT_MS)
     page.click("#inbox-stop")
     page.get_by_text("Tick the alerts whose runs should stop.").wait_for(timeout=WAIT_MS)
-    page.locator(".inbox-list label").filter(has_text=first).locator("input").check()
+    page.locator(".inbox-list label").filter(has_text="grpo-a").locator("input").check()
     page.click("#inbox-stop")
-    page.get_by_text(f"{first}: stop asked (command").wait_for(timeout=WAIT_MS)
+    page.get_by_text(f"'grpo-a' ({first}) in project 'a': stop asked (command").wait_for(
+        timeout=WAIT_MS
+    )
     assert questions == [
-        f"Stop 1 run(s): '{first}'? Its trainer ends training at its next check of run.should_stop."
+        f"Stop 1 run(s): 'grpo-a' ({first}) in project 'a'? Its trainer ends training at its "
+        "next check of run.should_stop."
     ]
     [command] = httpx.get(f"{dashboard.url}/api/v1/runs/{first}/commands").json()["data"]
     alert = httpx.get(f"{dashboard.url}/api/v1/runs/{first}/alerts").json()["data"][0]

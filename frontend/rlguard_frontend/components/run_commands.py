@@ -43,8 +43,17 @@ def controls(writable: bool = True) -> html.Div:
 
 def confirmation(kind: str, run_id: str, name: str | None, project: str) -> str:
     """The question the dialog asks, naming the run so nobody stops the wrong one."""
+    return f"{kind.capitalize()} run {named(run_id, name, project)}? {WHAT_HAPPENS[kind]}"
+
+
+def named(run_id: str, name: str | None, project: str) -> str:
+    """A run as a person knows it: its name with its id, and its project.
+
+    >>> named("r1", "grpo-seed3", "math")
+    "'grpo-seed3' (r1) in project 'math'"
+    """
     shown = f"{name!r} ({run_id})" if name and name != run_id else repr(run_id)
-    return f"{kind.capitalize()} run {shown} in project {project!r}? {WHAT_HAPPENS[kind]}"
+    return f"{shown} in project {project!r}"
 
 
 def ask(client: ApiClient, run_id: str, kind: str, reason: str | None = None) -> str:
@@ -128,7 +137,12 @@ def stop_targets(client: ApiClient, alert_ids: list[int]) -> list[dict[str, Any]
     for alert in client.list_alerts(status="open").data:
         if alert.id in ticked and alert.run_id not in targets:
             why = f"from the inbox: {alert.severity} {alert.detector}/{alert.key}"
-            targets[alert.run_id] = {"run_id": alert.run_id, "alert_id": alert.id, "reason": why}
+            targets[alert.run_id] = {
+                "run_id": alert.run_id,
+                "alert_id": alert.id,
+                "reason": why,
+                "named": named(alert.run_id, alert.run_name, alert.project),
+            }
     return list(targets.values())
 
 
@@ -140,9 +154,9 @@ def stop_all(client: ApiClient, targets: list[dict[str, Any]]) -> str:
             command = client.ask_command(
                 target["run_id"], "stop", target["reason"], target["alert_id"]
             )
-            said.append(f"{target['run_id']}: stop asked (command {command.id})")
+            said.append(f"{target['named']}: stop asked (command {command.id})")
         except ApiError as exc:
-            said.append(f"{target['run_id']}: {refusal('stop', exc)}")
+            said.append(f"{target['named']}: {refusal('stop', exc)}")
     return "; ".join(said) + "."
 
 
@@ -165,7 +179,7 @@ def register_inbox(app: Dash, client: ApiClient) -> None:
             targets = stop_targets(client, ticked)
         except ApiError as exc:
             return False, "", None, refusal("stop", exc)
-        names = ", ".join(repr(t["run_id"]) for t in targets)
+        names = ", ".join(t["named"] for t in targets)
         question = f"Stop {len(targets)} run(s): {names}? {WHAT_HAPPENS['stop']}"
         return True, question, targets, ""
 
