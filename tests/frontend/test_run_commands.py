@@ -8,10 +8,15 @@ from typing import Any
 import httpx
 
 from rlguard_frontend.api_client import ApiError
+from rlguard_frontend.chart_markers import MARKER_COLOURS
 from rlguard_frontend.components import run_commands
 from tests.conftest import new_run_id
-from tests.frontend.helpers import WAIT_MS, seed_run
+from tests.frontend.helpers import WAIT_MS, graph_selector, seed_run
 from tests.frontend.test_inbox_page import nan_run
+from tests.support.browser import POLL_MS
+
+LINES_JS = """el => el.layout.shapes.filter(s => s.yref === 'paper' && s.x0 === s.x1)
+    .map(s => [s.x0, s.line.dash, s.line.color])"""
 
 
 def test_run_page_stop_button_asks_naming_the_run_then_sends_one_stop(
@@ -42,7 +47,24 @@ def test_run_page_stop_button_asks_naming_the_run_then_sends_one_stop(
     page.click("#run-checkpoint")
     page.get_by_text("checkpoint asked (command").wait_for(timeout=WAIT_MS)
     assert questions[-1].startswith("Checkpoint run 'grpo-seed3'")
-    assert httpx.get(f"{dashboard.url}/api/v1/runs/{run_id}/commands").json()["count"] == 2
+    asked = httpx.get(f"{dashboard.url}/api/v1/runs/{run_id}/commands").json()["data"]
+    assert [c["kind"] for c in asked] == ["stop", "checkpoint"]
+    step = asked[0]["requested_step"]
+    page.reload()  # the page's plan reads the run's markers as it is drawn
+    chart = graph_selector("entropy")
+    page.wait_for_function(
+        f"document.querySelector(`{chart}`)?.layout?.shapes?.length > 0",
+        timeout=WAIT_MS,
+        polling=POLL_MS,
+    )
+    lines = page.eval_on_selector(chart, LINES_JS)
+    assert [step, "dash", MARKER_COLOURS["stop"]] in lines, lines
+    assert [step, "dash", MARKER_COLOURS["checkpoint"]] in lines
+    labels = page.eval_on_selector(
+        chart, "el => el.layout.annotations.map(a => [a.text, a.hovertext])"
+    )
+    assert ["stop", f"stop by local (auth off) (step {step})"] in labels, labels
+    assert ["ckpt", f"checkpoint by local (auth off) (step {step})"] in labels
     assert page.console_errors == []
 
 
