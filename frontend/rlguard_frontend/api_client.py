@@ -12,6 +12,7 @@ import httpx
 from rlguard_backend.schemas import (
     AlertList,
     AlertPublic,
+    CommandList,
     CommandPublic,
     GroupList,
     MarkerList,
@@ -276,6 +277,10 @@ class ApiClient:
         return CommandPublic.model_validate(
             self._send("POST", f"/v1/runs/{run_id}/{kind}", json=body)
         )
+
+    def list_commands(self, run_id: str) -> CommandList:
+        """The run's stop and checkpoint commands, oldest first."""
+        return CommandList.model_validate(self._get(f"/v1/runs/{_segment(run_id)}/commands"))
 
     def list_policies(self, project: str) -> PolicyList:
         """The project's command policies."""

@@ -54,6 +54,7 @@ RUN_CHECKPOINT = "run-checkpoint"
 RUN_COMMAND_CONFIRM = "run-command-confirm"
 RUN_COMMAND_KIND = "run-command-kind"
 RUN_COMMAND_RESULT = "run-command-result"
+RUN_COMMANDS = "run-commands"
 
 SAMPLES_STATE = "samples-state"
 SAMPLES_TITLE = "samples-title"

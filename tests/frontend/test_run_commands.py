@@ -40,6 +40,12 @@ def test_run_page_stop_button_asks_naming_the_run_then_sends_one_stop(
     ]
     commands = httpx.get(f"{dashboard.url}/api/v1/runs/{run_id}/commands").json()["data"]
     assert [(c["kind"], c["state"]) for c in commands] == [("stop", "pending")]
+    listed = page.locator("#run-commands tbody tr")
+    listed.first.wait_for(timeout=WAIT_MS)  # the run's history, refreshed by the answer
+    cells = listed.first.locator("td").all_inner_texts()
+    assert cells[:4] == ["stop", "pending", "local (auth off)", ""]
+    assert cells[4].endswith(f"UTC (step {commands[0]['requested_step']})")
+    assert cells[5:] == ["—", "—"]
     page.screenshot(path=str(artifacts_dir / "run-stop.png"))
     page.click("#run-stop")
     page.get_by_text("Not sent: run").wait_for(timeout=WAIT_MS)
@@ -49,6 +55,11 @@ def test_run_page_stop_button_asks_naming_the_run_then_sends_one_stop(
     assert questions[-1].startswith("Checkpoint run 'grpo-seed3'")
     asked = httpx.get(f"{dashboard.url}/api/v1/runs/{run_id}/commands").json()["data"]
     assert [c["kind"] for c in asked] == ["stop", "checkpoint"]
+    report = f"{dashboard.url}/api/v1/runs/{run_id}/commands/{asked[1]['id']}"
+    httpx.patch(report, json={"delivered": True, "acted": True, "step": 19}).raise_for_status()
+    acted = page.locator("#run-commands tbody tr", has_text="checkpoint")
+    acted.locator("td", has_text="acted").wait_for(timeout=WAIT_MS)  # the tick re-reads it
+    assert acted.locator("td").nth(6).inner_text().endswith("UTC (step 19)")
     step = asked[0]["requested_step"]
     page.reload()  # the page's plan reads the run's markers as it is drawn
     chart = graph_selector("entropy")

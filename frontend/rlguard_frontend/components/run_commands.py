@@ -1,5 +1,5 @@
 """Stop or checkpoint a run from its page, or stop the runs of alerts ticked in the inbox: a
-button, a confirmation naming the runs, the answer.
+button, a confirmation naming the runs, the answer; and the run's commands listed on its page.
 
 The run page's buttons sit outside the live header (which each refresh redraws), so a click is
 never lost.
@@ -7,14 +7,19 @@ never lost.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 
+from rlguard_backend.schemas import CommandPublic
 from rlguard_frontend import ids
 from rlguard_frontend.api_client import ApiClient, ApiError
 
 BUTTONS = {ids.RUN_STOP: "stop", ids.RUN_CHECKPOINT: "checkpoint"}
+HISTORY_EVERY_TICKS = 5  # the list re-reads the run's commands every 5th tick (~5 s)
+HISTORY_COLUMNS = ("command", "state", "asked by", "why", "asked", "delivered", "acted")
 WHAT_HAPPENS = {
     "stop": "Its trainer ends training at its next check of run.should_stop.",
     "checkpoint": "Its trainer saves a checkpoint at its next check and goes on.",
@@ -39,6 +44,41 @@ def controls(writable: bool = True) -> html.Div:
         ],
         className="run-actions",
     )
+
+
+def history() -> html.Section:
+    """The run's commands (filled by ``register``'s callback; empty until there is one)."""
+    return html.Section(id=ids.RUN_COMMANDS, className="run-commands")
+
+
+def history_table(commands: list[CommandPublic]) -> list[Any]:
+    """The run's commands, oldest first: kind, state, who, why and when asked, delivered and
+    acted on; nothing when there is none."""
+    if not commands:
+        return []
+    rows = [
+        html.Tr(
+            [
+                html.Td(("would " if c.dry_run else "") + c.kind),
+                html.Td(c.state),
+                html.Td(c.requested_by),
+                html.Td(c.reason or ""),
+                html.Td(_when(c.requested_at, c.requested_step)),
+                html.Td(_when(c.delivered_at)),
+                html.Td(_when(c.acted_at, c.acted_step)),
+            ]
+        )
+        for c in commands
+    ]
+    head = html.Thead(html.Tr([html.Th(column) for column in HISTORY_COLUMNS]))
+    return [html.H3("Commands"), html.Table([head, html.Tbody(rows)], className="command-table")]
+
+
+def _when(at: datetime | None, step: int | None = None) -> str:
+    """``2026-12-04 16:20:01 UTC (step 19)``; a dash for what has not happened yet."""
+    if at is None:
+        return "—"
+    return f"{at:%Y-%m-%d %H:%M:%S} UTC" + (f" (step {step})" if step is not None else "")
 
 
 def confirmation(kind: str, run_id: str, name: str | None, project: str) -> str:
@@ -110,6 +150,20 @@ def register(app: Dash, client: ApiClient) -> None:
         if kind is None:
             return no_update
         return ask(client, run_id, kind)
+
+    @app.callback(
+        Output(ids.RUN_COMMANDS, "children"),
+        Input(ids.RUN_ID, "data"),
+        Input(ids.RUN_COMMAND_RESULT, "children"),
+        Input(ids.TICK, "n_intervals"),
+    )
+    def show_history(run_id: str, _answer: Any, ticks: int | None) -> list[Any]:
+        if ctx.triggered_id == ids.TICK and (ticks or 0) % HISTORY_EVERY_TICKS:
+            raise PreventUpdate
+        try:
+            return history_table(client.list_commands(run_id).data)
+        except ApiError:
+            raise PreventUpdate from None  # not there yet, or the API is away: the tick retries
 
 
 def inbox_controls(style: dict[str, str] | None = None) -> html.Span:
