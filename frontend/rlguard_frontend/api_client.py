@@ -12,6 +12,7 @@ import httpx
 from rlguard_backend.schemas import (
     AlertList,
     AlertPublic,
+    CommandList,
     CommandPublic,
     GroupList,
     MarkerList,
@@ -40,6 +41,9 @@ MAX_KNOWN_TOKENS = 256  # viewers' tokens whose scope a dashboard process rememb
 MAX_POINTS = 2000
 # The signed-in viewer's token for the API calls of the request being served (see signin.py).
 REQUEST_TOKEN: ContextVar[str | None] = ContextVar("rlguard_request_token", default=None)
+# The user an SSO proxy signed in, for the request being served: the dashboard's own token
+# asks on their behalf, and the commands it sends name them (``on_behalf_of``).
+REQUEST_VIEWER: ContextVar[str | None] = ContextVar("rlguard_request_viewer", default=None)
 T = TypeVar("T")
 
 
@@ -262,11 +266,21 @@ class ApiClient:
     def ask_command(
         self, run_id: str, kind: str, reason: str | None = None, alert_id: int | None = None
     ) -> CommandPublic:
-        """``POST /runs/{id}/stop`` or ``…/checkpoint``: ask the run's trainer."""
-        body = {k: v for k, v in (("reason", reason), ("alert_id", alert_id)) if v is not None}
+        """``POST /runs/{id}/stop`` or ``…/checkpoint``: ask the run's trainer, on behalf of
+        the SSO user being served (``REQUEST_VIEWER``) when there is one."""
+        fields = (
+            ("reason", reason),
+            ("alert_id", alert_id),
+            ("on_behalf_of", REQUEST_VIEWER.get()),
+        )
+        body = {k: v for k, v in fields if v is not None}
         return CommandPublic.model_validate(
             self._send("POST", f"/v1/runs/{run_id}/{kind}", json=body)
         )
+
+    def list_commands(self, run_id: str) -> CommandList:
+        """The run's stop and checkpoint commands, oldest first."""
+        return CommandList.model_validate(self._get(f"/v1/runs/{_segment(run_id)}/commands"))
 
     def list_policies(self, project: str) -> PolicyList:
         """The project's command policies."""

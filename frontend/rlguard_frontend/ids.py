@@ -54,6 +54,7 @@ RUN_CHECKPOINT = "run-checkpoint"
 RUN_COMMAND_CONFIRM = "run-command-confirm"
 RUN_COMMAND_KIND = "run-command-kind"
 RUN_COMMAND_RESULT = "run-command-result"
+RUN_COMMANDS = "run-commands"
 
 SAMPLES_STATE = "samples-state"
 SAMPLES_TITLE = "samples-title"
@@ -140,6 +141,7 @@ POLICIES_DRY_RUN = "policies-dry-run"
 POLICIES_ADD = "policies-add"
 POLICIES_RESULT = "policies-result"
 POLICIES_LIST = "policies-list"
+POLICIES_READ_ONLY = "policies-read-only"
 POLICY_REMOVE = "policies-remove"  # pattern-matching type, one per policy
 
 

@@ -47,7 +47,7 @@ def page_for(client: ApiClient, where: str, theme: str | None) -> html.Div:
     if path.rstrip("/") == "/compare":
         return compare.layout(query, client, theme)
     if path.rstrip("/") == "/policies":
-        return policies.layout(query)
+        return policies.layout(query, client.can_write())
     if path.rstrip("/") == webhooks.PATH:
         return webhooks.layout(client)
     return not_found_404.layout(path)

@@ -18,7 +18,7 @@ from urllib.parse import quote, urlsplit
 import flask
 from markupsafe import escape
 
-from rlguard_frontend.api_client import REQUEST_TOKEN, ApiClient, ApiError
+from rlguard_frontend.api_client import REQUEST_TOKEN, REQUEST_VIEWER, ApiClient, ApiError
 
 logger = logging.getLogger(__name__)
 
@@ -94,13 +94,16 @@ def install(
     @server.before_request
     def require_sign_in() -> Any:
         REQUEST_TOKEN.set(None)  # a worker thread serves many viewers: never reuse a token
+        REQUEST_VIEWER.set(None)
         request = flask.request
         if request.method == "POST" and not same_origin(request):
             return flask.jsonify(detail="cross-site request refused"), 403
         if request.path in (login, logout) or request.path.startswith(open_paths):
             return None
-        if trust is not None and trust.viewer(request.remote_addr, request.headers):
-            return None  # the API calls carry the dashboard's own token
+        viewer = trust.viewer(request.remote_addr, request.headers) if trust else None
+        if viewer:  # the API calls carry the dashboard's own token; commands name the viewer
+            REQUEST_VIEWER.set(viewer)
+            return None
         token = request.cookies.get(COOKIE)
         if not token:
             if request.method == "GET":

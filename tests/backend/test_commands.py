@@ -6,9 +6,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from tests.backend.test_auth import Service, service
 from tests.conftest import RunningServer, new_run_id
 
 API = "/api/v1"
+__all__ = ["service"]  # the fixture, used by name below
 
 
 def new_run(http: httpx.Client) -> str:
@@ -99,3 +101,51 @@ def test_commands_many_clients_asking_at_once_get_one_stop(db_server: RunningSer
             codes = list(pool.map(ask, range(48)))
         assert sorted(set(codes)) == [202, 409] and codes.count(202) == 1
         assert http.get(f"/runs/{run_id}/commands").json()["count"] == 1
+
+
+def test_commands_name_a_run_by_its_name_or_project_and_name(db_server: RunningServer) -> None:
+    """As every read does: a name finds the run, ``?project=`` tells namesakes apart, and a
+    name several runs share is answered 409 listing them."""
+    name, project = new_run_id("named"), new_run_id("proj")
+    with httpx.Client(base_url=db_server.url + API, timeout=30) as http:
+        run_id = new_run_id("cmd")
+        created = http.post("/runs", json={"id": run_id, "project": project, "name": name})
+        assert created.status_code == 201
+        stop = http.post(f"/runs/{name}/stop", json={"reason": "by name"})
+        assert stop.status_code == 202, stop.text
+        assert stop.json()["run_id"] == run_id
+        checkpoint = http.post(f"/runs/{name}/checkpoint", params={"project": project})
+        assert checkpoint.status_code == 202 and checkpoint.json()["run_id"] == run_id
+        history = http.get(f"/runs/{name}/commands", params={"project": project}).json()
+        assert [c["kind"] for c in history["data"]] == ["stop", "checkpoint"]
+        elsewhere = http.post(f"/runs/{name}/stop", params={"project": "other"})
+        assert elsewhere.status_code == 404 and "in project 'other'" in elsewhere.text
+        twin = new_run_id("cmd")
+        assert http.post("/runs", json={"id": twin, "project": "p2", "name": name}).is_success
+        ambiguous = http.post(f"/runs/{name}/stop")
+        assert ambiguous.status_code == 409
+        assert run_id in ambiguous.json()["detail"] and twin in ambiguous.json()["detail"]
+        assert http.get(f"/runs/{name}/commands").status_code == 409
+        assert http.post(f"/runs/{name}/stop", params={"project": "p2"}).status_code == 202
+        assert http.get(f"/runs/{twin}/commands").json()["count"] == 1
+
+
+def test_commands_record_the_user_a_token_asks_for_beside_its_name(service: Service) -> None:
+    """The dashboard behind SSO asks with its own token for the signed-in user: the command
+    records both, so no token can pass for another; a read token cannot ask at all."""
+    admin = {"Authorization": f"Bearer {service.tokens['admin']}"}
+    with httpx.Client(base_url=service.url + API, headers=admin, timeout=30) as http:
+        run_id = new_run(http)
+        body = {"reason": "seen enough", "on_behalf_of": " alice@example.com "}
+        for scope in ("read", "write"):
+            asked = http.post(
+                f"/runs/{run_id}/stop",
+                json=body,
+                headers={"Authorization": f"Bearer {service.tokens[scope]}"},
+            )
+            assert asked.status_code == {"read": 403, "write": 202}[scope], asked.text
+        assert asked.json()["requested_by"] == "alice@example.com (via test-write)"
+        own = http.post(f"/runs/{run_id}/checkpoint").json()
+        assert own["requested_by"] == "test-admin"
+        blank = http.post(f"/runs/{run_id}/checkpoint", json={"on_behalf_of": "  "})
+        assert blank.status_code == 422

@@ -33,12 +33,20 @@ def service(sqlite_url: str) -> Iterator[Service]:
     yield from serve_with_tokens(sqlite_url)
 
 
-def make_run(url: str, token: str | None, project: str, config: dict[str, Any], nan: bool) -> str:
+def make_run(
+    url: str,
+    token: str | None,
+    project: str,
+    config: dict[str, Any],
+    nan: bool,
+    tags: tuple[str, ...] = (),
+) -> str:
     """A run of STEPS steps with samples; ``nan``: its entropy turns NaN at step 20 (an alert)."""
     run_id = new_run_id("mcp")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     http = httpx.Client(base_url=url + API, headers=headers, timeout=30)
-    made = http.post("/runs", json={"id": run_id, "project": project, "config": config})
+    run = {"id": run_id, "project": project, "config": config, "tags": list(tags)}
+    made = http.post("/runs", json=run)
     assert made.status_code == 201, made.text
     steps = [
         {
@@ -139,6 +147,7 @@ def test_mcp_write_token_stops_and_checkpoints_a_run(service: Service, transport
         headers={"Authorization": f"Bearer {admin}"},
     ).json()
     assert sorted(c["kind"] for c in commands["data"]) == ["checkpoint", "stop"]
+    assert {c["requested_by"] for c in commands["data"]} == {"test-write"}  # the token's name
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -182,12 +191,14 @@ def test_mcp_tools_answer_series_samples_incident_and_comparisons(
 ) -> None:
     """Auth off (loopback), both databases: every read tool over HTTP, on a sick run and two
     seed siblings."""
-    config = {"lr": 0.1, "actor": {"clip": 0.2}}
-    sick = make_run(db_server.url, None, "cmp", {**config, "seed": 0}, nan=True)
+    config, tag = {"lr": 0.1, "actor": {"clip": 0.2}}, new_run_id("tag")
+    sick = make_run(db_server.url, None, "cmp", {**config, "seed": 0}, nan=True, tags=(tag,))
     siblings = [
-        make_run(db_server.url, None, "cmp", {**config, "seed": s}, nan=False) for s in (1, 2)
+        make_run(db_server.url, None, "cmp", {**config, "seed": s}, nan=False, tags=(tag,))
+        for s in (1, 2)
     ]
-    other = make_run(db_server.url, None, "cmp", {"lr": 0.001, "actor": {"clip": 0.2}}, nan=False)
+    slower = {"lr": 0.001, "actor": {"clip": 0.2}}
+    other = make_run(db_server.url, None, "cmp", slower, nan=False, tags=(tag,))
     alert = first_alert(db_server.url, None, sick)
 
     async def scenario(session: ClientSession) -> None:
@@ -228,6 +239,16 @@ def test_mcp_tools_answer_series_samples_incident_and_comparisons(
         assert pair["signals"]["clipfrac"]["widest_gap"]["run"] == pytest.approx(0.5)
         asked = await call(session, "get_samples", step=3)
         assert asked.is_error and "run_id" in asked.text
+        tagged = (await call(session, "list_runs", tag=tag)).data
+        assert sorted(r["id"] for r in tagged["runs"]) == sorted([sick, *siblings, other])
+        fast = (await call(session, "list_runs", tag=tag, config={"lr": 0.1})).data
+        assert sorted(r["id"] for r in fast["runs"]) == sorted([sick, *siblings])
+        finished = httpx.patch(f"{db_server.url}{API}/runs/{other}", json={"status": "finished"})
+        assert finished.status_code == 200
+        done = (await call(session, "list_runs", tag=tag, status="finished")).data
+        assert [r["id"] for r in done["runs"]] == [other]
+        untagged = (await call(session, "list_runs", tag=new_run_id("none"))).data
+        assert untagged["runs"] == []
 
     run_with("http", db_server.url, None, scenario)
 

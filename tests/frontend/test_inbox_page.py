@@ -12,10 +12,11 @@ from tests.conftest import new_run_id
 WAIT_MS = 20_000
 
 
-def nan_run(url: str, project: str) -> str:
+def nan_run(url: str, project: str, name: str | None = None) -> str:
     """A run whose NaN entropy opens a CRITICAL nonfinite alert."""
     run_id = new_run_id("inbox")
-    httpx.post(f"{url}/api/v1/runs", json={"id": run_id, "project": project}, timeout=30)
+    run = {"id": run_id, "project": project, "name": name}
+    httpx.post(f"{url}/api/v1/runs", json=run, timeout=30)
     steps = [{"step": s, "values": {"actor/entropy": "NaN"}} for s in range(12)]
     body = {"batch_id": "nan", "steps": steps}
     ack = httpx.post(f"{url}/api/v1/runs/{run_id}/batches", json=body, timeout=30).json()

@@ -16,7 +16,7 @@ from rlguard_compose import start_background
 from rlguard_frontend import ids
 from rlguard_frontend.api_client import ApiClient
 from rlguard_frontend.components.alert_views import READ_ONLY
-from rlguard_frontend.pages import inbox
+from rlguard_frontend.pages import inbox, policies
 from rlguard_frontend.signin import safe_next
 from tests.conftest import new_run_id
 
@@ -127,6 +127,15 @@ def test_sign_in_sso_header_from_the_proxy_opens_the_dashboard(
         page.goto(server.url + "/")
         page.get_by_text(run_id).wait_for(timeout=WAIT_MS)
         assert not page.url.startswith(server.url + "/login") and errors == []
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.goto(f"{server.url}/runs/{run_id}")
+        page.click("#run-stop")  # asked with the dashboard's token, on ada's behalf
+        page.get_by_text("stop asked (command").wait_for(timeout=WAIT_MS)
+        commands = httpx.get(f"{server.url}/api/v1/runs/{run_id}/commands", headers=header)
+        assert [c["requested_by"] for c in commands.json()["data"]] == [
+            "ada@example.com (via dashboard)"
+        ]
+        assert errors == []
         context.close()
         unsigned = httpx.get(f"{server.url}/", timeout=10)
         assert unsigned.status_code == 302 and "/login" in unsigned.headers["location"]
@@ -197,8 +206,10 @@ def test_sign_in_read_token_sees_no_alert_actions_but_a_sentence(
     assert page.locator("#inbox-acknowledge").is_hidden()
     assert page.locator("#inbox-resolve").is_hidden()
     assert page.locator("#inbox-read-only").inner_text() == READ_ONLY
+    assert page.locator("#inbox-stop").is_hidden()
     page.goto(f"{server.url}/runs/{run_id}")
     page.locator(".alert-item").first.click()
+    assert page.locator("#run-stop").is_hidden() and page.locator("#run-checkpoint").is_hidden()
     detail = page.locator("#run-alert-detail")
     detail.locator(".read-only").wait_for(timeout=WAIT_MS)
     assert detail.locator("button").count() == 0
@@ -209,6 +220,19 @@ def test_sign_in_read_token_sees_no_alert_actions_but_a_sentence(
         headers={"Authorization": f"Bearer {tokens['read']}"},
     )
     assert status.status_code == 200  # the alert is there, only the actions are withheld
+    rule = {"alert": "nonfinite", "severity": "warn"}
+    added = httpx.post(
+        f"{server.url}/api/v1/projects/p/policies",
+        json=rule,
+        headers={"Authorization": f"Bearer {tokens['admin']}"},
+    )
+    assert added.status_code == 201, added.text
+    page.goto(f"{server.url}/policies?project=p")
+    page.locator(".policy-row").get_by_text("when nonfinite is warn").wait_for(timeout=WAIT_MS)
+    assert page.locator(".policy-row button").count() == 0
+    assert page.locator("#policies-add").is_hidden()
+    assert page.locator("#policies-read-only").inner_text() == policies.READ_ONLY
+    assert page.console_errors == []
 
 
 def test_sign_in_write_token_acknowledges_from_the_run_page(
@@ -218,6 +242,7 @@ def test_sign_in_write_token_acknowledges_from_the_run_page(
     run_id, alert_id = _nan_run(server, tokens["admin"])
     _sign_in(page, server, tokens["write"], f"/runs/{run_id}")
     page.locator(".alert-item").first.click()
+    assert page.locator("#run-stop").is_visible()  # hidden only from a read-only viewer
     page.click("#run-alert-detail button:has-text('acknowledge')")
     page.locator("#run-alert-detail button", has_text="acknowledge").wait_for(
         state="detached", timeout=WAIT_MS

@@ -142,7 +142,26 @@ def test_commands_cli_asks_once_and_says_why_a_repeat_is_refused(
     checkpoint = _cli(service.url, "checkpoint", run_id)
     assert checkpoint.returncode == 0 and "checkpoint asked" in checkpoint.stdout
     missing = _cli(service.url, "stop", "no-such-run")
-    assert missing.returncode == 1 and "'no-such-run' not found" in missing.stdout
+    assert missing.returncode == 1 and "no run has the id or name 'no-such-run'" in missing.stdout
+
+
+def test_commands_cli_names_a_run_by_its_name_or_project_and_name(
+    service: ServiceProcess, run_id: str
+) -> None:
+    project, name = new_run_id("proj"), new_run_id("named")
+    api(service.url, "POST", "/runs", {"id": run_id, "project": project, "name": name})
+    stopped = _cli(service.url, "stop", name, "--reason", "by name")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert stopped.stdout.startswith(f"stop asked for run {name} (command ")
+    saved = _cli(service.url, "checkpoint", f"{project}/{name}")
+    assert saved.returncode == 0, saved.stdout + saved.stderr
+    commands = api(service.url, "GET", f"/runs/{run_id}/commands")["data"]
+    assert [(c["kind"], c["reason"]) for c in commands] == [
+        ("stop", "by name"),
+        ("checkpoint", None),
+    ]
+    elsewhere = _cli(service.url, "stop", f"other/{name}")
+    assert elsewhere.returncode == 1 and "in project 'other'" in elsewhere.stdout
 
 
 def test_commands_stop_and_checkpoint_a_real_trl_grpo_trainer(

@@ -9,6 +9,7 @@ import re
 import urllib.parse
 from typing import Any
 
+from rlguard._api import run_path
 from rlguard._cli_hook import _say, _token, _url
 from rlguard._config import DEFAULT_URL
 from rlguard._transport import Transport
@@ -19,7 +20,7 @@ WHEN = "it reaches the trainer with its next batch, or within ~5 s when the trai
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``rlguard stop | checkpoint``."""
-    parser.add_argument("run_id", help="the run's id")
+    parser.add_argument("run_id", metavar="RUN", help="the run's id, name, or project/name")
     parser.add_argument("--reason", default=None, help="why, shown with the run's history")
     parser.add_argument("--url", default=None, help=f"service address (default {DEFAULT_URL})")
     parser.add_argument("--token", default=None, help="API token with write scope (RLGUARD_TOKEN)")
@@ -28,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Ask the run's trainer to stop or save a checkpoint; the exit status."""
     payload = {} if args.reason is None else {"reason": args.reason}
-    path = f"/runs/{urllib.parse.quote(args.run_id, safe='')}/{args.command}"
+    where, project = run_path(args.run_id)
+    query = f"?{urllib.parse.urlencode({'project': project})}" if project else ""
+    path = f"{where}/{args.command}{query}"
     transport = Transport(_url(args), _token(args))
     try:
         command = transport.request("POST", path, json.dumps(payload).encode())

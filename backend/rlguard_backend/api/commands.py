@@ -7,7 +7,15 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Path, Query, status
 from sqlalchemy.orm import Session
 
-from rlguard_backend.api.deps import READ, WRITE, DatabaseDep, IdentityDep, WriterDep
+from rlguard_backend.api.deps import (
+    READ,
+    WRITE,
+    DatabaseDep,
+    IdentityDep,
+    RunRef,
+    RunRefDep,
+    WriterDep,
+)
 from rlguard_backend.detection import feed
 from rlguard_backend.schemas import (
     ERROR_RESPONSES,
@@ -16,7 +24,7 @@ from rlguard_backend.schemas import (
     CommandPublic,
     CommandUpdate,
 )
-from rlguard_backend.store import commands, repository
+from rlguard_backend.store import commands
 
 router = APIRouter(prefix="/v1/runs", tags=["commands"], responses=ERROR_RESPONSES)
 
@@ -25,10 +33,10 @@ CommandId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 
 async def _ask(
-    kind: str, run_id: str, data: CommandIn | None, by: str, db: WriterDep
+    kind: str, ref: RunRef, data: CommandIn | None, by: str, db: WriterDep
 ) -> CommandPublic:
     def ask(session: Session) -> CommandPublic:
-        run = feed.run_for_update(session, run_id)
+        run = feed.run_for_update(session, ref.resolve(session).id)
         command = commands.request(session, run, kind, data or CommandIn(), by)
         session.commit()
         return commands.to_public(command)
@@ -43,11 +51,12 @@ async def _ask(
     dependencies=[WRITE],
 )
 async def stop_run(
-    run_id: str, identity: IdentityDep, db: WriterDep, data: OptionalCommand = None
+    run: RunRefDep, identity: IdentityDep, db: WriterDep, data: OptionalCommand = None
 ) -> CommandPublic:
-    """Ask the run's trainer to stop: its hook receives the command with its next batch (or
+    """Ask the run's trainer to stop (the run named by its id, or its name with ``?project=``
+    when several projects hold one): its hook receives the command with its next batch (or
     its poll, within ~5 s when it logs less often) and sets ``run.should_stop``."""
-    return await _ask("stop", run_id, data, identity.name, db)
+    return await _ask("stop", run, data, identity.name, db)
 
 
 @router.post(
@@ -57,22 +66,22 @@ async def stop_run(
     dependencies=[WRITE],
 )
 async def checkpoint_run(
-    run_id: str, identity: IdentityDep, db: WriterDep, data: OptionalCommand = None
+    run: RunRefDep, identity: IdentityDep, db: WriterDep, data: OptionalCommand = None
 ) -> CommandPublic:
     """Ask the run's trainer to save a checkpoint (``run.checkpoint_request()``)."""
-    return await _ask("checkpoint", run_id, data, identity.name, db)
+    return await _ask("checkpoint", run, data, identity.name, db)
 
 
 @router.get("/{run_id}/commands", response_model=CommandList, dependencies=[READ])
 async def read_commands(
-    run_id: str,
+    run: RunRefDep,
     db: DatabaseDep,
     pending: Annotated[bool, Query(description="only those the hook has not received")] = False,
 ) -> CommandList:
     """The run's commands, oldest first: who asked, why, when delivered and acted on."""
 
     def read(session: Session) -> CommandList:
-        repository.get_run(session, run_id)
+        run_id = run.resolve(session).id
         found = commands.pending(session, run_id) if pending else commands.history(session, run_id)
         data = [commands.to_public(c) for c in found]
         return CommandList(data=data, count=len(data))

@@ -158,8 +158,9 @@ def _require(scope: auth.Scope) -> Any:
 
 @dataclass(frozen=True)
 class RunRef:
-    """The run a read names: its id or its name, within a project when one is given (or the
-    caller's token is limited to one). Writes name runs by id alone."""
+    """The run a read or a command (stop, checkpoint) names: its id or its name, within a
+    project when one is given (or the caller's token is limited to one). Other writes name
+    runs by id alone."""
 
     ref: str
     project: str | None

@@ -20,6 +20,9 @@ CommandKind = Literal["stop", "checkpoint"]
 COMMAND_KINDS: tuple[str, ...] = ("stop", "checkpoint")
 CommandState = Literal["pending", "delivered", "acted"]
 Reason = Annotated[str, StringConstraints(max_length=1000), NoNul, NUL_FREE]
+User = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100), NoNul, NUL_FREE
+]
 
 
 class CommandIn(BaseModel):
@@ -29,6 +32,11 @@ class CommandIn(BaseModel):
 
     reason: Reason | None = Field(default=None, description="shown to whoever reads the run")
     alert_id: int | None = Field(default=None, ge=1, description="the alert it answers")
+    on_behalf_of: User | None = Field(
+        default=None,
+        description="the person a front end (the dashboard behind SSO) asks for; recorded "
+        "beside the token's name, 'alice (via dashboard)', never instead of it",
+    )
 
 
 class CommandUpdate(BaseModel):
@@ -49,7 +57,9 @@ class CommandPublic(BaseModel):
         description="pending until the trainer's hook receives it, then delivered, then acted"
     )
     reason: str | None
-    requested_by: str = Field(description="the token's name or the signed-in user")
+    requested_by: str = Field(
+        description="the token's name, or the signed-in user with it: 'alice (via dashboard)'"
+    )
     alert_id: int | None
     requested_at: datetime
     requested_step: int | None = Field(description="the run's last step when it was asked")

@@ -35,6 +35,8 @@ def request(session: Session, run: Run, kind: str, data: CommandIn, by: str) -> 
         raise Conflict(f"run {run.id!r} already has a {kind} waiting: {describe(waiting)}")
     if data.alert_id is not None:
         _check_alert(session, run.id, data.alert_id)
+    if data.on_behalf_of is not None:  # beside the token's name: no token passes as another
+        by = f"{data.on_behalf_of} (via {by})"
     return record(session, run, kind, data.reason, by, data.alert_id)
 
 

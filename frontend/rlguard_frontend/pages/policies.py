@@ -14,11 +14,17 @@ from rlguard_frontend.api_client import ApiClient, ApiError
 from rlguard_frontend.components.run_commands import refusal
 
 SEVERITIES = ("critical", "warn", "info")
+READ_ONLY = (
+    "Your token can only read: adding and removing policies needs one with the write scope "
+    "(an admin makes it with `rlguard token create --name NAME --scope write`)."
+)
 
 
-def layout(query: str = "") -> html.Div:
-    """The project field, the rule form and the project's policies (filled by a callback)."""
+def layout(query: str = "", writable: bool = True) -> html.Div:
+    """The project field, the rule form and the project's policies (filled by a callback); for
+    a read-only token, a sentence instead of the form."""
     project = parse_qs(query).get("project", [""])[0]
+    hidden = {} if writable else {"display": "none"}
     return html.Div(
         [
             html.H2("Command policies"),
@@ -29,11 +35,10 @@ def layout(query: str = "") -> html.Div:
                 "rlguard detect --policy ALERT@SEVERITY:STEPS --project P.",
                 className="hint",
             ),
+            dcc.Input(id=ids.POLICIES_PROJECT, value=project, placeholder="project", debounce=True),
+            *([] if writable else [html.P(READ_ONLY, id=ids.POLICIES_READ_ONLY, className="hint")]),
             html.Div(
                 [
-                    dcc.Input(
-                        id=ids.POLICIES_PROJECT, value=project, placeholder="project", debounce=True
-                    ),
                     dcc.Input(id=ids.POLICIES_ALERT, placeholder="alert, e.g. entropy_collapse"),
                     dcc.Dropdown(
                         list(SEVERITIES),
@@ -56,6 +61,7 @@ def layout(query: str = "") -> html.Div:
                     html.Button("add policy", id=ids.POLICIES_ADD, className="button-small"),
                 ],
                 className="filters",
+                style=hidden,
             ),
             html.Div(id=ids.POLICIES_RESULT, className="command-result"),
             html.Div(id=ids.POLICIES_LIST, className="policy-list"),
@@ -63,18 +69,24 @@ def layout(query: str = "") -> html.Div:
     )
 
 
-def rows(found: list[PolicyPublic]) -> list[Any]:
-    """One line a policy, with its remove button."""
+def rows(found: list[PolicyPublic], writable: bool = True) -> list[Any]:
+    """One line a policy, with its remove button (none for a read-only viewer)."""
     if not found:
         return [html.P("No policy: this project's runs stop only when someone asks.")]
     return [
         html.Div(
             [
                 html.Span(describe(policy)),
-                html.Button(
-                    "remove",
-                    id={"type": ids.POLICY_REMOVE, "policy": policy.id},
-                    className="button-small",
+                *(
+                    [
+                        html.Button(
+                            "remove",
+                            id={"type": ids.POLICY_REMOVE, "policy": policy.id},
+                            className="button-small",
+                        )
+                    ]
+                    if writable
+                    else []
                 ),
             ],
             className="policy-row",
@@ -109,7 +121,7 @@ def change_policies(client: ApiClient, project: str, trigger: Any, form: dict[st
         return [], refusal("set policies for", exc) if exc.status_code == 403 else (
             f"Not done: {exc.detail}"
         )
-    return rows(found), said
+    return rows(found, client.can_write()), said
 
 
 def _listed(client: ApiClient, project: str) -> list[PolicyPublic]:

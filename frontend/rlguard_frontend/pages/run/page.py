@@ -62,7 +62,8 @@ def layout(
             dcc.Store(id=ids.RUN_PICKED, data=list(view.picked)),
             dcc.Store(id=ids.RUN_KEY_STEPS, data=first["steps"]),
             html.Div(first["header"], id=ids.RUN_HEADER, className="run-header"),
-            run_commands.controls(),
+            run_commands.controls(client.can_write()),
+            run_commands.history(),
             html.Div(first["error"], id=ids.RUN_ERROR, className="error"),
             controls_bar(
                 PREFIX,
