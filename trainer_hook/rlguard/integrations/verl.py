@@ -202,7 +202,8 @@ def _to_container(config: Any) -> dict[str, Any]:
         from omegaconf import OmegaConf
 
         if OmegaConf.is_config(config):
-            return dict(OmegaConf.to_container(config, resolve=True))
+            container = OmegaConf.to_container(config, resolve=True)
+            return {str(k): v for k, v in container.items()} if isinstance(container, dict) else {}
     except ImportError:
         pass
     return dict(config) if isinstance(config, Mapping) else {}
