@@ -14,6 +14,7 @@ import urllib.error
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -164,6 +165,44 @@ def test_wandb_tee_stores_the_rows_wandb_commits(wandb_dir: Path, service: Any, 
     assert stored["config"]["lr"] == 1e-6 and stored["config"]["model"] == {"layers": 2}
     assert stored["config"]["wandb"]["id"] == wandb_id
     assert stored["summary"]["best_reward"] == 0.9 and stored["summary"]["late"] == 1.0
+
+
+class _Config:
+    """W&B's run config as the tee reads it: ``as_dict()``, its own ``_wandb`` entry inside."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"lr": 1e-6, "model": {"layers": 2}, "out": Path("/ckpt"), "_wandb": {"x": 1}}
+
+
+def test_wandb_run_settings_keep_the_runs_identity_config_tags_and_link(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RLGUARD_PROJECT", raising=False)
+    url = "https://wandb.ai/team/grpo/runs/abc123"
+    tags = ("math", "", "t" * (wandb_tee.MAX_TAG_CHARS + 1), "seed0")
+    run = SimpleNamespace(  # the attributes of a wandb Run the tee reads, as an online run has them
+        id="abc123",
+        project="grpo",
+        name="seed0",
+        url=url,
+        dir="/w/files",
+        tags=tags,
+        config=_Config(),
+    )
+    assert wandb_tee.run_settings(run) == {
+        "run_id": "wandb-grpo-abc123",
+        "name": "seed0",
+        "project": "grpo",
+        "tags": ["math", "seed0"],
+        "config": {
+            "lr": 1e-6,
+            "model": {"layers": 2},
+            "out": "/ckpt",
+            "wandb": {"id": "abc123", "project": "grpo", "url": url, "dir": "/w/files"},
+        },
+    }
+    monkeypatch.setenv("RLGUARD_PROJECT", "team")  # the rlguard project set: W&B's is kept aside
+    assert "project" not in wandb_tee.run_settings(run)
 
 
 def test_wandb_attach_after_init_tees_the_live_run_and_detach_stops_teeing(
