@@ -30,7 +30,15 @@ from rlguard.integrations.wandb_files import (
     system_values,
 )
 from tests.hook import wandb_loop
-from tests.hook.hookutil import ROOT, ServiceProcess, api, child_env, stored_series, wait_for
+from tests.hook.hookutil import (
+    ROOT,
+    ServiceProcess,
+    api,
+    child_env,
+    free_port,
+    stored_series,
+    wait_for,
+)
 
 LOOP = str(Path(wandb_loop.__file__))
 WANDB_TIMEOUT_S = 180
@@ -69,13 +77,15 @@ def attached(service: ServiceProcess, monkeypatch: pytest.MonkeyPatch) -> Iterat
     wandb_tee.detach()
 
 
-def run_loop(folder: Path, url: str, *args: str, watch: bool = True) -> subprocess.CompletedProcess:
-    """``wandb_loop.py`` as a process, under ``rlguard watch`` or not."""
+def run_loop(
+    folder: Path, url: str, *args: str, watch: bool = True, **env: str
+) -> subprocess.CompletedProcess:
+    """``wandb_loop.py`` as a process, under ``rlguard watch`` or not (``env``: more settings)."""
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, LOOP, *args]
     if watch:
         command = [sys.executable, "-m", "rlguard", "watch", "--", *command]
-    env = child_env(RLGUARD_URL=url, RLGUARD_GPU="0", **wandb_settings(folder))
+    env = child_env(RLGUARD_URL=url, RLGUARD_GPU="0", **wandb_settings(folder), **env)
     return subprocess.run(
         command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=WANDB_TIMEOUT_S
     )
@@ -131,6 +141,18 @@ def recorded_by_wandb(run_dir: Path) -> dict[str, Any]:
         "config": _stable(config),
         "identity": (run.run_id, run.project, run.display_name, list(run.tags)),
     }
+
+
+def without_rlguard_lines(recorded: dict[str, Any]) -> dict[str, Any]:
+    """``recorded`` less the lines rlguard wrote to the console W&B captured (and its console
+    file when nothing else is left in it)."""
+    console = [
+        "".join(x for x in text.splitlines(keepends=True) if not x.startswith("rlguard: "))
+        for text in recorded["console"]
+    ]
+    console = [text for text in console if text]
+    files = [f for f in recorded["files"] if console or f != "files/output.log"]
+    return {**recorded, "console": console, "files": files}
 
 
 def _key(item: Any) -> str:
@@ -228,17 +250,30 @@ def test_wandb_attach_after_init_tees_the_live_run_and_detach_stops_teeing(
     assert stored_series(service.url, f"wandb-late-{run.id}") == {"x": {1: 1.0, 2: 2.0}}
 
 
-def test_wandb_files_are_the_same_with_and_without_rlguard(tmp_path: Path, service: Any):
+@pytest.mark.parametrize("rlguard_up", [True, False], ids=["rlguard-up", "rlguard-down"])
+def test_wandb_files_are_the_same_with_and_without_rlguard(
+    tmp_path: Path, service: Any, rlguard_up: bool
+):
     wandb_id = uuid.uuid4().hex[:8]
+    url = service.url if rlguard_up else f"http://127.0.0.1:{free_port()}"  # nothing listens
+    spool = tmp_path / "spool"
     recorded = {}
     for watch in (False, True):
         folder = tmp_path / ("watched" if watch else "plain")
-        done = run_loop(folder, service.url, "semantics", wandb_id, watch=watch)
+        done = run_loop(
+            folder, url, "semantics", wandb_id, watch=watch, RLGUARD_SPOOL_DIR=str(spool)
+        )
         assert done.returncode == 0, done.stderr
         recorded[watch] = recorded_by_wandb((folder / "wandb" / "latest-run").resolve())
+    if not rlguard_up:  # rlguard's warning reaches the terminal, whose output W&B captures
+        assert "rlguard: the service is unreachable" in "".join(recorded[True]["console"])
+        recorded[True] = without_rlguard_lines(recorded[True])
     assert recorded[True] == recorded[False]
     assert len(recorded[False]["history"]) == 9  # steps 0-2, 5-9 and 12
     assert f"run-{wandb_id}.wandb" in recorded[False]["files"]
+    if not rlguard_up:  # the watched run's points wait in the spool for the service
+        assert any(spool.rglob("*")), "the watched run spooled nothing"
+        return
     stored = series_without_system(service.url, f"wandb-semantics-{wandb_id}")
     assert stored == wandb_loop.EXPECTED_SERIES  # only the watched run reached rlguard
 
@@ -481,6 +516,7 @@ def test_import_wandb_run_dir_stores_the_live_points(plain_run_dir: Path, servic
     assert "system/memory_percent" in stored  # W&B's system stats, as rlguard's panels name them
     run = api(service.url, "GET", f"/runs/{run_id}")
     assert (run["name"], run["tags"], run["summary"]["best_reward"]) == ("semantics", ["tee"], 0.9)
+    assert (run["config"]["lr"], run["config"]["model"]) == (1e-6, {"layers": 2})  # the loop's
 
 
 def _truncated(data: bytes) -> bytes:
