@@ -290,10 +290,17 @@ def test_watch_raises_the_entropy_collapse_alert_while_the_loop_runs(tmp_path: P
     assert stored["status"] == "finished" and stored["config"]["kl_placement"] == "none"
 
 
-def test_watch_resumed_wandb_run_continues_the_same_rlguard_run(tmp_path: Path, service: Any):
+@pytest.mark.parametrize("resume", ["allow", "must"])
+def test_watch_resumed_wandb_run_continues_the_same_rlguard_run(
+    tmp_path: Path, service: Any, resume: str
+):
+    """The second process resumes with ``resume``. Offline, W&B cannot ask its server whether
+    the run exists, so it accepts "must" without checking (``run.resumed`` stays False):
+    what can be tested here is that rlguard continues the same run under either mode."""
     wandb_id = uuid.uuid4().hex[:8]
-    for first in (0, 5):
-        done = run_loop(tmp_path / f"part{first}", service.url, "steps", wandb_id, str(first), "5")
+    for first, mode in ((0, "allow"), (5, resume)):
+        args = ("steps", wandb_id, str(first), "5", "resumed", mode)
+        done = run_loop(tmp_path / f"part{first}", service.url, *args)
         assert done.returncode == 0, done.stderr
     stored = series_without_system(service.url, f"wandb-resumed-{wandb_id}")
     assert stored == {"score": {step: float(step) for step in range(10)}}
