@@ -306,6 +306,16 @@ def test_watch_resumed_wandb_run_continues_the_same_rlguard_run(
     assert stored == {"score": {step: float(step) for step in range(10)}}
 
 
+def test_watch_tees_a_python_process_the_command_starts(tmp_path: Path, service: Any):
+    wandb_id = uuid.uuid4().hex[:8]
+    loop = ("steps", wandb_id, "0", "5", "child")
+    done = run_loop(tmp_path, service.url, "child", *loop)  # the loop runs in a grandchild
+    assert done.returncode == 0, done.stdout + done.stderr
+    stored = series_without_system(service.url, f"wandb-child-{wandb_id}")
+    assert stored == {"score": {step: float(step) for step in range(5)}}
+    assert api(service.url, "GET", f"/runs/wandb-child-{wandb_id}")["status"] == "finished"
+
+
 def test_watch_exit_status_is_the_commands_and_the_hidden_sitecustomize_runs(
     tmp_path: Path, service: Any
 ):

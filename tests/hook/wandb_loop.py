@@ -10,6 +10,8 @@ processes, with and without ``rlguard watch``.
     python wandb_loop.py stoppable RUN_ID URL  logs until stopped: asks rlguard to stop it at
                                                step 5, as an engineer on the dashboard would
     python wandb_loop.py wait-signal           prints "ready", exits 42 on SIGTERM
+    python wandb_loop.py child ARGS...         runs ``wandb_loop.py ARGS...`` as a child process
+                                               (``subprocess.run([sys.executable, ...])``)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -175,6 +178,8 @@ def wait_signal() -> int:
 def main(argv: list[str]) -> int:
     if argv[0] == "wait-signal":
         return wait_signal()
+    if argv[0] == "child":  # this process never imports wandb: only its child logs
+        return subprocess.run([sys.executable, __file__, *argv[1:]], check=False).returncode
     import wandb
 
     if argv[0] == "semantics":
