@@ -158,7 +158,7 @@ def header(run: RunPublic) -> list[Any]:
     stopped_by = run_state.stopped_by(run)
     if stopped_by:
         title.append(html.Span(stopped_by, id=ids.RUN_STOPPED_BY, className="run-stopped-by"))
-    links = [
+    links: list[Any] = [
         dcc.Link("compare…", href=f"/compare?runs={run.id}"),
         dcc.Link("samples…", href=f"/runs/{run.id}/samples", id=ids.RUN_SAMPLES_LINK),
     ]
