@@ -265,8 +265,9 @@ def test_wandb_files_are_the_same_with_and_without_rlguard(
         )
         assert done.returncode == 0, done.stderr
         recorded[watch] = recorded_by_wandb((folder / "wandb" / "latest-run").resolve())
-    if not rlguard_up:  # rlguard's warning reaches the terminal, whose output W&B captures
-        assert "rlguard: the service is unreachable" in "".join(recorded[True]["console"])
+    if not rlguard_up:
+        # rlguard's "service is unreachable" warning goes to the terminal, whose output W&B
+        # captures when its console capture is already on (a race): the only difference allowed
         recorded[True] = without_rlguard_lines(recorded[True])
     assert recorded[True] == recorded[False]
     assert len(recorded[False]["history"]) == 9  # steps 0-2, 5-9 and 12
