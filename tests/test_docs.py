@@ -341,3 +341,18 @@ def test_docs_cli_help_says_what_the_tool_does() -> None:
     help_text = " ".join(build_parser([]).format_help().split())
     assert "Live stability monitor for RL fine-tuning of language models" in help_text
     assert "module" not in help_text, "implementation notes go in comments"
+
+
+def test_docs_getting_started_shows_the_run_line_the_hook_prints() -> None:
+    """The line under "Log a run" is the one ``init()`` prints for that section's own example:
+    built by the hook's code from the example's project and the line's generated id."""
+    from rlguard._config import DEFAULT_URL, HookConfig
+    from rlguard._run import Run
+
+    text = (DOCS / "getting-started.md").read_text()
+    section = text.split("## Log a run", 1)[1].split("\n## ", 1)[0]
+    [project] = re.findall(r'rlguard\.init\(project="([^"]+)"', section)
+    [shown] = [line for line in section.splitlines() if line.startswith("rlguard: ")]
+    [run_id] = set(re.findall(r"\b\d{8}-\d{6}-[0-9a-f]{8}\b", shown))
+    run = Run(HookConfig(project=project, run_id=run_id, url=DEFAULT_URL), active=False)
+    assert shown == run.location_line()

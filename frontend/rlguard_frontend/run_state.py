@@ -1,8 +1,10 @@
-"""How a run's state reads on the page: status (with "stale"), age, headline config."""
+"""How a run's state reads on the page: status (with "stale"), why it stopped, age, headline
+config, its W&B link."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from urllib.parse import urlsplit
 
 from rlguard_backend.schemas import RunPublic
 
@@ -46,3 +48,29 @@ def age(moment: datetime, now: datetime | None = None) -> str:
 def headline_config(run: RunPublic) -> list[tuple[str, str]]:
     """The config entries that explain a run's limiters, as (key, value) text."""
     return [(k, str(run.config[k])) for k in HEADLINE_CONFIG if k in run.config]
+
+
+def stopped_by(run: RunPublic) -> str | None:
+    """What stopped a ``stopped`` run, from the ``stopped_by`` its hook stored in the summary:
+    ``"stopped by alert #12 (kl_runaway)"`` or ``"stopped by a command from alice"``."""
+    cause = run.summary.get("stopped_by")
+    if run.status != "stopped" or not isinstance(cause, dict):
+        return None
+    if cause.get("alert") is not None:
+        detector = f" ({cause['detector']})" if cause.get("detector") else ""
+        return f"stopped by alert #{cause['alert']}{detector}"
+    if cause.get("command") is not None:
+        who = cause.get("requested_by")
+        return f"stopped by a command from {who}" if who else "stopped by a command"
+    return None
+
+
+def wandb_url(run: RunPublic) -> str | None:
+    """The W&B run's page (``config.wandb.url``, stored by ``rlguard watch``) when it is an
+    http(s) URL; anything else (a ``javascript:`` URL, a path) is never made a link."""
+    wandb = run.config.get("wandb")
+    url = wandb.get("url") if isinstance(wandb, dict) else None
+    if not isinstance(url, str):
+        return None
+    parts = urlsplit(url.strip())
+    return url.strip() if parts.scheme.lower() in ("http", "https") and parts.netloc else None

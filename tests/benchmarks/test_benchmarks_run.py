@@ -1,4 +1,5 @@
-"""The benchmarks still run and print their JSON (tiny sizes; no timing is asserted here)."""
+"""The benchmarks still run and print their JSON (tiny sizes; no timing is asserted here, the
+hook's memory bound is)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from benchmarks import hook_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,3 +166,8 @@ def test_benchmark_hook_memory_prints_each_budget_beside_the_unlogged_loop() -> 
     logged = result["logged_16mb"]
     assert logged["max_queue_mb"] == 16 and logged["steps"] > 0
     assert logged["dropped_steps"] > 0 and logged["spool_batches"] > 0  # the service is down
+    # The budget holds (a memory bound, not a time): peak RSS within the unlogged loop's, the
+    # queue's budget and the fixed overhead, the queue full (steps dropped) when measured.
+    over = logged["peak_rss_mb"] - result["unlogged"]["peak_rss_mb"] - logged["max_queue_mb"]
+    assert logged["over_budget_mb"] == round(over, 1)
+    assert over <= hook_memory.FIXED_OVERHEAD_MB and logged["goal_met"] is True, result

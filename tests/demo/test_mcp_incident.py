@@ -12,6 +12,7 @@ from mcp import ClientSession
 
 from tests.backend.mcp_clients import call, run_with
 from tests.conftest import RunningServer
+from tests.hook.hookutil import alert_lines
 
 pytest.importorskip("torch")
 
@@ -33,6 +34,7 @@ def test_mcp_incident_on_the_demo_collapse_gives_onset_and_samples(server: Runni
         health = (await call(session, "run_health", run_id=run["id"])).data
         collapse = next(a for a in health["open_alerts"] if a["detector"] == "entropy_collapse")
         assert collapse["severity"] == "critical" and collapse["advice"]
+        assert alert_lines(trained.stderr, run["id"], collapse) != []  # shown as it opened
         found = (await call(session, "incident", alert_id=collapse["id"])).data
         onset = found["onset_step"]
         assert onset == collapse["first_step"] and 1 < onset <= STEPS

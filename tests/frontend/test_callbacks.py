@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from dash import html as dash_html
 from dash import no_update
 from dash.exceptions import PreventUpdate
 
@@ -25,6 +26,7 @@ from rlguard_frontend.pages.compare.state import CompareState
 from rlguard_frontend.pages.compare.tables import delta_table, markdown_text
 from rlguard_frontend.pages.run import callbacks as run_callbacks
 from rlguard_frontend.pages.run import data as run_data
+from rlguard_frontend.pages.run import page as run_page
 from rlguard_frontend.pages.runs import grid as runs_grid
 from rlguard_frontend.pages.runs import page as runs
 from rlguard_frontend.pages.samples import page as samples
@@ -583,3 +585,48 @@ def test_run_entropy_guide_is_the_start_the_entropy_alert_reports(
     assert guide.label == f"start {alert.evidence['entropy_start']:.3g}"
     first_ten = [steps[t][1]["actor/entropy"] for t in range(1, 11)]
     assert abs(sum(first_ten) / 10 - plan["entropy_start"]) > 0.01  # the definitions differ here
+
+
+@pytest.mark.parametrize(
+    ("stopped_by", "line"),
+    [
+        ({"alert": 12, "detector": "kl_runaway"}, "stopped by alert #12 (kl_runaway)"),
+        ({"command": 3, "requested_by": "alice"}, "stopped by a command from alice"),
+    ],
+)
+def test_run_header_says_what_stopped_a_stopped_run(
+    server: RunningServer, client: ApiClient, stopped_by: dict[str, Any], line: str
+) -> None:
+    run_id = new_run_id("cbstop")
+    seed_run(server.url, run_id, steps=5)
+    before = run_page.header(client.get_run(run_id))
+    assert find_component(dash_html.Div(before), ids.RUN_STOPPED_BY) is None  # running
+    body = {"status": "stopped", "summary": {"stopped_by": stopped_by, "loss": 0.1}}
+    httpx.patch(f"{server.url}/api/v1/runs/{run_id}", json=body).raise_for_status()
+    after = run_page.header(client.get_run(run_id))
+    assert find_component(dash_html.Div(after), ids.RUN_STATUS).children == "stopped"
+    assert find_component(dash_html.Div(after), ids.RUN_STOPPED_BY).children == line
+
+
+@pytest.mark.parametrize(
+    ("url", "linked"),
+    [
+        ("https://wandb.ai/team/grpo/runs/abc123", True),
+        ("javascript:alert(1)", False),
+        (" JavaScript:alert(1)", False),
+        ("//wandb.ai/team/grpo/runs/abc123", False),
+        (None, False),  # offline: W&B has no page for the run
+    ],
+)
+def test_run_header_links_the_wandb_run_only_at_an_http_url(
+    server: RunningServer, client: ApiClient, url: str | None, linked: bool
+) -> None:
+    run_id = new_run_id("cbwandb")
+    seed_run(server.url, run_id, steps=5, config={"wandb": {"id": "abc123", "url": url}})
+    link = find_component(
+        dash_html.Div(run_page.header(client.get_run(run_id))), ids.RUN_WANDB_LINK
+    )
+    if linked:
+        assert (link.children, link.href, link.target) == ("W&B run", url, "_blank")
+    else:
+        assert link is None

@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import new_run_id
 from tests.frontend.helpers import WAIT_MS, seed_run
+from tests.support.browser import POLL_MS
 
 AA_NORMAL_TEXT = 4.5
 CONTROL_TEXT = ", ".join(
@@ -82,12 +83,19 @@ def test_theme_controls_meet_wcag_aa_on_runs_run_and_compare(
         joiner = "&" if "?" in path else "?"
         page.goto(f"{dashboard.url}{path}{joiner}theme={theme}")
         page.wait_for_selector(ready, timeout=WAIT_MS)
+        page.wait_for_function(  # ?theme= is applied by a callback after the first draw
+            "(theme) => document.documentElement.dataset.theme === theme",
+            arg=theme,
+            timeout=WAIT_MS,
+            polling=POLL_MS,
+        )
         page.wait_for_function(  # the page's controls are drawn
             f"(selector) => ({READ_COLOURS})(selector).length >= 3",
             arg=CONTROL_TEXT,
             timeout=WAIT_MS,
         )
         found = page.evaluate(READ_COLOURS, CONTROL_TEXT)
+        assert page.evaluate("document.documentElement.dataset.theme") == theme, name
         low += [
             (name, e["text"], round(contrast(e), 2)) for e in found if contrast(e) < AA_NORMAL_TEXT
         ]

@@ -33,6 +33,16 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def alert_lines(output: str, run_id: str, alert: dict[str, Any]) -> list[str]:
+    """The lines of ``output`` where the hook printed ``alert`` (at its stored severity) as it
+    opened or escalated: ``rlguard: run <id>: CRITICAL alert <n> (<detector>/<key>, step …``."""
+    shown = (
+        f"rlguard: run {run_id}: {alert['severity'].upper()} alert {alert['id']} "
+        f"({alert['detector']}/{alert['key']}, step "
+    )
+    return [line for line in output.splitlines() if shown in line]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -6,7 +6,7 @@ import pprint
 from pathlib import Path
 
 from rlguard.integrations import importers
-from tests.hook.hookutil import ServiceProcess, api
+from tests.hook.hookutil import ServiceProcess, alert_lines, api
 from tests.hook.test_integrations import cli
 
 CONFIG = {
@@ -82,5 +82,5 @@ def test_import_prints_each_alert_as_it_opens(
     done = cli("import", str(log), "--url", service.url, "--run-id", run_id)
     assert done.returncode == 0, done.stdout + done.stderr
     [alert] = api(service.url, "GET", f"/runs/{run_id}/alerts")["data"]
-    line = f"rlguard: run {run_id}: CRITICAL alert {alert['id']} (nonfinite/{alert['key']}, step"
-    assert [entry for entry in done.stderr.splitlines() if line in entry] != []
+    assert (alert["detector"], alert["severity"]) == ("nonfinite", "critical")
+    assert alert_lines(done.stderr, run_id, alert) != []

@@ -19,7 +19,14 @@ from rlguard.integrations.verl import (
     patch_tracking,
     run_config,
 )
-from tests.hook.hookutil import ServiceProcess, api, child_env, free_port, stored_series
+from tests.hook.hookutil import (
+    ServiceProcess,
+    alert_lines,
+    api,
+    child_env,
+    free_port,
+    stored_series,
+)
 
 FAST = {"gpu": False, "flush_interval_s": 0.05}
 
@@ -423,7 +430,8 @@ def follow_until_idle(
 
 def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_path: Path) -> None:
     path = tmp_path / "m.jsonl"
-    path.write_text("".join(json.dumps({"step": s, "data": {"a": s}}) + "\n" for s in range(20)))
+    rows = ({"step": s, "data": {"a": s, "actor/entropy": math.nan}} for s in range(20))
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))  # NaN, as verl's logger
     rollouts, validation = tmp_path / "rollouts", tmp_path / "validation"
     for folder, steps in ((rollouts, range(3)), (validation, (0, 2))):
         folder.mkdir()
@@ -434,7 +442,9 @@ def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_pa
     extra = ("--rollouts", str(rollouts), "--validation", str(validation))
     done = follow_until_idle(service, run_id, "verl", path, *extra)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert stored_series(service.url, run_id) == {
+    stored = stored_series(service.url, run_id)
+    assert sorted(stored.pop("actor/entropy")) == list(range(20))
+    assert stored == {
         "a": {s: float(s) for s in range(20)},
         # what the hook read from the rollouts' responses (the train split's only)
         "samples/degenerate_fraction": {0: 0.0, 1: 0.0, 2: 0.0},
@@ -443,6 +453,9 @@ def test_cli_follow_verl_until_idle(service: ServiceProcess, run_id: str, tmp_pa
     val = api(service.url, "GET", f"/runs/{run_id}/samples?split=validation")
     assert val["count"] == 2 * 4 and {s["step"] for s in val["data"]} == {0, 2}
     assert "and 20 sample(s) sent" in done.stdout + done.stderr
+    [alert] = api(service.url, "GET", f"/runs/{run_id}/alerts")["data"]  # the NaN entropy's
+    assert (alert["detector"], alert["severity"]) == ("nonfinite", "critical")
+    assert alert_lines(done.stderr, run_id, alert) != [], done.stderr
 
 
 def test_cli_follow_verl_reads_the_file_verls_own_logger_wrote(

@@ -14,6 +14,7 @@ import urllib.error
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,7 +30,15 @@ from rlguard.integrations.wandb_files import (
     system_values,
 )
 from tests.hook import wandb_loop
-from tests.hook.hookutil import ROOT, ServiceProcess, api, child_env, stored_series, wait_for
+from tests.hook.hookutil import (
+    ROOT,
+    ServiceProcess,
+    api,
+    child_env,
+    free_port,
+    stored_series,
+    wait_for,
+)
 
 LOOP = str(Path(wandb_loop.__file__))
 WANDB_TIMEOUT_S = 180
@@ -68,13 +77,15 @@ def attached(service: ServiceProcess, monkeypatch: pytest.MonkeyPatch) -> Iterat
     wandb_tee.detach()
 
 
-def run_loop(folder: Path, url: str, *args: str, watch: bool = True) -> subprocess.CompletedProcess:
-    """``wandb_loop.py`` as a process, under ``rlguard watch`` or not."""
+def run_loop(
+    folder: Path, url: str, *args: str, watch: bool = True, **env: str
+) -> subprocess.CompletedProcess:
+    """``wandb_loop.py`` as a process, under ``rlguard watch`` or not (``env``: more settings)."""
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, LOOP, *args]
     if watch:
         command = [sys.executable, "-m", "rlguard", "watch", "--", *command]
-    env = child_env(RLGUARD_URL=url, RLGUARD_GPU="0", **wandb_settings(folder))
+    env = child_env(RLGUARD_URL=url, RLGUARD_GPU="0", **wandb_settings(folder), **env)
     return subprocess.run(
         command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=WANDB_TIMEOUT_S
     )
@@ -132,6 +143,18 @@ def recorded_by_wandb(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def without_rlguard_lines(recorded: dict[str, Any]) -> dict[str, Any]:
+    """``recorded`` less the lines rlguard wrote to the console W&B captured (and its console
+    file when nothing else is left in it)."""
+    console = [
+        "".join(x for x in text.splitlines(keepends=True) if not x.startswith("rlguard: "))
+        for text in recorded["console"]
+    ]
+    console = [text for text in console if text]
+    files = [f for f in recorded["files"] if console or f != "files/output.log"]
+    return {**recorded, "console": console, "files": files}
+
+
 def _key(item: Any) -> str:
     return ".".join(item.nested_key) if item.nested_key else item.key
 
@@ -166,6 +189,44 @@ def test_wandb_tee_stores_the_rows_wandb_commits(wandb_dir: Path, service: Any, 
     assert stored["summary"]["best_reward"] == 0.9 and stored["summary"]["late"] == 1.0
 
 
+class _Config:
+    """W&B's run config as the tee reads it: ``as_dict()``, its own ``_wandb`` entry inside."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"lr": 1e-6, "model": {"layers": 2}, "out": Path("/ckpt"), "_wandb": {"x": 1}}
+
+
+def test_wandb_run_settings_keep_the_runs_identity_config_tags_and_link(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RLGUARD_PROJECT", raising=False)
+    url = "https://wandb.ai/team/grpo/runs/abc123"
+    tags = ("math", "", "t" * (wandb_tee.MAX_TAG_CHARS + 1), "seed0")
+    run = SimpleNamespace(  # the attributes of a wandb Run the tee reads, as an online run has them
+        id="abc123",
+        project="grpo",
+        name="seed0",
+        url=url,
+        dir="/w/files",
+        tags=tags,
+        config=_Config(),
+    )
+    assert wandb_tee.run_settings(run) == {
+        "run_id": "wandb-grpo-abc123",
+        "name": "seed0",
+        "project": "grpo",
+        "tags": ["math", "seed0"],
+        "config": {
+            "lr": 1e-6,
+            "model": {"layers": 2},
+            "out": "/ckpt",
+            "wandb": {"id": "abc123", "project": "grpo", "url": url, "dir": "/w/files"},
+        },
+    }
+    monkeypatch.setenv("RLGUARD_PROJECT", "team")  # the rlguard project set: W&B's is kept aside
+    assert "project" not in wandb_tee.run_settings(run)
+
+
 def test_wandb_attach_after_init_tees_the_live_run_and_detach_stops_teeing(
     wandb_dir: Path, service: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -189,17 +250,31 @@ def test_wandb_attach_after_init_tees_the_live_run_and_detach_stops_teeing(
     assert stored_series(service.url, f"wandb-late-{run.id}") == {"x": {1: 1.0, 2: 2.0}}
 
 
-def test_wandb_files_are_the_same_with_and_without_rlguard(tmp_path: Path, service: Any):
+@pytest.mark.parametrize("rlguard_up", [True, False], ids=["rlguard-up", "rlguard-down"])
+def test_wandb_files_are_the_same_with_and_without_rlguard(
+    tmp_path: Path, service: Any, rlguard_up: bool
+):
     wandb_id = uuid.uuid4().hex[:8]
+    url = service.url if rlguard_up else f"http://127.0.0.1:{free_port()}"  # nothing listens
+    spool = tmp_path / "spool"
     recorded = {}
     for watch in (False, True):
         folder = tmp_path / ("watched" if watch else "plain")
-        done = run_loop(folder, service.url, "semantics", wandb_id, watch=watch)
+        done = run_loop(
+            folder, url, "semantics", wandb_id, watch=watch, RLGUARD_SPOOL_DIR=str(spool)
+        )
         assert done.returncode == 0, done.stderr
         recorded[watch] = recorded_by_wandb((folder / "wandb" / "latest-run").resolve())
+    if not rlguard_up:
+        # rlguard's "service is unreachable" warning goes to the terminal, whose output W&B
+        # captures when its console capture is already on (a race): the only difference allowed
+        recorded[True] = without_rlguard_lines(recorded[True])
     assert recorded[True] == recorded[False]
     assert len(recorded[False]["history"]) == 9  # steps 0-2, 5-9 and 12
     assert f"run-{wandb_id}.wandb" in recorded[False]["files"]
+    if not rlguard_up:  # the watched run's points wait in the spool for the service
+        assert any(spool.rglob("*")), "the watched run spooled nothing"
+        return
     stored = series_without_system(service.url, f"wandb-semantics-{wandb_id}")
     assert stored == wandb_loop.EXPECTED_SERIES  # only the watched run reached rlguard
 
@@ -216,13 +291,30 @@ def test_watch_raises_the_entropy_collapse_alert_while_the_loop_runs(tmp_path: P
     assert stored["status"] == "finished" and stored["config"]["kl_placement"] == "none"
 
 
-def test_watch_resumed_wandb_run_continues_the_same_rlguard_run(tmp_path: Path, service: Any):
+@pytest.mark.parametrize("resume", ["allow", "must"])
+def test_watch_resumed_wandb_run_continues_the_same_rlguard_run(
+    tmp_path: Path, service: Any, resume: str
+):
+    """The second process resumes with ``resume``. Offline, W&B cannot ask its server whether
+    the run exists, so it accepts "must" without checking (``run.resumed`` stays False):
+    what can be tested here is that rlguard continues the same run under either mode."""
     wandb_id = uuid.uuid4().hex[:8]
-    for first in (0, 5):
-        done = run_loop(tmp_path / f"part{first}", service.url, "steps", wandb_id, str(first), "5")
+    for first, mode in ((0, "allow"), (5, resume)):
+        args = ("steps", wandb_id, str(first), "5", "resumed", mode)
+        done = run_loop(tmp_path / f"part{first}", service.url, *args)
         assert done.returncode == 0, done.stderr
     stored = series_without_system(service.url, f"wandb-resumed-{wandb_id}")
     assert stored == {"score": {step: float(step) for step in range(10)}}
+
+
+def test_watch_tees_a_python_process_the_command_starts(tmp_path: Path, service: Any):
+    wandb_id = uuid.uuid4().hex[:8]
+    loop = ("steps", wandb_id, "0", "5", "child")
+    done = run_loop(tmp_path, service.url, "child", *loop)  # the loop runs in a grandchild
+    assert done.returncode == 0, done.stdout + done.stderr
+    stored = series_without_system(service.url, f"wandb-child-{wandb_id}")
+    assert stored == {"score": {step: float(step) for step in range(5)}}
+    assert api(service.url, "GET", f"/runs/wandb-child-{wandb_id}")["status"] == "finished"
 
 
 def test_watch_exit_status_is_the_commands_and_the_hidden_sitecustomize_runs(
@@ -442,6 +534,7 @@ def test_import_wandb_run_dir_stores_the_live_points(plain_run_dir: Path, servic
     assert "system/memory_percent" in stored  # W&B's system stats, as rlguard's panels name them
     run = api(service.url, "GET", f"/runs/{run_id}")
     assert (run["name"], run["tags"], run["summary"]["best_reward"]) == ("semantics", ["tee"], 0.9)
+    assert (run["config"]["lr"], run["config"]["model"]) == (1e-6, {"layers": 2})  # the loop's
 
 
 def _truncated(data: bytes) -> bytes:

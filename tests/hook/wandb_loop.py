@@ -3,7 +3,8 @@ processes, with and without ``rlguard watch``.
 
     python wandb_loop.py semantics RUN_ID      every step rule of W&B's history, once each
     python wandb_loop.py collapse RUN_ID URL   entropy collapsing; waits for rlguard's alert
-    python wandb_loop.py steps RUN_ID FIRST N  N steps, resuming RUN_ID at FIRST
+    python wandb_loop.py steps RUN_ID FIRST N [PROJECT [RESUME]]
+                                               N steps, resuming RUN_ID at FIRST
     python wandb_loop.py grow RUN_ID URL N     N steps of 20 keys; finishes once rlguard has
                                                some (read by `rlguard follow wandb`)
     python wandb_loop.py stoppable RUN_ID URL  logs until stopped: asks rlguard to stop it at
@@ -12,6 +13,8 @@ processes, with and without ``rlguard watch``.
     python wandb_loop.py verl RUN_ID           verl's own Tracking with its wandb backend
     python wandb_loop.py trl RUN_ID URL MODEL  a TRL GRPOTrainer with report_to="wandb", and
                                                rlguard's callback beside it for comparison
+    python wandb_loop.py child ARGS...         runs ``wandb_loop.py ARGS...`` as a child process
+                                               (``subprocess.run([sys.executable, ...])``)
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import math
 import os
 import random
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -133,9 +137,12 @@ def _wait_for(url: str, found: Any) -> Any:
     return None
 
 
-def steps(wandb: Any, run_id: str, first: int, count: int, project: str = "resumed") -> None:
-    """``count`` steps of one key from ``first`` on, in a run resumed if it exists."""
-    wandb.init(project=project, id=run_id, resume="allow")
+def steps(
+    wandb: Any, run_id: str, first: int, count: int, project: str = "resumed", resume: str = "allow"
+) -> None:
+    """``count`` steps of one key from ``first`` on, in a run resumed if it exists (``resume``:
+    W&B's mode)."""
+    wandb.init(project=project, id=run_id, resume=resume)
     for step in range(first, first + count):
         wandb.log({"score": float(step)}, step=step)
     wandb.finish()
@@ -231,6 +238,8 @@ def main(argv: list[str]) -> int:
     if argv[0] == "verl":
         verl(argv[1])
         return 0
+    if argv[0] == "child":  # this process never imports wandb: only its child logs
+        return subprocess.run([sys.executable, __file__, *argv[1:]], check=False).returncode
     import wandb
 
     if argv[0] == "semantics":

@@ -142,13 +142,17 @@ class Run:
         if not self._cfg.quiet:
             # Written, not logged: logging's default shows no INFO, and this line is for the
             # person who started the run (RLGUARD_QUIET=1 leaves it out).
-            label = f"{self.name!r} ({self.id})" if self.name else self.id
-            sys.stderr.write(f"rlguard: run {label} of project {self.project!r}: {self.url}\n")
+            sys.stderr.write(self.location_line() + "\n")
         if self._cfg.gpu:
             from rlguard._gpu import SystemSampler
 
             self._sampler = SystemSampler(self._log_system, self._cfg.gpu_interval_s)
             self._sampler.start()
+
+    def location_line(self) -> str:
+        """The line ``init()`` prints: the run's name, id, project and page."""
+        label = f"{self.name!r} ({self.id})" if self.name else self.id
+        return f"rlguard: run {label} of project {self.project!r}: {self.url}"
 
     def log(
         self,

@@ -149,26 +149,42 @@ def initial_draw(
 
 
 def header(run: RunPublic) -> list[Any]:
-    """The run page's title line: name, status, headline config and tags."""
+    """The run page's title line: name, status (and what stopped it), links, headline config
+    and tags."""
     status = run_state.display_status(run)
     chips = [html.Span(f"{k} = {v}", className="chip") for k, v in run_state.headline_config(run)]
     chips += [html.Span(tag, className="chip chip-tag") for tag in run.tags]
+    title = [
+        html.H2(run.name or run.id, className="run-title"),
+        html.Span(status, id=ids.RUN_STATUS, className=f"badge status-{status}"),
+    ]
+    stopped_by = run_state.stopped_by(run)
+    if stopped_by:
+        title.append(html.Span(stopped_by, id=ids.RUN_STOPPED_BY, className="run-stopped-by"))
+    links: list[Any] = [
+        dcc.Link("compare…", href=f"/compare?runs={run.id}"),
+        dcc.Link("samples…", href=f"/runs/{run.id}/samples", id=ids.RUN_SAMPLES_LINK),
+    ]
+    wandb_url = run_state.wandb_url(run)
+    if wandb_url:
+        links.append(
+            html.A(
+                "W&B run",
+                href=wandb_url,
+                id=ids.RUN_WANDB_LINK,
+                target="_blank",
+                rel="noopener noreferrer",
+            )
+        )
     return [
-        html.Div(
-            [
-                html.H2(run.name or run.id, className="run-title"),
-                html.Span(status, id=ids.RUN_STATUS, className=f"badge status-{status}"),
-            ],
-            className="run-title-row",
-        ),
+        html.Div(title, className="run-title-row"),
         html.Div(
             [
                 html.Span(["project ", html.B(run.project)]),
                 html.Span(["run ", html.Code(run.id)]),
                 html.Span(["last step ", html.B(_step(run.last_step), id=ids.RUN_LAST_STEP)]),
                 html.Span(f"updated {run_state.age(run.updated_at)}"),
-                dcc.Link("compare…", href=f"/compare?runs={run.id}"),
-                dcc.Link("samples…", href=f"/runs/{run.id}/samples", id=ids.RUN_SAMPLES_LINK),
+                *links,
             ],
             className="run-meta",
         ),
