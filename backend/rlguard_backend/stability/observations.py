@@ -163,6 +163,10 @@ class StepView:
     # last few points: an abrupt jump, on which D6 escalates (a ramp past the budget is left to
     # D6's own c̄ > 0.2 rule: §4 S7 wants CRITICAL from step 108).
     update_kl_jump: bool = False
+    # This step's KL to the reference fell below reset_fraction x its smoothed value: the
+    # reference was reset (to the current policy, ProRL-style) or swapped for a nearer one. The
+    # KL's EMA restarts at this point (D3 starts a new baseline).
+    kl_reset: bool = False
 
 
 class Observations:
@@ -178,6 +182,8 @@ class Observations:
         change: Callable[[str, Severity], Action | None],
     ) -> None:
         common, spike = thresholds["common"], thresholds["kl_spike"]
+        runaway = thresholds["kl_runaway"]
+        self._reset_above, self._reset_fraction = runaway["floor"], runaway["reset_fraction"]
         kl_lookback = max(
             thresholds["kl_runaway"]["lookback_steps"],
             thresholds["kl_penalty"]["binding_lookback_steps"],
@@ -257,6 +263,7 @@ class Observations:
         if not all(map(math.isfinite, values.values())):
             finite = {name: value for name, value in values.items() if math.isfinite(value)}
         view = self.view
+        view.kl_reset = "kl_ref" in finite and self._kl_reset(finite["kl_ref"])
         self._smooth(step, finite)
         if "kl_ref" in finite:
             self.kl_history.push(step, view.smoothed["kl_ref"])  # type: ignore[arg-type]
@@ -278,6 +285,19 @@ class Observations:
         view.length_ratio = _ratio(smoothed["response_length"], baselines["response_length"])
         view.update_kl_jump = self._update_kl_jump(finite.get("ppo_kl"))
         return view
+
+    def _kl_reset(self, kl_ref: float) -> bool:
+        """Whether this KL point resets the reference (see StepView); then its EMA restarts."""
+        smoothed = self.view.smoothed
+        previous = smoothed["kl_ref"]
+        reset = (
+            previous is not None
+            and previous >= self._reset_above
+            and kl_ref <= self._reset_fraction * previous
+        )
+        if reset:
+            smoothed["kl_ref"] = None
+        return reset
 
     def _update_kl_jump(self, ppo_kl: float | None) -> bool:
         """Whether this step's |ppo_kl| jumps (see StepView); then it joins the last points."""

@@ -47,8 +47,9 @@ PRIMARY: tuple[str, str] = next(
 # 4: one RuleProgress per rule; 5: no_learning_signal a detector of its own; 6: D9's signals;
 # 7: sample_quality; 8: D3 and D5 read one KL history (observations); 9: sample_quality's
 # text signals smoothed with the others (observations); 10: the last per-update KLs
-# (observations, for the jump D6 escalates on)
-STATE_VERSION = 10
+# (observations, for the jump D6 escalates on); 11: D3 follows its reference's start and
+# resets (kl_runaway state, the KL EMA restarting at a reset)
+STATE_VERSION = 11
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
 
 
