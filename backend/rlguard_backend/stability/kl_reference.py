@@ -115,19 +115,24 @@ class KlRunaway(Detector):
     def _follow_start(self, view: StepView, kl: float) -> None:
         """Track the current reference's start (a new one after a reset) and set this step's
         limits: absolute near a start at 0, relative to the start when it is far."""
-        thresholds, raw = self.thresholds, view.values["kl_ref"]  # finite: kl is not None
         if view.kl_reset:
             self.resets += 1
-            self.start_step, self.start_points = None, []
-        if self.start_step is None:
-            self.start_step = view.step
+            self.start_points = []
+        if len(self.start_points) < Baseline.POINTS:  # finite: kl is not None
+            if not self.start_points:
+                self.start_step = view.step
+            self.start_points.append(view.values["kl_ref"])
+            self._start = None
         start = self._start
-        if len(self.start_points) < Baseline.POINTS:
-            self.start_points.append(raw)
-            start = None
-        if start is None:  # a new point, or the first step after a load
+        if start is None:  # a new point, or the first step after a load: new limits
             start = self._start = median(self.start_points)
-        hint = self.context.reference
+            self._set_limits(start)
+        if self._far and kl <= self.thresholds["clear_growth"] * start:
+            self.near_start_step = view.step
+
+    def _set_limits(self, start: float) -> None:
+        """WARN and CRITICAL levels for this start: absolute near 0, else relative to it."""
+        thresholds, hint = self.thresholds, self.context.reference
         teacher = hint == "teacher" and self.resets == 0  # until a reset to the policy itself
         self._far = teacher or (hint != "initial" and start >= thresholds["far_start"])
         warn_at, critical_at = thresholds["level_warn"], thresholds["level_critical"]
@@ -135,8 +140,6 @@ class KlRunaway(Detector):
             warn_floor = thresholds["floor"] if teacher else warn_at
             warn_at = max(warn_floor, thresholds["start_warn"] * start)
             critical_at = max(critical_at, thresholds["start_critical"] * start)
-            if kl <= thresholds["clear_growth"] * start:
-                self.near_start_step = view.step
         self._warn_at, self._critical_at = warn_at, critical_at
 
     def _accelerating(self, view: StepView, kl: float, before: float | None) -> bool:
