@@ -278,9 +278,11 @@ def test_kl_runaway_reference_reset_restarts_the_start_and_the_kl_ema() -> None:
     run = sc.reference_resets(random.Random(SEED), 300)
     suite = DetectorSuite(sc.base_config(300))
     events = [e for step, values in run[:101] for e in suite.feed(step, values)]
+    assert suite.dump_state()["detectors"]["kl_runaway"]["resets"] == 0  # one low point: none
+    events += suite.feed(*run[101])
     state = suite.dump_state()
     assert events == [] and state["detectors"]["kl_runaway"]["resets"] == 1
-    assert state["detectors"]["kl_runaway"]["start_step"] == 100
+    assert state["detectors"]["kl_runaway"]["start_step"] == 101
     assert state["observations"]["emas"]["kl_ref"]["value"] < 0.1  # not the 0.7 before
 
 

@@ -106,7 +106,7 @@ DEFAULTS: dict[str, Thresholds] = {
         "far_start": 0.1,  # a start at or above this is far (the initial policy starts near 0)
         "start_warn": 2.0,  # x its start: WARN (not below level_warn unless reference: teacher)
         "start_critical": 4.0,  # x its start: CRITICAL (not below level_critical)
-        "reset_fraction": 0.2,  # KL falling below this x its smoothed value: a reference reset
+        "reset_fraction": 0.2,  # KL below this x its smoothed value, twice: a reference reset
         "penalty_share_min": 0.01,
         "penalty_share_persistence": 10,
         "clear_growth": 1.2,
