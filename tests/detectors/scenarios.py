@@ -239,6 +239,41 @@ def moe(
     return run
 
 
+def distillation(
+    rng: random.Random,
+    steps: int,
+    start: float = 0.5,
+    onset: int | None = None,
+    factor: float = 20.0,
+    over: int = 10,
+) -> list[Step]:
+    """On-policy distillation: KL to the teacher flat near `start` nats/token from the first
+    step (noise ±10 %); from `onset` on, it grows ×`factor` over `over` steps, then holds."""
+    run = []
+    for t in range(steps):
+        values = healthy(t, rng)
+        kl = start * math.exp(0.1 * rng.gauss(0, 1))
+        if onset is not None and t > onset:
+            kl *= factor ** (min(t - onset, over) / over)
+        values["actor/kl_loss"] = kl
+        run.append((t, values))
+    return run
+
+
+def reference_resets(rng: random.Random, steps: int) -> list[Step]:
+    """A run resumed against an older reference (KL flat near 0.7 from its first step), whose
+    reference is reset to the current policy at t=100 and again at t=200 (ProRL-style): KL
+    drops near 0 each time and regrows, saturating near 0.35."""
+    run = []
+    for t in range(steps):
+        values = healthy(t, rng)
+        noise = math.exp(0.1 * rng.gauss(0, 1))
+        kl = 0.7 if t < 100 else 0.35 * (1 - math.exp(-(t % 100) / 25))
+        values["actor/kl_loss"] = max(0.0, kl * noise)
+        run.append((t, values))
+    return run
+
+
 def controller_config(steps: int, target: float) -> dict[str, Any]:
     return base_config(
         steps,
@@ -366,6 +401,27 @@ SCENARIOS: tuple[Scenario, ...] = (
         300,
         lambda rng, steps: s8(rng, steps, grad_only=True),
         must_fire=(Expect("nonfinite", "nonfinite", "warn", 150, 150),),
+    ),
+    # Issue 32 §1: a KL reference that is not the initial policy.
+    _scenario("D3_distillation_flat", 300, distillation),
+    _scenario(
+        "D3_distillation_runaway",
+        300,
+        lambda rng, steps: distillation(rng, steps, onset=150),
+        must_fire=(
+            Expect("kl_runaway", "kl_runaway", "warn", 153, 158),
+            Expect("kl_runaway", "kl_runaway", "critical", 155, 161),
+        ),
+        # KL held at ×20 = 10 nats/token sits at verl's k3 clamp: D1 says so.
+        allowed=frozenset({("nonfinite", "pinned_at_clamp")}),
+    ),
+    _scenario("D3_reference_resets", 300, reference_resets),
+    _scenario(
+        "D3_teacher_hint",
+        300,
+        lambda rng, steps: distillation(rng, steps, start=0.08, onset=150, factor=4, over=20),
+        config=base_config(300, reference="teacher"),
+        must_fire=(Expect("kl_runaway", "kl_runaway", "warn", 155, 170),),
     ),
     _scenario("S9_controller_ok", 400, s9, config=controller_config(400, 0.1)),
     _scenario(

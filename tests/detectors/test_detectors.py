@@ -243,6 +243,61 @@ def test_kl_runaway_growth_message_gives_the_reward_trend() -> None:
     assert f"reward is not improving (trend t = {t_stat:.2f}" in first.message
 
 
+def test_kl_runaway_far_start_is_quiet_at_step_one_where_it_warned_before() -> None:
+    """Issue 32 §1: KL to a teacher flat near 0.5 from the first step. The absolute limit
+    (0.5) still holds where the run config says the reference is the initial policy."""
+    run = sc.distillation(random.Random(SEED), 60)
+    assert of(run_events(sc.base_config(60), run), "kl_runaway") == []
+    hinted = run_events(sc.base_config(60, reference="initial"), run)
+    assert of(hinted, "kl_runaway")[0][2] <= 5
+
+
+def test_kl_runaway_far_start_growth_names_its_start_and_the_onset() -> None:
+    run = sc.distillation(random.Random(SEED), 200, onset=150)
+    events = [e for e in run_events(sc.base_config(200), run) if e.key == "kl_runaway"]
+    first = events[0]
+    assert (first.severity, 152 <= first.last_step <= 158) == ("warn", True)
+    evidence = first.evidence
+    assert 0.45 <= evidence["kl_start"] <= 0.55 and evidence["growth_vs_start"] >= 2
+    assert 148 <= evidence["near_start_until_step"] <= 155
+    assert "far from its reference" in first.message
+    assert f"×{evidence['growth_vs_start']} its own start" in first.message
+    assert any("distillation" in line for line in first.advice)
+
+
+def test_kl_runaway_near_zero_start_keeps_the_absolute_limits() -> None:
+    scenario = next(s for s in sc.SCENARIOS if s.name == "S4_runaway_kl")
+    events = run_events(scenario.config, scenario.run(SEED))
+    critical = next(e for e in events if e.key == "kl_runaway" and e.severity == "critical")
+    assert critical.evidence["kl"] >= 1.0 and critical.evidence["critical_at"] == 1.0
+    assert critical.evidence["reference"].startswith("the policy's own start")
+    assert "past the level" in critical.message and "growth_vs_start" not in critical.evidence
+
+
+def test_kl_runaway_reference_reset_restarts_the_start_and_the_kl_ema() -> None:
+    run = sc.reference_resets(random.Random(SEED), 300)
+    suite = DetectorSuite(sc.base_config(300))
+    events = [e for step, values in run[:101] for e in suite.feed(step, values)]
+    assert suite.dump_state()["detectors"]["kl_runaway"]["resets"] == 0  # one low point: none
+    events += suite.feed(*run[101])
+    state = suite.dump_state()
+    assert events == [] and state["detectors"]["kl_runaway"]["resets"] == 1
+    assert state["detectors"]["kl_runaway"]["start_step"] == 101
+    assert state["observations"]["emas"]["kl_ref"]["value"] < 0.1  # not the 0.7 before
+
+
+def test_kl_runaway_teacher_hint_judges_a_small_start_on_its_own() -> None:
+    """KL to a teacher starting at 0.08, x4 over 20 steps: below the absolute limits, so
+    without the hint only the 50-step growth rule can speak, later (at 187 on seed 0; not at
+    all on this seed)."""
+    run = sc.distillation(random.Random(SEED), 300, start=0.08, onset=150, factor=4, over=20)
+    hinted = run_events(sc.base_config(300, reference="teacher"), run)
+    first = next(e for e in hinted if e.key == "kl_runaway")
+    assert first.evidence["reference"].startswith("a teacher") and first.last_step <= 170
+    plain = [e for e in run_events(sc.base_config(300), run) if e.key == "kl_runaway"]
+    assert all(e.last_step > first.last_step + 10 for e in plain)
+
+
 def test_lifecycle_emits_update_every_50_steps_and_escalates_at_once() -> None:
     scenario = next(s for s in sc.SCENARIOS if s.name == "S9b_target_unattainable")
     events = of(run_events(scenario.config, scenario.run(SEED)), "kl_controller")
@@ -433,6 +488,9 @@ def test_suite_prefers_first_listed_alias_when_two_keys_map_to_one_signal() -> N
         # verl's fully-async staleness_threshold is a share of stale samples, not versions
         ({"async_training": {"staleness_threshold": 0.5}}, "max_staleness", None),
         ({}, "updates_per_batch", None),
+        ({"reference": "Teacher"}, "reference", "teacher"),
+        ({"teacher_model_name_or_path": "Qwen/Qwen3-8B"}, "reference", "teacher"),
+        ({}, "reference", None),
     ],
 )
 def test_run_context_reads_flat_and_nested_configs(
@@ -444,5 +502,7 @@ def test_run_context_reads_flat_and_nested_configs(
 def test_run_context_rejects_malformed_values_naming_the_key() -> None:
     with pytest.raises(ValueError, match="kl_placement"):
         RunContext.from_config({"kl_placement": "both"})
+    with pytest.raises(ValueError, match=r"'reference' = 'sft'.*'initial'.*'teacher'"):
+        RunContext.from_config({"reference": "sft"})
     with pytest.raises(ValueError, match="kl_target"):
         RunContext.from_config({"kl_target": "high"})

@@ -58,6 +58,42 @@ def test_import_trl_console_dicts_skip_the_summary(tmp_path: Path) -> None:
     ]
 
 
+# A crafted console: a described bar (checkpoint loading) and an evaluation bar are not the
+# training bar; tqdm redraws with carriage returns; the dict after an evaluation is at the
+# training bar's count, as is the evaluation's own dict.
+TRL_WITH_BARS = (
+    "Loading checkpoint shards: 100%|##########| 2/2 [00:00<00:00,  8.66it/s]\n"
+    "\r  0%|          | 0/300 [00:00<?, ?it/s]\r  2%|▏         | 5/300 [00:50<49:10, 10.0s/it]"
+    "\r                              \r{'loss': 0.1, 'reward': 0.2}\n"
+    "\r  3%|▎         | 8/300 [01:20<48:40, 10.0s/it]\n"
+    "\r 67%|██████▋   | 2/3 [00:01<00:00,  2.0it/s]\r100%|██████████| 3/3 [00:01<00:00,  2.0it/s]\n"
+    "{'eval_loss': 0.5, 'eval_reward': 0.3}\n"
+    "\r  3%|▎         | 10/300 [01:40<48:20, 10.0s/it]{'loss': 0.2, 'reward': 0.4}\n"
+)
+
+
+def test_import_trl_console_takes_the_trainers_step_from_its_progress_bar(tmp_path: Path) -> None:
+    path = tmp_path / "trl.log"
+    path.write_text(TRL_WITH_BARS)
+    assert importers.detect_format(path) == "trl-console"
+    expected = [
+        (5, {"loss": 0.1, "reward": 0.2}),
+        (8, {"eval_loss": 0.5, "eval_reward": 0.3}),
+        (10, {"loss": 0.2, "reward": 0.4}),
+    ]
+    assert list(importers.read_trl_console(path)) == expected
+    # The log's own step wins over --logging-steps, which only numbers logs without a bar.
+    assert list(importers.read_trl_console(path, logging_steps=7)) == expected
+
+
+def test_import_trl_console_real_log_with_its_progress_bars_reads_steps_10_to_490() -> None:
+    # JuncyLu/trl_DAPO's run (tests/data/public_logs/SOURCES.md): logging_steps 10, the bar
+    # drawn before each dict; imported without --logging-steps, its steps are the trainer's.
+    path = PUBLIC_LOGS / "trl_grpo_qwen25vl3b_collapse.log"
+    steps = [step for step, _ in importers.read_trl_console(path)]
+    assert steps == list(range(10, 500, 10))
+
+
 def test_import_trainer_state_log_history(tmp_path: Path) -> None:
     path = tmp_path / "trainer_state.json"
     history = [

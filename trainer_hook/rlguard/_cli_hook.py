@@ -66,7 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         from rlguard.integrations.importers import READERS
 
         parser.add_argument("--format", choices=["auto", *READERS], default="auto")
-        parser.add_argument("--logging-steps", type=int, default=1, help="TRL console logs only")
+        parser.add_argument(
+            "--logging-steps",
+            type=int,
+            default=1,
+            help="TRL console logs without a progress bar: the steps between two logged dicts "
+            "(a bar's step, where the log shows one, wins)",
+        )
     elif command == "export":
         parser.add_argument("run_id", metavar="RUN", help="the run's id, name, or project/name")
     if command == "detect":

@@ -37,6 +37,7 @@ class RunContext:
 
     updates_per_batch: float | None = None  # U, optimizer updates per rollout batch
     kl_placement: str | None = None  # "reward" | "loss" | "none"
+    reference: str | None = None  # "initial" | "teacher": what the KL is measured against
     kl_coef: float | None = None
     kl_controller: str | None = None  # "fixed" | "adaptive"
     kl_target: float | None = None
@@ -57,6 +58,7 @@ class RunContext:
         return cls(
             updates_per_batch=_updates_per_batch(config),
             kl_placement=_kl_placement(config),
+            reference=_reference(config),
             kl_coef=_kl_coef(config),
             kl_controller=_kl_controller(config),
             kl_target=_number(config, "kl_target", _VERL_KL_CTRL + "target_kl", "target"),
@@ -137,6 +139,23 @@ def _kl_placement(config: Mapping[str, Any]) -> str | None:
     if in_reward is False and in_loss is False:
         return "none"
     return None
+
+
+REFERENCES = ("initial", "teacher")
+
+
+def _reference(config: Mapping[str, Any]) -> str | None:
+    """What the KL is measured against: the policy's own start, or a teacher (a run config
+    naming a teacher model, as TRL's GKD and GOLD configs do, means a teacher)."""
+    reference = _text(config, "reference")
+    if reference is not None:
+        if reference not in REFERENCES:
+            raise ValueError(
+                f"run config 'reference' = {reference!r} must be 'initial' (the policy's own "
+                "starting point) or 'teacher' (another model, as in on-policy distillation)"
+            )
+        return reference
+    return "teacher" if _find(config, "teacher_model_name_or_path") is not None else None
 
 
 def _kl_coef(config: Mapping[str, Any]) -> float | None:

@@ -11,7 +11,7 @@ from typing import ClassVar
 from rlguard_backend.stability.context import RunContext
 from rlguard_backend.stability.events import Severity, capped
 from rlguard_backend.stability.observations import StepView
-from rlguard_backend.stability.primitives import rounded, times
+from rlguard_backend.stability.primitives import Baseline, median, rounded, times
 from rlguard_backend.stability.rules import Detector, Facts, Need, Rule
 
 # The KLs to the reference a trainer logs: the observations derive kl_ref from them.
@@ -24,6 +24,15 @@ RUNAWAY_ADVICE = [
     "Use an adaptive controller toward a target KL (verl kl_ctrl.type=adaptive).",
     "For verifiable rewards, drop KL and guard with a held-out regression set.",
     "Inspect samples for reward hacking.",
+]
+# Where the reference is not the policy's start (a teacher, a reset or resumed reference).
+FAR_ADVICE = [
+    "Roll back to a checkpoint from before the growth began (near_start_until_step) and lower "
+    "the learning rate.",
+    "In on-policy distillation, check that teacher and student score the same tokens (same "
+    "tokenizer and chat template) and that the teacher's log-probs are fresh.",
+    "If the reference was swapped or reset on purpose, set the run config key reference "
+    "(initial or teacher) so the limits match it.",
 ]
 
 
@@ -53,27 +62,40 @@ def current_beta(view: StepView, context: RunContext) -> float | None:
 
 
 class KlRunaway(Detector):
-    """D3: KL to the reference growing without reward, or past absolute limits."""
+    """D3: KL to the reference growing without reward, or past its limits: absolute ones where
+    the reference is the policy's own start (KL near 0 at first), else ones relative to the
+    run's own start (a teacher, a reset or resumed reference). A drop of KL near 0 (the
+    reference reset to the current policy) starts a new baseline."""
 
     id = "kl_runaway"
     reads = READS
 
     def start(self) -> None:
-        """The streak of steps KL grew, accelerating, with no reward gain."""
+        """The growth streak, and the current reference's start: its first KL points."""
         self.growth_streak = 0  # steps in a row KL grew, accelerating, with no reward gain
+        self.resets = 0  # reference resets seen (KL dropping near 0)
+        self.start_step: int | None = None  # the current reference's first KL point
+        self.start_points: list[float] = []  # its first raw KL points (as many as a Baseline's)
+        self.near_start_step: int | None = None  # last step k̄ stayed near that start
         # This step's smoothed KL, its value lookback_steps ago, their ratio, penalty share.
         self._kl, self._growth = 0.0, 1.0
         self._before: float | None = None
         self._share: float | None = None
+        # The current reference's start (median of start_points), whether the run is judged
+        # against it (far), and this step's WARN and CRITICAL levels.
+        self._start: float | None = None
+        self._far = False
+        self._warn_at, self._critical_at = 0.0, 0.0
 
     needs = (Need(frozenset({"reward_mean"}), "no reward logged: growth rule one level weaker"),)
 
     def observe(self, view: StepView) -> bool:
-        """This step's KL, its growth over the lookback and the penalty share."""
+        """This step's KL, its growth over the lookback, its limits and the penalty share."""
         kl = smoothed_kl(view)
         if kl is None:
             return False
         thresholds = self.thresholds
+        self._follow_start(view, kl)
         before = view.kl_ago(view.step, thresholds["lookback_steps"])
         growth = 1.0 if before is None else (kl / before if before > 0 else float("inf"))
         self._kl, self._before, self._growth = kl, before, growth
@@ -90,6 +112,36 @@ class KlRunaway(Detector):
             self._share = penalty_share(view, current_beta(view, self.context))
         return True
 
+    def _follow_start(self, view: StepView, kl: float) -> None:
+        """Track the current reference's start (a new one after a reset) and set this step's
+        limits: absolute near a start at 0, relative to the start when it is far."""
+        if view.kl_reset:
+            self.resets += 1
+            self.start_points = []
+        if len(self.start_points) < Baseline.POINTS:  # finite: kl is not None
+            if not self.start_points:
+                self.start_step = view.step
+            self.start_points.append(view.values["kl_ref"])
+            self._start = None
+        start = self._start
+        if start is None:  # a new point, or the first step after a load: new limits
+            start = self._start = median(self.start_points)
+            self._set_limits(start)
+        if self._far and kl <= self.thresholds["clear_growth"] * start:
+            self.near_start_step = view.step
+
+    def _set_limits(self, start: float) -> None:
+        """WARN and CRITICAL levels for this start: absolute near 0, else relative to it."""
+        thresholds, hint = self.thresholds, self.context.reference
+        teacher = hint == "teacher" and self.resets == 0  # until a reset to the policy itself
+        self._far = teacher or (hint != "initial" and start >= thresholds["far_start"])
+        warn_at, critical_at = thresholds["level_warn"], thresholds["level_critical"]
+        if self._far:
+            warn_floor = thresholds["floor"] if teacher else warn_at
+            warn_at = max(warn_floor, thresholds["start_warn"] * start)
+            critical_at = max(critical_at, thresholds["start_critical"] * start)
+        self._warn_at, self._critical_at = warn_at, critical_at
+
     def _accelerating(self, view: StepView, kl: float, before: float | None) -> bool:
         """Not decelerating: k̄_t - k̄_{t-25} >= k̄_{t-25} - k̄_{t-50}."""
         middle = view.kl_ago(view.step, self.thresholds["lookback_steps"] / 2)
@@ -100,10 +152,10 @@ class KlRunaway(Detector):
         return self.growth_streak >= self.thresholds["persistence"] and not view.reward.known
 
     def _runaway(self, view: StepView) -> Severity | None:
-        thresholds, kl = self.thresholds, self._kl
-        if kl >= thresholds["level_critical"]:
+        kl = self._kl
+        if kl >= self._critical_at:
             return "critical"
-        if kl >= thresholds["level_warn"] or self.growth_streak >= thresholds["persistence"]:
+        if kl >= self._warn_at or self.growth_streak >= self.thresholds["persistence"]:
             return capped("warn", self._growth_degraded(view))
         return None
 
@@ -113,11 +165,21 @@ class KlRunaway(Detector):
             "kl_source": view.kl_source,
             "kl_lookback": rounded(self._before),
             "growth": rounded(self._growth),
+            **self._reference_facts(),
             **view.reward.evidence(),
         }
-        if self._growth_degraded(view) and self._kl < self.thresholds["level_critical"]:
+        if self._growth_degraded(view) and self._kl < self._critical_at:
             facts["degraded"] = "no reward logged: growth judged without a reward trend"
-        if self._kl >= self.thresholds["level_warn"]:
+        if self._kl >= self._warn_at and "growth_vs_start" in facts:
+            since = self.near_start_step
+            stayed = "" if since is None else f"; it stayed near that start until step {since}"
+            message = (
+                f"KL to the reference is {facts['kl']} nats/token, ×{facts['growth_vs_start']} "
+                f"its own start of {facts['kl_start']}{stayed}. The run started far from its "
+                f"reference ({facts['reference']}), so it is judged against that start, not the "
+                "absolute limits: this is a runaway from it."
+            )
+        elif self._kl >= self._warn_at:
             message = (
                 f"KL to the reference is {facts['kl']} nats/token: past the level where the k3 "
                 "estimate is noisy and its gradient far from the reverse-KL one; the policy has "
@@ -131,6 +193,40 @@ class KlRunaway(Detector):
                 "penalty)."
             )
         return message, facts
+
+    def _reference_facts(self) -> Facts:
+        """What the KL is judged against: the reference, its start and the limits."""
+        thresholds, start = self.thresholds, self._start
+        hint = self.context.reference
+        if not self._far:
+            where = "run config reference: initial" if hint == "initial" else "KL started near 0"
+            reference = f"the policy's own start ({where}): absolute limits"
+        elif hint == "teacher" and self.resets == 0:
+            reference = "a teacher (run config reference: teacher)"
+        else:
+            reference = (
+                f"its first KL points were at or above {thresholds['far_start']} nats/token, as "
+                "with a teacher, a reset or a resumed reference"
+            )
+        facts: Facts = {
+            "reference": reference,
+            "kl_start": rounded(start),
+            "kl_start_step": self.start_step,
+            "kl_start_points": len(self.start_points),
+            "warn_at": rounded(self._warn_at),
+            "critical_at": rounded(self._critical_at),
+        }
+        if self._far and start is not None and start > 0:
+            facts["growth_vs_start"] = rounded(self._kl / start, 3)
+            facts["near_start_until_step"] = self.near_start_step
+        if self.resets:
+            facts["reference_resets"] = self.resets
+        return facts
+
+    def _runaway_advice(self, severity: Severity) -> list[str]:
+        if not self._far:
+            return RUNAWAY_ADVICE
+        return [*FAR_ADVICE, *RUNAWAY_ADVICE]
 
     def _weak_penalty(self, view: StepView) -> Severity | None:
         share = self._share
@@ -150,13 +246,9 @@ class KlRunaway(Detector):
             "kl_runaway",
             signals=("kl_ref", "reward_mean"),
             fires=_runaway,
-            clears=(
-                lambda d, v: (
-                    d._growth < d.thresholds["clear_growth"] and d._kl < d.thresholds["level_warn"]
-                ),
-            ),
+            clears=(lambda d, v: d._growth < d.thresholds["clear_growth"] and d._kl < d._warn_at,),
             describe=_describe_runaway,
-            advice=RUNAWAY_ADVICE,
+            advice=_runaway_advice,
         ),
         Rule(
             "kl_penalty_ineffective",

@@ -166,6 +166,10 @@ class StepView:
     # last few points: an abrupt jump, on which D6 escalates (a ramp past the budget is left to
     # D6's own c̄ > 0.2 rule: §4 S7 wants CRITICAL from step 108).
     update_kl_jump: bool = False
+    # This step's KL to the reference is the second point in a row below reset_fraction x its
+    # smoothed value: the reference was reset (to the current policy, ProRL-style) or swapped
+    # for a nearer one. The KL's EMA restarts at this point (D3 starts a new baseline).
+    kl_reset: bool = False
 
 
 class Observations:
@@ -181,6 +185,8 @@ class Observations:
         change: Callable[[str, Severity], Action | None],
     ) -> None:
         common, spike = thresholds["common"], thresholds["kl_spike"]
+        runaway = thresholds["kl_runaway"]
+        self._reset_above, self._reset_fraction = runaway["floor"], runaway["reset_fraction"]
         kl_lookback = max(
             thresholds["kl_runaway"]["lookback_steps"],
             thresholds["kl_penalty"]["binding_lookback_steps"],
@@ -189,6 +195,7 @@ class Observations:
         self.baselines = {name: Baseline() for name in SMOOTHED_SIGNALS}
         self.rewards = Series(REWARD_WINDOW_POINTS)
         self.kl_history = Lookback(int(kl_lookback))  # the smoothed KL at its logged steps
+        self.kl_drop_from: float | None = None  # the smoothed KL before a first low KL point
         # The last finite |ppo_kl| points (no more than D4's own window holds).
         self.update_kls = Window(min(RECENT_UPDATE_POINTS, int(spike["history_points"])))
         self.reward_low: float | None = None
@@ -227,6 +234,7 @@ class Observations:
             "baselines": {name: base.dump() for name, base in self.baselines.items()},
             "rewards": self.rewards.dump(),
             "kl_history": self.kl_history.dump(),
+            "kl_drop_from": json_safe(self.kl_drop_from),
             "update_kls": self.update_kls.dump(),
             "reward_low": json_safe(self.reward_low),
             "reward_high": json_safe(self.reward_high),
@@ -243,6 +251,7 @@ class Observations:
         view.baselines.update((name, base.value) for name, base in self.baselines.items())
         self.rewards.load(state["rewards"])
         self.kl_history.load(state["kl_history"])
+        self.kl_drop_from = state["kl_drop_from"]
         self.update_kls.load(state["update_kls"])
         self.reward_low, self.reward_high = state["reward_low"], state["reward_high"]
         if self.rewards.values:
@@ -260,6 +269,7 @@ class Observations:
         if not all(map(math.isfinite, values.values())):
             finite = {name: value for name, value in values.items() if math.isfinite(value)}
         view = self.view
+        view.kl_reset = "kl_ref" in finite and self._kl_reset(finite["kl_ref"])
         self._smooth(step, finite)
         if "kl_ref" in finite:
             self.kl_history.push(step, view.smoothed["kl_ref"])  # type: ignore[arg-type]
@@ -281,6 +291,24 @@ class Observations:
         view.length_ratio = _ratio(smoothed["response_length"], baselines["response_length"])
         view.update_kl_jump = self._update_kl_jump(finite.get("ppo_kl"))
         return view
+
+    def _kl_reset(self, kl_ref: float) -> bool:
+        """Whether this KL point resets the reference (see StepView): the second point in a
+        row below reset_fraction x the smoothed KL before the first (one low point of a noisy
+        KL is no reset). Then the KL's EMA restarts at it."""
+        smoothed = self.view.smoothed
+        previous = smoothed["kl_ref"]
+        if previous is None:
+            return False
+        high = previous if self.kl_drop_from is None else self.kl_drop_from
+        if high < self._reset_above or kl_ref > self._reset_fraction * high:
+            self.kl_drop_from = None
+            return False
+        if self.kl_drop_from is None:  # the first low point
+            self.kl_drop_from = previous
+            return False
+        self.kl_drop_from, smoothed["kl_ref"] = None, None
+        return True
 
     def _update_kl_jump(self, ppo_kl: float | None) -> bool:
         """Whether this step's |ppo_kl| jumps (see StepView); then it joins the last points."""

@@ -52,8 +52,9 @@ PRIMARY: tuple[str, str] = next(
 # 7: sample_quality; 8: D3 and D5 read one KL history (observations); 9: sample_quality's
 # text signals smoothed with the others (observations); 10: the last per-update KLs
 # (observations, for the jump D6 escalates on); 11: staleness and moe_routing, their signals
-# smoothed (observations); 12: truncated_at_floor a rule of D8 (length)
-STATE_VERSION = 12
+# smoothed (observations); 12: truncated_at_floor a rule of D8 (length); 13: D3 follows its
+# reference's start and resets (kl_runaway state, the KL EMA restarting at a reset)
+STATE_VERSION = 13
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
 
 

@@ -127,6 +127,12 @@ DEFAULTS: dict[str, Thresholds] = {
         "persistence": 5,
         "level_warn": 0.5,
         "level_critical": 1.0,
+        # A run whose KL starts far from its reference (a teacher, a reset or resumed one) is
+        # judged against its own start: the median of its first 5 KL points.
+        "far_start": 0.1,  # a start at or above this is far (the initial policy starts near 0)
+        "start_warn": 2.0,  # x its start: WARN (not below level_warn unless reference: teacher)
+        "start_critical": 4.0,  # x its start: CRITICAL (not below level_critical)
+        "reset_fraction": 0.2,  # KL below this x its smoothed value, twice: a reference reset
         "penalty_share_min": 0.01,
         "penalty_share_persistence": 10,
         "clear_growth": 1.2,

@@ -91,19 +91,68 @@ def read_verl_jsonl(path: Path) -> Iterator[Record]:
 
 
 def read_trl_console(path: Path, logging_steps: int = 1) -> Iterator[Record]:
-    """Console dicts ``{'loss': '0.12', ...}``; the n-th dict is step n·logging_steps, unless
-    the line names its step (ms-swift's ``"global_step/max_steps": "3/547"``)."""
+    """Console dicts ``{'loss': '0.12', ...}``, each at the trainer's own step where the log
+    shows it: the step a line names (ms-swift's ``"global_step/max_steps": "3/547"``), else the
+    training progress bar drawn before it (`` 10%|█   | 20/200 [...]``); else the n-th dict is
+    step n·logging_steps."""
     n = 0
+    bars = TrainingBar()
     for line in _lines(path):
-        record = _trl_dict(ANSI.sub("", line))
+        text = ANSI.sub("", line)
+        record = _trl_dict(text)
+        bars.read(text if record is None else text[: _dict_start(text)])
         if record is None or TRAINER_SUMMARY_KEYS & record.keys():
             continue
         n += 1
-        yield _named_step(record, n * logging_steps), record
+        shown = bars.step(record)
+        yield _named_step(record, n * logging_steps if shown is None else shown), record
+
+
+# A tqdm bar without a description, as transformers' ProgressCallback draws the training bar
+# (and the evaluation one): `` 10%|█         | 20/200 [00:10<01:30,  2.00it/s]``. Bars with a
+# description (``Loading checkpoint shards:  50%|...``, vLLM's ``Processed prompts: ...``) are
+# not it: the text before its percentage is a line start, a carriage return or the end of the
+# bar drawn before it (``]``).
+PROGRESS_BAR = re.compile(r"(?:^|[\r\]])\s*\d{1,3}%\|[^|\n]*\|\s*(\d+)/(\d+)\s*\[")
+
+
+class TrainingBar:
+    """The training progress bar's count, read from the console text before each dict.
+
+    The training bar is the one drawn last before the first training dict (one whose keys are
+    not all ``eval_*``); it is told from the evaluation bar by its total (max_steps). tqdm
+    redraws the bar at each optimizer step when a step takes longer than its 0.1 s refresh
+    interval (every RL step does), so the count before a dict is the step it was logged at.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}  # bar total -> its last count
+        self.last_total: int | None = None
+        self.total: int | None = None  # the training bar's
+
+    def read(self, text: str) -> None:
+        """Take the bars drawn in ``text``."""
+        for match in PROGRESS_BAR.finditer(text):
+            count, total = int(match[1]), int(match[2])
+            self.counts[total], self.last_total = count, total
+
+    def step(self, record: dict[str, Any]) -> int | None:
+        """The training bar's count for this dict, None where the log shows no training bar."""
+        evaluation = all(key.startswith("eval_") for key in record)
+        if self.total is None and not evaluation:
+            self.total = self.last_total
+        return None if self.total is None else self.counts.get(self.total)
+
+
+def _dict_start(text: str) -> int:
+    """Where the first dict opens in ``text`` (-1: none)."""
+    starts = [i for i in (text.find("{'"), text.find('{"')) if i >= 0]
+    return min(starts, default=-1)
 
 
 def _named_step(record: dict[str, Any], counted: int) -> int:
-    """The step a line names (its progress field, removed from the record), else ``counted``."""
+    """The step a line names (its progress field, removed from the record), else ``counted``
+    (the progress bar's, or the count of dicts)."""
     progress = record.pop(SWIFT_PROGRESS_KEY, None)
     done, sep, _ = str(progress).partition("/")
     return int(done) if sep and done.isdigit() else counted
@@ -113,10 +162,10 @@ def _trl_dict(line: str) -> dict[str, Any] | None:
     """A console dict (a Python repr, or a JSON object as ms-swift prints it) whose values are
     mostly numbers (a config's dict lines are not)."""
     text = line.strip()
-    starts = [i for i in (text.find("{'"), text.find('{"')) if i >= 0]
-    if not starts or not text.endswith("}"):
+    start = _dict_start(text)
+    if start < 0 or not text.endswith("}"):
         return None
-    body = text[min(starts) :]
+    body = text[start:]
     record = _literal_dict(body) or _json_line(body)
     if not record:
         return None
