@@ -147,16 +147,16 @@ def test_suite_init_rejects_state_of_other_version() -> None:
 
 
 def test_suite_init_rejects_state_of_the_previous_version() -> None:
-    """A state of version 9 (no per-update KL points in the observations) is not half-read:
-    the caller is told to drop it, and the service rebuilds from the stored steps."""
+    """A state of version 10 (no signal_stopped, no tail signals) is not half-read: the caller
+    is told to drop it, and the service rebuilds from the stored steps."""
     scenario = next(s for s in SCENARIOS if s.name == "S4_runaway_kl")
     suite = DetectorSuite(scenario.config)
     suite.feed_many(scenario.run(SEED)[:80])
     state = json.loads(json.dumps(suite.dump_state()))
-    assert state["version"] == STATE_VERSION == 10
-    state["version"] = 9
-    del state["observations"]["update_kls"]
-    with pytest.raises(ValueError, match="version 9 is not 10; drop the stored state"):
+    assert state["version"] == STATE_VERSION == 11
+    state["version"] = 10
+    del state["detectors"]["signal_stopped"]
+    with pytest.raises(ValueError, match="version 10 is not 11; drop the stored state"):
         DetectorSuite(scenario.config, state=state)
 
 

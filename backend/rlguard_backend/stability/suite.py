@@ -21,6 +21,7 @@ from rlguard_backend.stability.primitives import restore_non_finite
 from rlguard_backend.stability.rollout_mismatch import RolloutMismatch
 from rlguard_backend.stability.rules import Detector, Rule
 from rlguard_backend.stability.sample_quality import SampleQuality
+from rlguard_backend.stability.signal_stopped import SignalStopped
 from rlguard_backend.stability.thresholds import resolve_thresholds
 
 # D1 runs first so that everything it marks as corrupted is known before the others speak.
@@ -37,6 +38,7 @@ DETECTOR_TYPES: tuple[type[Detector], ...] = (
     LengthHacking,
     RolloutMismatch,
     SampleQuality,
+    SignalStopped,
 )
 # Every rule by its alert key: the one place each is defined.
 RULES: dict[str, Rule[Any]] = {rule.key: rule for kind in DETECTOR_TYPES for rule in kind.rules}
@@ -47,8 +49,8 @@ PRIMARY: tuple[str, str] = next(
 # 4: one RuleProgress per rule; 5: no_learning_signal a detector of its own; 6: D9's signals;
 # 7: sample_quality; 8: D3 and D5 read one KL history (observations); 9: sample_quality's
 # text signals smoothed with the others (observations); 10: the last per-update KLs
-# (observations, for the jump D6 escalates on)
-STATE_VERSION = 10
+# (observations, for the jump D6 escalates on); 11: D9's tail signals, signal_stopped
+STATE_VERSION = 11
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
 
 
@@ -95,6 +97,7 @@ class DetectorSuite:
         canonical, sources = plan.canonical(values)
         self._seen.update(canonical)
         view = self._observations.observe(step, canonical, sources)
+        view.logged = plan.signals
         alerts = self._alerts
         alerts.step = step
         events: list[AlertEvent] = []
