@@ -162,8 +162,8 @@ class StepView:
     finite: Callable[[str], float | None] = _NO_VALUES.get
     all_finite: bool = True
     sources: dict[str, str] = field(default_factory=dict)  # canonical signal -> raw key
-    # Each canonical signal the step logged (any value) with its raw keys: one tuple per set of
-    # raw keys, the same object at every step that logs the same keys (signal_stopped).
+    # Each canonical signal the step logged (any value) with its raw keys, by name: the same
+    # object at every step whose keys map onto the same signals (signal_stopped).
     logged: tuple[tuple[str, tuple[str, ...]], ...] = ()
     kl_source: str = ""
     rho: float | None = None  # smoothed entropy over its start

@@ -52,6 +52,7 @@ PRIMARY: tuple[str, str] = next(
 # (observations, for the jump D6 escalates on); 11: D9's tail signals, signal_stopped
 STATE_VERSION = 11
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
+Logged = tuple[tuple[str, tuple[str, ...]], ...]  # each signal a step logged, with its raw keys
 
 
 class DetectorSuite:
@@ -80,6 +81,9 @@ class DetectorSuite:
         self._last_step: int | None = None
         self._seen: set[str] = set()
         self._plans: dict[tuple[str, ...], _Plan] = {}
+        # One object per set of logged signals (StepView.logged), shared by the plans that log
+        # it: a pending step trimmed to readable() keys logs what the whole step did.
+        self._logged: dict[Logged, Logged] = {}
         if state:
             self._load(restore_non_finite(state))
 
@@ -97,7 +101,7 @@ class DetectorSuite:
         canonical, sources = plan.canonical(values)
         self._seen.update(canonical)
         view = self._observations.observe(step, canonical, sources)
-        view.logged = plan.signals
+        view.logged = plan.logged
         alerts = self._alerts
         alerts.step = step
         events: list[AlertEvent] = []
@@ -166,6 +170,7 @@ class DetectorSuite:
             plan = _Plan(keys, self._context.signal_aliases, self._detectors)
             if len(self._plans) < MAX_CACHED_KEY_SETS:
                 self._plans[keys] = plan
+                plan.logged = self._logged.setdefault(plan.logged, plan.logged)
         return plan
 
 
@@ -180,6 +185,7 @@ class _Plan:
     ) -> None:
         # Each canonical signal with its raw keys, best first (user aliases, then table order).
         self.signals = tuple(keys_by_signal(keys, aliases).items())
+        self.logged = tuple(sorted(self.signals))  # the same for the same keys in any order
         self.read = tuple(key for _, found in self.signals for key in found)
         names = {name for name, _ in self.signals}
         # A detector none of whose signals these keys carry has nothing to do on their steps.
