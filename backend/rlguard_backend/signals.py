@@ -60,6 +60,30 @@ _SIGNAL_ROWS = (
     ),
     ("rollout_probs_corr", "Pearson correlation of engine and trainer token probs", "corr"),
     ("rollout_is_ess", "effective sample size of the rollout IS weights, over N", "fraction"),
+    # The tail of the engine-trainer gap (docs/detectors.md, D9): the ratio is per token
+    # pi_trainer / pi_engine of the sampled token, as TRL and verl define it.
+    ("rollout_is_mean", "mean importance ratio trainer / engine (after any correction)", "ratio"),
+    ("rollout_ratio_min", "smallest importance ratio trainer / engine in the batch", "ratio"),
+    ("rollout_ratio_max", "largest importance ratio trainer / engine in the batch", "ratio"),
+    ("rollout_ratio_p01", "1st percentile of the per-token ratio trainer / engine", "ratio"),
+    ("rollout_ratio_p99", "99th percentile of the per-token ratio trainer / engine", "ratio"),
+    (
+        "rollout_tail_share",
+        "share of tokens whose ratio trainer / engine lies outside a band (probe: [0.9, 1.1])",
+        "fraction",
+    ),
+    (
+        "rollout_logprob_diff_p99",
+        "99th percentile of |log-prob of the engine - log-prob of the trainer| per token",
+        "nats/token",
+    ),
+    (
+        "rollout_logprob_diff_max",
+        "largest |log-prob of the engine - log-prob of the trainer| of a token in the batch",
+        "nats/token",
+    ),
+    ("rollout_probs_diff", "mean |prob of the engine - prob of the trainer| per token", "prob"),
+    ("rollout_probs_diff_max", "largest |prob of the engine - prob of the trainer|", "prob"),
     ("sample_degenerate", "share of responses empty or malformed (from samples)", "fraction"),
     ("sample_repetition", "mean share of repeated word 4-grams in a response", "fraction"),
     (
@@ -264,9 +288,27 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "train/train_rollout_logprob_abs_diff",  # slime
         "rollout_corr/log_ppl_abs_diff",  # verl
         "policy/rollout_train_logprobs_abs_diff_mean",  # SkyRL train/trainer.py
+        "sampling/sampling_logp_difference/mean",  # TRL GRPO with vLLM IS correction
+        "probe/rollout_logprob_diff_mean",  # rlguard.probes.rollout_tail
     ),
     "rollout_probs_corr": ("training/rollout_actor_probs_pearson_corr",),
     "rollout_is_ess": ("rollout_corr/rollout_is_eff_sample_size",),
+    # The tail. TRL (trl/trainer/grpo_trainer.py, snapshot f2cd5771) logs the ratio after its
+    # truncation or masking (a masked one reads 0, the max stops at the cap, TRL#5231) and
+    # |delta log p| before; verl (verl/trainer/ppo/rollout_corr_helper.py compute_is_metrics,
+    # snapshot 1dda039b) the applied weights' min/max/mean.
+    "rollout_is_mean": ("sampling/importance_sampling_ratio/mean", "rollout_corr/rollout_is_mean"),
+    "rollout_ratio_min": ("sampling/importance_sampling_ratio/min", "rollout_corr/rollout_is_min"),
+    "rollout_ratio_max": ("sampling/importance_sampling_ratio/max", "rollout_corr/rollout_is_max"),
+    "rollout_ratio_p01": ("probe/rollout_ratio_p01",),
+    "rollout_ratio_p99": ("probe/rollout_ratio_p99",),
+    "rollout_tail_share": ("probe/rollout_ratio_outside_band",),
+    "rollout_logprob_diff_p99": ("probe/rollout_logprob_diff_p99",),
+    "rollout_logprob_diff_max": ("sampling/sampling_logp_difference/max",),
+    # verl's training/rollout_probs_diff_* are |p_engine - p_trainer| in probability, despite
+    # the name (verl/utils/debug/metrics.py); absent in bypass mode (verl PR 7196).
+    "rollout_probs_diff": ("training/rollout_probs_diff_mean",),
+    "rollout_probs_diff_max": ("training/rollout_probs_diff_max",),
     # What the hook reads from each step's samples (docs/detectors-samples.md)
     "sample_degenerate": ("samples/degenerate_fraction",),
     "sample_repetition": ("samples/repetition_rate",),
@@ -309,6 +351,32 @@ _ALIASES_BY_SIGNAL: dict[str, tuple[str, ...]] = {
         "r3/routed_experts_fallback_token_route_fraction",
         "train/r3/routed_experts_fallback_token_route_fraction",
     ),
+}
+
+# The stability families: a family the run logged for a while that stops arriving is a WARN
+# (signal_stopped), since the detectors that judge the run on it go blind; any other signal
+# that stops is an INFO. Every rollout_* signal is the train-inference mismatch family.
+STABILITY_FAMILIES: dict[str, tuple[str, ...]] = {
+    "kl": (
+        "ppo_kl",
+        "kl_loss",
+        "reward_kl_penalty",
+        "kl_ref_seq",
+        "kl_coef",
+        "reward_kl_coef",
+    ),
+    "entropy": ("entropy", "cov_logp_adv"),
+    "clipfrac": ("clipfrac", "clipfrac_low", "clipfrac_high", "clipfrac_dual"),
+    "mismatch": tuple(
+        sorted(n for n in SIGNAL_NAMES if n.startswith("rollout_") and n != "rollout_staleness")
+    ),
+    "reward": ("reward_mean", "reward_std", "frac_zero_std"),
+    # async and MoE pipelines: NeMo-RL once dropped avg_trajectory_age silently (#3758)
+    "staleness": ("rollout_staleness",),
+    "moe": tuple(sorted(n for n in SIGNAL_NAMES if n.startswith("moe_"))),
+}
+FAMILY_OF: dict[str, str] = {
+    name: family for family, names in STABILITY_FAMILIES.items() for name in names
 }
 
 ALIASES: dict[str, str] = {

@@ -239,6 +239,28 @@ def moe(
     return run
 
 
+def verl_probs(rng: random.Random) -> dict[str, float]:
+    """verl's rollout-vs-actor diagnostics (verl/utils/debug/metrics.py), healthy."""
+    e = rng.gauss
+    return {
+        "training/rollout_probs_diff_max": 0.2 * math.exp(0.2 * e(0, 1)),
+        "training/rollout_probs_diff_mean": 0.002 * math.exp(0.2 * e(0, 1)),
+        "training/rollout_actor_probs_pearson_corr": 0.999,
+    }
+
+
+def s10(rng: random.Random, steps: int, stop_at: int = 150) -> list[Step]:
+    """verl's rollout-vs-actor diagnostics stop at `stop_at` (a switch to bypass mode, verl PR
+    7196) while every other key goes on."""
+    run = []
+    for t in range(steps):
+        values = healthy(t, rng)
+        if t < stop_at:
+            values.update(verl_probs(rng))
+        run.append((t, values))
+    return run
+
+
 def distillation(
     rng: random.Random,
     steps: int,
@@ -271,6 +293,27 @@ def reference_resets(rng: random.Random, steps: int) -> list[Step]:
         kl = 0.7 if t < 100 else 0.35 * (1 - math.exp(-(t % 100) / 25))
         values["actor/kl_loss"] = max(0.0, kl * noise)
         run.append((t, values))
+    return run
+
+
+def s10b(rng: random.Random, steps: int) -> list[Step]:
+    """Uneven logging, nothing stopped: the step counter jumps by 30 every 60 steps, verl's
+    diagnostics come in bursts (on 2-8 steps, off 1-15), an evaluation-like mismatch KL every
+    25 steps, and the last 15 steps log the reward alone (the run's end)."""
+    run, step, phase, on, off = [], 0, 0, rng.randint(2, 8), rng.randint(1, 15)
+    for t in range(steps):
+        values = healthy(t, rng)
+        if phase < on:
+            values.update(verl_probs(rng))
+        phase += 1
+        if phase == on + off:
+            phase, on, off = 0, rng.randint(2, 8), rng.randint(1, 15)
+        if t % 25 == 0:
+            values["rollout_corr/k3_kl"] = 1e-4 * math.exp(0.3 * rng.gauss(0, 1))
+        if t >= steps - 15:
+            values = {"critic/score/mean": values["critic/score/mean"]}
+        run.append((step, values))
+        step += 31 if t % 60 == 59 else 1
     return run
 
 
@@ -511,6 +554,19 @@ SCENARIOS: tuple[Scenario, ...] = (
             Expect("kl_controller", "kl_controller_units", "warn", 30, 30),
             *CONTROLLER_DOWN,
         ),
+    ),
+    _scenario(
+        "S10_family_stops",
+        300,
+        s10,
+        # 20 steps without them, beyond 3x their every-step cadence: at step 169
+        must_fire=(Expect("signal_stopped", "signal_stopped", "warn", 169, 169),),
+    ),
+    _scenario(
+        "S10b_uneven_logging",
+        300,
+        s10b,
+        config={k: v for k, v in base_config(300).items() if k != "planned_steps"},
     ),
 )
 

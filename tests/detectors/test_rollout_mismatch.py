@@ -104,3 +104,114 @@ def test_rollout_mismatch_reads_slimes_logprob_gap() -> None:
     events = run(slime_gap, 0)
     assert 100 <= first(events, "rollout_mismatch", "warn") <= 110
     assert first(events, "rollout_mismatch", "critical") is None
+
+
+# The tail (rollout_tail). TRL#6789: a healthy BF16 engine reads a mean |Δ log p| of 0.0007
+# while 7.5 % of the tokens fall outside [0.9, 1.1] and the largest gap is ~0.5 nats.
+
+
+def trl_tail_widens(t: int, rng: random.Random) -> dict[str, float]:
+    """TRL's keys: the mean gap stays tiny while the largest gap grows x1.05 a step from 150."""
+    growth = 1.05 ** max(0, t - 150)
+    return {
+        "sampling/sampling_logp_difference/mean": 7e-4 * math.exp(0.1 * rng.gauss(0, 1)),
+        "sampling/sampling_logp_difference/max": 0.5 * growth * math.exp(0.2 * rng.gauss(0, 1)),
+        "sampling/importance_sampling_ratio/min": 0.0,  # sequence_mask: masked sequences read 0
+        "sampling/importance_sampling_ratio/mean": min(1.0, 0.99 + 0.005 * rng.gauss(0, 1)),
+        "sampling/importance_sampling_ratio/max": 3.0,  # at vllm_importance_sampling_clip_max
+    }
+
+
+def trl_steady(t: int, rng: random.Random) -> dict[str, float]:
+    return trl_tail_widens(0, rng)
+
+
+def probe_tail(share: Callable[[int], float]) -> Callable[[int, random.Random], dict[str, float]]:
+    """rlguard.probes.rollout_tail's keys with the share outside the band given per step and
+    the percentiles that go with it; the mean stays at 0.0007."""
+
+    def extra(t: int, rng: random.Random) -> dict[str, float]:
+        outside = share(t) * math.exp(0.05 * rng.gauss(0, 1))
+        width = 0.13 * max(1.0, outside / 0.075)  # p99 |Δ log p| widening with the share
+        return {
+            "probe/rollout_ratio_outside_band": outside,
+            "probe/rollout_logprob_diff_p99": width,
+            "probe/rollout_ratio_p01": math.exp(-width),
+            "probe/rollout_ratio_p99": math.exp(width),
+            "probe/rollout_logprob_diff_mean": 7e-4,
+        }
+
+    return extra
+
+
+def is_mean_falls(level: float) -> Callable[[int, random.Random], dict[str, float]]:
+    """The mean importance ratio after masking drops to `level` from step 100."""
+
+    def extra(t: int, rng: random.Random) -> dict[str, float]:
+        mean = 0.99 if t < 100 else level
+        return {
+            "sampling/importance_sampling_ratio/mean": mean,
+            "sampling/sampling_logp_difference/mean": 7e-4,
+        }
+
+    return extra
+
+
+@pytest.mark.parametrize(
+    "extra", [trl_steady, probe_tail(lambda t: 0.075)], ids=["trl_masked", "probe_bf16"]
+)
+def test_rollout_tail_silent_on_a_healthy_tail(extra: Callable) -> None:
+    assert {seed: run(extra, seed) for seed in SEEDS} == {seed: [] for seed in SEEDS}
+
+
+def test_rollout_tail_warns_on_the_largest_gap_while_the_mean_is_tiny() -> None:
+    for seed in SEEDS:
+        events = run(trl_tail_widens, seed)
+        # x5 the start (~0.5) from 150 + ln 5 / ln 1.05 = 183, through a 5-step EMA, 3 steps
+        warn = first(events, "rollout_tail", "warn")
+        assert warn is not None and 183 <= warn <= 200, (seed, warn)
+        assert first(events, "rollout_mismatch", "warn") is None  # the mean says nothing
+        alert = next(e for e in events if e.key == "rollout_tail")
+        evidence = alert.evidence
+        assert evidence["logprob_diff_max"] >= 5 * evidence["logprob_diff_max_start"]
+        assert evidence["logprob_abs_diff_mean"] < 1e-3
+        assert evidence["ratio_min"] == 0.0 and evidence["ratio_max"] == 3.0
+        assert "while the mean |Δ log p| is only 0.000" in alert.message
+        assert "the largest |Δ log p| of a token is" in alert.message
+
+
+def test_rollout_tail_follows_the_share_outside_the_band() -> None:
+    widening = probe_tail(lambda t: 0.075 if t < 100 else 0.3)
+    for seed in SEEDS:
+        events = run(widening, seed)
+        # the 5-step EMA passes 3x the start 0.075 (and 0.15) 8 steps in, then 3 steps held
+        assert 106 <= first(events, "rollout_tail", "warn") <= 114
+        assert first(events, "rollout_tail", "critical") is None
+        alert = next(e for e in events if e.key == "rollout_tail")
+        assert 0.2 <= alert.evidence["tail_share"] <= 0.3
+        assert alert.evidence["tail_share_start"] == pytest.approx(0.075, rel=0.1)
+        assert "of the tokens have a ratio outside the band" in alert.message
+
+
+def test_rollout_tail_critical_when_most_tokens_leave_the_band() -> None:
+    events = run(probe_tail(lambda t: 0.075 if t < 100 else 0.9), 0)
+    # the EMA passes 0.8 about 16 steps in, then 3 steps held
+    assert 112 <= first(events, "rollout_tail", "critical") <= 124
+
+
+@pytest.mark.parametrize(
+    ("level", "severity", "window"),
+    [(0.57, "warn", (100, 106)), (0.03, "critical", (100, 106)), (0.95, None, None)],
+)
+def test_rollout_tail_reads_the_mean_ratio_after_masking(
+    level: float, severity: str | None, window: tuple[int, int] | None
+) -> None:
+    # 0.57: TRL's sequence IS summed instead of averaged (TRL#5814); 0.03: nearly every
+    # sequence masked; 0.95: top_p=0.95's kept mass, a bias too small to warn on
+    events = run(is_mean_falls(level), 0)
+    if severity is None:
+        assert events == []
+        return
+    step = first(events, "rollout_tail", severity)
+    assert window is not None and step is not None and window[0] <= step <= window[1]
+    assert next(e for e in events if e.key == "rollout_tail").evidence["is_ratio_mean"] < 1

@@ -147,17 +147,16 @@ def test_suite_init_rejects_state_of_other_version() -> None:
 
 
 def test_suite_init_rejects_state_of_the_previous_version() -> None:
-    """A state of version 12 (no reference start in kl_runaway's state) is not half-read:
-    the caller is told to drop it, and the service rebuilds from the stored steps."""
+    """A state of version 13 (no signal_stopped, no tail signals) is not half-read: the caller
+    is told to drop it, and the service rebuilds from the stored steps."""
     scenario = next(s for s in SCENARIOS if s.name == "S4_runaway_kl")
     suite = DetectorSuite(scenario.config)
     suite.feed_many(scenario.run(SEED)[:80])
     state = json.loads(json.dumps(suite.dump_state()))
-    assert state["version"] == STATE_VERSION == 13
-    state["version"] = 12
-    for name in ("resets", "start_step", "start_points", "near_start_step"):
-        del state["detectors"]["kl_runaway"][name]
-    with pytest.raises(ValueError, match="version 12 is not 13; drop the stored state"):
+    assert state["version"] == STATE_VERSION == 14
+    state["version"] = 13
+    del state["detectors"]["signal_stopped"]
+    with pytest.raises(ValueError, match="version 13 is not 14; drop the stored state"):
         DetectorSuite(scenario.config, state=state)
 
 

@@ -35,6 +35,12 @@ SMOOTHED_SIGNALS = (
     "rollout_kl",
     "rollout_logprob_diff",
     "rollout_is_ess",
+    "rollout_is_mean",
+    "rollout_tail_share",
+    "rollout_logprob_diff_p99",
+    "rollout_logprob_diff_max",
+    "rollout_ratio_p01",
+    "rollout_ratio_p99",
     "sample_degenerate",
     "sample_repetition",
     "rollout_staleness",
@@ -159,6 +165,9 @@ class StepView:
     finite: Callable[[str], float | None] = _NO_VALUES.get
     all_finite: bool = True
     sources: dict[str, str] = field(default_factory=dict)  # canonical signal -> raw key
+    # Each canonical signal the step logged (any value) with its raw keys, by name: the same
+    # object at every step whose keys map onto the same signals (signal_stopped).
+    logged: tuple[tuple[str, tuple[str, ...]], ...] = ()
     kl_source: str = ""
     rho: float | None = None  # smoothed entropy over its start
     length_ratio: float | None = None  # smoothed response length over its start

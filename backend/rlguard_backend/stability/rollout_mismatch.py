@@ -5,6 +5,12 @@ A level alone is model-dependent (dense models sit near 1e-4 nats/token, MoE mod
 1e-2), so the gap is judged against the run's own start, and against absolute levels far
 beyond MoE's normal range; the correlation of the two sides' probabilities and the
 importance weights' effective sample size, when logged, say the same from other angles.
+
+Means hide the tail: in TRL#6789 the mean |Δ log p| read 0.0007 while 7.5 % of the tokens had a
+ratio outside [0.9, 1.1]. ``rollout_tail`` reads the tail itself: the share of tokens outside a
+band and the 99th percentile of |Δ log p| (``rlguard.probes.rollout_tail``), the batch's largest
+|Δ log p| (TRL) and the mean importance ratio after correction (TRL, verl), which masking drags
+below 1 when the tail is cut away.
 """
 
 from __future__ import annotations
@@ -28,7 +34,30 @@ ESS_ADVICE = [
     "The importance weights are degenerate: a few sequences carry the batch. Enable or tighten "
     "rollout correction (truncate the weights), and look for the engine-trainer gap behind it.",
 ]
-SIGNALS = ("rollout_kl", "rollout_logprob_diff", "rollout_probs_corr", "rollout_is_ess")
+TAIL_ADVICE = [
+    "Look per token, not per batch: top_p/top_k/min_p sampling against full-vocabulary "
+    "trainer log-probs scales every ratio by the kept probability mass (TRL#6789); compare the "
+    "engine's processed log-probs, temperature and dtype with the trainer's.",
+    "Correct per token: truncated or masked importance sampling at the token level (TRL "
+    "vllm_importance_sampling_mode token_truncate or token_mask, verl rollout_is: token) bounds "
+    "what the tail does to the update.",
+    "Compare one step's rollouts regenerated in BF16 with the engine's.",
+]
+TAIL_SIGNALS = (
+    "rollout_tail_share",
+    "rollout_logprob_diff_p99",
+    "rollout_ratio_p01",
+    "rollout_ratio_p99",
+    "rollout_logprob_diff_max",
+    "rollout_is_mean",
+)
+SIGNALS = (
+    "rollout_kl",
+    "rollout_logprob_diff",
+    "rollout_probs_corr",
+    "rollout_is_ess",
+    *TAIL_SIGNALS,
+)
 
 
 class RolloutMismatch(Detector):
@@ -111,6 +140,75 @@ class RolloutMismatch(Detector):
         )
         return message, {"effective_sample_size": rounded(ess)}
 
+    def _tail(self, view: StepView) -> Severity | None:
+        thresholds = self.thresholds
+        (share, share_start), (width, width_start), (extreme, extreme_start) = _tail_widths(view)
+        skew = _log_distance(view.smoothed["rollout_is_mean"])
+        if (
+            share >= thresholds["share_critical"]
+            or width >= thresholds["width_critical"]
+            or skew >= math.log(thresholds["is_mean_critical"])
+        ):
+            return "critical"
+        growth = thresholds["tail_growth"]
+        warn = (
+            share >= thresholds["share_warn"]
+            or (share >= thresholds["share_floor"] and share >= growth * share_start)
+            or width >= thresholds["width_warn"]
+            or (width >= thresholds["width_floor"] and width >= growth * width_start)
+            or skew >= math.log(thresholds["is_mean_warn"])
+            or (
+                extreme >= thresholds["extreme_floor"]
+                and extreme >= thresholds["extreme_growth"] * extreme_start
+            )
+        )
+        return "warn" if view.warm and warn else None
+
+    def _describe_tail(self, view: StepView, severity: Severity) -> tuple[str, Facts]:
+        smoothed, baselines, finite = view.smoothed, view.baselines, view.finite
+        share, p99, largest = (
+            smoothed["rollout_tail_share"],
+            smoothed["rollout_logprob_diff_p99"],
+            smoothed["rollout_logprob_diff_max"],
+        )
+        low, high = smoothed["rollout_ratio_p01"], smoothed["rollout_ratio_p99"]
+        is_mean, mean = smoothed["rollout_is_mean"], smoothed["rollout_logprob_diff"]
+        parts = []
+        if share is not None:
+            parts.append(f"{share:.0%} of the tokens have a ratio outside the band")
+            parts[-1] += _start(baselines["rollout_tail_share"], ".0%")
+        if p99 is not None:
+            parts.append(f"1 % of them differ by {p99:.3g} nats or more in log-prob")
+            parts[-1] += _start(baselines["rollout_logprob_diff_p99"], ".3g")
+        if low is not None and high is not None:
+            parts.append(f"1 % of the ratios lie below {low:.3g} and 1 % above {high:.3g}")
+        if largest is not None:
+            parts.append(f"the largest |Δ log p| of a token is {largest:.3g} nats")
+            parts[-1] += _start(baselines["rollout_logprob_diff_max"], ".3g")
+        if is_mean is not None:
+            parts.append(f"the mean importance ratio is {is_mean:.3g}")
+        hidden = "" if mean is None else f" while the mean |Δ log p| is only {mean:.2g}"
+        message = (
+            "The tail of the engine-vs-trainer gap is wide: "
+            + "; ".join(parts)
+            + f"{hidden}. On those tokens the importance ratios the update uses are wrong."
+        )
+        facts = {
+            "tail_share": rounded(share),
+            "tail_share_start": rounded(baselines["rollout_tail_share"]),
+            "logprob_diff_p99": rounded(p99),
+            "logprob_diff_p99_start": rounded(baselines["rollout_logprob_diff_p99"]),
+            "ratio_p01": rounded(low),
+            "ratio_p99": rounded(high),
+            "logprob_diff_max": rounded(largest),
+            "logprob_diff_max_start": rounded(baselines["rollout_logprob_diff_max"]),
+            "ratio_min": rounded(finite("rollout_ratio_min")),
+            "ratio_max": rounded(finite("rollout_ratio_max")),
+            "is_ratio_mean": rounded(is_mean),
+            "logprob_abs_diff_mean": rounded(mean),
+        }
+        return message, {k: v for k, v in facts.items() if v is not None}
+
     rules: ClassVar[tuple[Rule[RolloutMismatch], ...]] = (
         Rule(
             "rollout_mismatch",
@@ -128,4 +226,52 @@ class RolloutMismatch(Detector):
             describe=_describe_ess,
             advice=ESS_ADVICE,
         ),
+        Rule(
+            "rollout_tail",
+            signals=TAIL_SIGNALS,
+            fires=_tail,
+            persistence="persistence",
+            describe=_describe_tail,
+            advice=TAIL_ADVICE,
+        ),
     )
+
+
+def _tail_widths(view: StepView) -> tuple[tuple[float, float], ...]:
+    """(smoothed, start) of the share outside the band, the 1 % tail width in nats (p99
+    |Δ log p|, else the ratio percentiles' log-distance from 1) and the batch's largest
+    |Δ log p|; a measure not logged reads -inf (never fires)."""
+    smoothed, baselines = view.smoothed, view.baselines
+    width = _measure(smoothed["rollout_logprob_diff_p99"], baselines["rollout_logprob_diff_p99"])
+    if width[0] == -math.inf:
+        low, high = smoothed["rollout_ratio_p01"], smoothed["rollout_ratio_p99"]
+        low_start, high_start = baselines["rollout_ratio_p01"], baselines["rollout_ratio_p99"]
+        if low is not None and high is not None:
+            start = math.inf  # unknown until both starts are
+            if low_start is not None and high_start is not None:
+                start = max(_log_distance(low_start), _log_distance(high_start))
+            width = (max(_log_distance(low), _log_distance(high)), start)
+    return (
+        _measure(smoothed["rollout_tail_share"], baselines["rollout_tail_share"]),
+        width,
+        _measure(smoothed["rollout_logprob_diff_max"], baselines["rollout_logprob_diff_max"]),
+    )
+
+
+def _start(start: float | None, spec: str) -> str:
+    """ " (start X)" for a message, or nothing while the start is unknown."""
+    return "" if start is None else f" (start {start:{spec}})"
+
+
+def _measure(value: float | None, start: float | None) -> tuple[float, float]:
+    """A smoothed measure and its start: -inf when not logged; its start inf until known (no
+    growth can be judged before)."""
+    return (-math.inf if value is None else value, math.inf if start is None else start)
+
+
+def _log_distance(ratio: float | None) -> float:
+    """|ln ratio|: how far a ratio is from 1 either way (inf at 0: every token masked); 0 for
+    a ratio not logged."""
+    if ratio is None:
+        return 0.0
+    return math.inf if ratio <= 0 else abs(math.log(ratio))

@@ -23,6 +23,7 @@ from rlguard_backend.stability.rollout_mismatch import RolloutMismatch
 from rlguard_backend.stability.rules import Detector, Rule
 from rlguard_backend.stability.sample_quality import SampleQuality
 from rlguard_backend.stability.staleness import Staleness
+from rlguard_backend.stability.signal_stopped import SignalStopped
 from rlguard_backend.stability.thresholds import resolve_thresholds
 
 # D1 runs first so that everything it marks as corrupted is known before the others speak.
@@ -41,6 +42,7 @@ DETECTOR_TYPES: tuple[type[Detector], ...] = (
     SampleQuality,
     Staleness,
     MoeRouting,
+    SignalStopped,
 )
 # Every rule by its alert key: the one place each is defined.
 RULES: dict[str, Rule[Any]] = {rule.key: rule for kind in DETECTOR_TYPES for rule in kind.rules}
@@ -53,9 +55,11 @@ PRIMARY: tuple[str, str] = next(
 # text signals smoothed with the others (observations); 10: the last per-update KLs
 # (observations, for the jump D6 escalates on); 11: staleness and moe_routing, their signals
 # smoothed (observations); 12: truncated_at_floor a rule of D8 (length); 13: D3 follows its
-# reference's start and resets (kl_runaway state, the KL EMA restarting at a reset)
-STATE_VERSION = 13
+# reference's start and resets (kl_runaway state, the KL EMA restarting at a reset); 14: D9's
+# tail signals, signal_stopped
+STATE_VERSION = 14
 MAX_CACHED_KEY_SETS = 64  # key sets planned per suite; a run logs one or a few
+Logged = tuple[tuple[str, tuple[str, ...]], ...]  # each signal a step logged, with its raw keys
 
 
 class DetectorSuite:
@@ -84,6 +88,9 @@ class DetectorSuite:
         self._last_step: int | None = None
         self._seen: set[str] = set()
         self._plans: dict[tuple[str, ...], _Plan] = {}
+        # One object per set of logged signals (StepView.logged), shared by the plans that log
+        # it: a pending step trimmed to readable() keys logs what the whole step did.
+        self._logged: dict[Logged, Logged] = {}
         if state:
             self._load(restore_non_finite(state))
 
@@ -101,6 +108,7 @@ class DetectorSuite:
         canonical, sources = plan.canonical(values)
         self._seen.update(canonical)
         view = self._observations.observe(step, canonical, sources)
+        view.logged = plan.logged
         alerts = self._alerts
         alerts.step = step
         events: list[AlertEvent] = []
@@ -169,6 +177,7 @@ class DetectorSuite:
             plan = _Plan(keys, self._context.signal_aliases, self._detectors)
             if len(self._plans) < MAX_CACHED_KEY_SETS:
                 self._plans[keys] = plan
+                plan.logged = self._logged.setdefault(plan.logged, plan.logged)
         return plan
 
 
@@ -183,6 +192,7 @@ class _Plan:
     ) -> None:
         # Each canonical signal with its raw keys, best first (user aliases, then table order).
         self.signals = tuple(keys_by_signal(keys, aliases).items())
+        self.logged = tuple(sorted(self.signals))  # the same for the same keys in any order
         self.read = tuple(key for _, found in self.signals for key in found)
         names = {name for name, _ in self.signals}
         # A detector none of whose signals these keys carry has nothing to do on their steps.

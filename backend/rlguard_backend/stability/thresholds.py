@@ -41,6 +41,20 @@ DEFAULTS: dict[str, Thresholds] = {
         "corr_critical": 0.9,  # a broken MoE kernel: 0.999 -> 0.37
         "ess_warn": 0.5,  # verl's metric guide: ESS/N > 0.5 healthy, < 0.2 degenerate
         "ess_critical": 0.2,
+        # The tail (rollout_tail). Healthy BF16 engine vs trainer: 7.5 % of tokens outside
+        # [0.9, 1.1], p95 |delta log p| 0.11, max 0.48 on 3,916 tokens, mean 0.0007 (TRL#6789);
+        # top_p=0.8 against full-vocabulary trainer log-probs: 52 % outside (TRL PR 7269).
+        "tail_growth": 3.0,  # x the run's own start (share outside the band, p99 |delta log p|)
+        "share_floor": 0.15,
+        "share_warn": 0.5,  # MoE-like k3 KL ~0.01-0.1 already puts a third or more outside
+        "share_critical": 0.8,
+        "width_floor": 0.3,  # p99 |delta log p|: past the PPO clip band (ln 1.2 = 0.18)
+        "width_warn": 1.0,  # 1 % of tokens off by a factor e or more
+        "width_critical": 2.5,
+        "extreme_growth": 5.0,  # the batch's largest |delta log p| over its start
+        "extreme_floor": 1.0,
+        "is_mean_warn": 1.25,  # mean ratio outside [1/1.25, 1.25]; a sum-for-mean bug: 0.57
+        "is_mean_critical": 2.0,  # outside [0.5, 2]: top_k=50 truncation bias reads 0.17
         "persistence": 3,
         "clear_steps": 10,
     },
@@ -71,6 +85,12 @@ DEFAULTS: dict[str, Thresholds] = {
         "fallback_critical": 0.1,
         "fallback_persistence": 3,
         "clear_steps": 10,
+    },
+    "signal_stopped": {
+        "min_points": 10,  # points a signal must have arrived at: "logged for a while"
+        "absent_points": 20,  # later steps that logged other keys while it stayed away
+        "cadence_factor": 3.0,  # x the largest gap between its own points so far
+        "clear_steps": 1,
     },
     "nonfinite": {
         "grad_window_steps": 10,
