@@ -22,8 +22,8 @@ from rlguard_backend.stability.primitives import restore_non_finite
 from rlguard_backend.stability.rollout_mismatch import RolloutMismatch
 from rlguard_backend.stability.rules import Detector, Rule
 from rlguard_backend.stability.sample_quality import SampleQuality
-from rlguard_backend.stability.staleness import Staleness
 from rlguard_backend.stability.signal_stopped import SignalStopped
+from rlguard_backend.stability.staleness import Staleness
 from rlguard_backend.stability.thresholds import resolve_thresholds
 
 # D1 runs first so that everything it marks as corrupted is known before the others speak.
