@@ -56,9 +56,9 @@ RLGUARD = {
     "verl-gpg-qwen2-7b-gsm8k-math-megatron": ("quiet", None, set()),
     "ms-swift-grpo-issue-4465-kl-nan": ("true_positive", 300, {"nonfinite"}),
     "chatglm-ppo-issue-49-loss-nan": ("true_positive", 2, {"nonfinite"}),
-    # Detected, by the wrong detector: nonfinite's truncated_at_floor WARN (every response at
+    # Detected, by the wrong detector: length's truncated_at_floor WARN (every response at
     # the 4096-token cap, reward 0), not no_learning_signal, which needs more than 2 points.
-    "ms-swift-grpo-issue-9261-all-truncated": ("true_positive", 1, {"nonfinite"}),
+    "ms-swift-grpo-issue-9261-all-truncated": ("true_positive", 1, {"length"}),
     "trl-grpo-qwen2.5-vl-3b-run-181457-collapse": ("missed", None, set()),
     "trl-grpo-qwen2.5-vl-3b-run-120223-collapse": ("missed", None, set()),
 }
@@ -160,11 +160,11 @@ RL_DOCTOR = {
 }
 # rlguard per detector, on all cases: (hits, misses, false alarms, other failures, lead steps).
 RLGUARD_PER_DETECTOR = {
-    "nonfinite": (4, 0, 0, 1, [0, 0, 0, 0]),
+    "nonfinite": (4, 0, 0, 0, [0, 0, 0, 0]),
     "entropy_collapse": (1, 3, 0, 0, [-80]),
     "no_learning_signal": (1, 4, 0, 0, [-30]),
     "kl_runaway": (0, 1, 0, 0, []),
-    "length": (1, 3, 1, 0, [-50]),
+    "length": (1, 3, 1, 1, [-50]),
 }
 
 
@@ -237,7 +237,9 @@ def test_rlguard_calibration_per_detector(evaluation: dict[str, Any]) -> None:
         assert (*counts, found["lead_steps"]) == expected, detector
     nonfinite = per_detector["nonfinite"]["out_of_sample"]
     assert nonfinite["hits"] == ["ms-swift-grpo-issue-4465-kl-nan", "chatglm-ppo-issue-49-loss-nan"]
-    assert nonfinite["other_failures"] == ["ms-swift-grpo-issue-9261-all-truncated"]
+    assert nonfinite["other_failures"] == []
+    length = per_detector["length"]["out_of_sample"]
+    assert length["other_failures"] == ["ms-swift-grpo-issue-9261-all-truncated"]
 
 
 def test_peer_outcomes_on_public_logs_are_the_reported_ones(evaluation: dict[str, Any]) -> None:
