@@ -208,8 +208,10 @@ class _Plan:
         for name, keys in self.signals:
             for key in keys:
                 value = values[key]
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    continue
-                canonical[name], sources[name] = float(value), key
+                if type(value) is not float:  # the usual case first: a float as it is
+                    if isinstance(value, bool) or not isinstance(value, (int, float)):
+                        continue
+                    value = float(value)
+                canonical[name], sources[name] = value, key
                 break
         return canonical, sources
