@@ -102,7 +102,7 @@ KEY_PICK = "run-key-pick"
 KEY_VALUE = "run-key-value"
 KEY_SPARK = "run-key-spark"
 RUN_REDRAW = "run-redraw"
-RUN_LIVE = "run-live"
+RUN_LIVE = "run-live-points"  # not "run-live": that is the live switch (controls.control_id)
 
 # controls bar: ids are f"{page prefix}-{name}" (controls.control_id)
 SMOOTHING = "smoothing"

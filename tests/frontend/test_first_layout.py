@@ -167,3 +167,30 @@ def test_dashboard_sends_dashs_scripts_compressed_and_whole(dashboard: Any) -> N
     assert {a.content for a in answers} == {plain.content} == {script.read_bytes()}
     assert "content-encoding" not in plain.headers
     assert another.content == (script.parent / "async-markdown.js").read_bytes()
+
+
+def _ids(node: Any) -> list[str]:
+    """Every component id in a layout's JSON (dict ids as their JSON text)."""
+    if isinstance(node, list):
+        return [found for item in node for found in _ids(item)]
+    if not isinstance(node, dict):
+        return []
+    props = node.get("props", {})
+    own = [] if "id" not in props else [json.dumps(props["id"], sort_keys=True)]
+    return own + [found for value in props.values() for found in _ids(value)]
+
+
+def test_run_page_layout_has_each_component_id_once(dashboard: Any) -> None:
+    """The renderer wires callbacks by id: two components of one id (the live points' store
+    and the live switch were both ``run-live``) leave one of them unwired."""
+    run_id = new_run_id("ids")
+    seed_run(dashboard.url, run_id)
+    answer = httpx.get(
+        f"{dashboard.url}/_dash-layout",
+        headers={"Referer": f"{dashboard.url}/runs/{run_id}"},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text[:500]
+    found = _ids(answer.json())
+    assert json.dumps("run-id") in found  # the run page came with the layout
+    assert sorted({i for i in found if found.count(i) > 1}) == []
