@@ -317,6 +317,17 @@ def test_watch_tees_a_python_process_the_command_starts(tmp_path: Path, service:
     assert api(service.url, "GET", f"/runs/wandb-child-{wandb_id}")["status"] == "finished"
 
 
+def test_watch_tees_a_ray_actor_the_command_starts(tmp_path: Path, service: Any):
+    """verl logs from its TaskRunner, a Ray actor: a worker process the local cluster starts,
+    which inherits the watched command's environment."""
+    wandb_id = uuid.uuid4().hex[:8]
+    done = run_loop(tmp_path, service.url, "ray-actor", "steps", wandb_id, "0", "5", "ray")
+    assert done.returncode == 0, done.stdout + done.stderr
+    stored = series_without_system(service.url, f"wandb-ray-{wandb_id}")
+    assert stored == {"score": {step: float(step) for step in range(5)}}
+    assert api(service.url, "GET", f"/runs/wandb-ray-{wandb_id}")["status"] == "finished"
+
+
 def test_watch_exit_status_is_the_commands_and_the_hidden_sitecustomize_runs(
     tmp_path: Path, service: Any
 ):

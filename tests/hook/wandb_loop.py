@@ -15,6 +15,8 @@ processes, with and without ``rlguard watch``.
                                                rlguard's callback beside it for comparison
     python wandb_loop.py child ARGS...         runs ``wandb_loop.py ARGS...`` as a child process
                                                (``subprocess.run([sys.executable, ...])``)
+    python wandb_loop.py ray-actor ARGS...     runs ``steps ARGS...`` in a Ray actor of a local
+                                               cluster, as verl's TaskRunner logs
 """
 
 from __future__ import annotations
@@ -232,12 +234,36 @@ def trl(run_id: str, url: str, model: str) -> None:
     trainer.train()
 
 
+def ray_actor(args: list[str]) -> int:
+    """``steps`` in a Ray actor, as verl's TaskRunner logs: this driver never imports wandb.
+    0 when the actor ran in a process of its own."""
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, configure_logging=False)
+    try:
+
+        @ray.remote
+        class TaskRunner:
+            def run(self, args: list[str]) -> int:
+                import wandb
+
+                steps(wandb, args[1], int(args[2]), int(args[3]), *args[4:])
+                return os.getpid()
+
+        pid = ray.get(TaskRunner.remote().run.remote(args), timeout=240)
+    finally:
+        ray.shutdown()
+    return 0 if pid != os.getpid() else 1
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "wait-signal":
         return wait_signal()
     if argv[0] == "verl":
         verl(argv[1])
         return 0
+    if argv[0] == "ray-actor":
+        return ray_actor(argv[1:])
     if argv[0] == "child":  # this process never imports wandb: only its child logs
         return subprocess.run([sys.executable, __file__, *argv[1:]], check=False).returncode
     import wandb
